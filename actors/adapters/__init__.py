@@ -1,0 +1,1 @@
+"""Adapters: the only code that knows PostgreSQL, NATS, processes and HTTP."""

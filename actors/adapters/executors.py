@@ -1,0 +1,205 @@
+"""Executors: shell, python and http. Each runs one attempt and reports.
+
+None raises for a failing job.
+
+Errors are caught at the edge of each run, never allowed to reach the loop
+that runs the next one. Cancellation (shutdown, a lost lease) is cleaned up
+after (the process group killed) and re-raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import os
+import signal
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import aiohttp
+
+from actors.domain import (
+    ExecutionResult,
+    ExecutorSpec,
+    HttpSpec,
+    Outcome,
+    PythonSpec,
+    RunContext,
+    ShellSpec,
+)
+
+OUTPUT_TAIL_BYTES = 4096
+KILL_GRACE = 5.0
+
+
+def _fill(template: str, values: dict[str, str]) -> str:
+    # Only the names claimd defines are replaced; other braces stay as written.
+    for key, value in values.items():
+        template = template.replace("{" + key + "}", value)
+    return template
+
+
+def _elapsed(start: float) -> timedelta:
+    return timedelta(seconds=time.monotonic() - start)
+
+
+class _Tail:
+    """The last bytes of a stream, bounded whatever the job prints."""
+
+    def __init__(self, limit: int = OUTPUT_TAIL_BYTES) -> None:
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
+        self._limit = limit
+
+    def add(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+        self._size += len(chunk)
+        while self._size - len(self._chunks[0]) >= self._limit and len(self._chunks) > 1:
+            self._size -= len(self._chunks.popleft())
+
+    def text(self) -> str:
+        return b"".join(self._chunks)[-self._limit:].decode("utf-8", "replace")
+
+
+def _kill_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+async def _terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """SIGTERM the whole process group, then SIGKILL after the grace."""
+    _kill_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), grace)
+    # Children may outlive the leader: always sweep the group.
+    _kill_group(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        await proc.wait()
+
+
+async def run_shell(spec: ShellSpec, context: RunContext, timeout: timedelta,
+                    kill_grace: float = KILL_GRACE) -> ExecutionResult:
+    """Run a program in its own process group; the group dies with the timeout."""
+    values = context.template_values()
+    argv = [_fill(a, values) for a in spec.argv]
+    env = {**os.environ, **spec.env, **context.env()}
+    start = time.monotonic()
+    try:
+        if spec.use_shell:
+            proc = await asyncio.create_subprocess_shell(
+                argv[0], stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                env=env, cwd=spec.cwd, start_new_session=True)
+        else:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                env=env, cwd=spec.cwd, start_new_session=True)
+    except OSError as exc:
+        return ExecutionResult(Outcome.FAILED, error=f"cannot start {argv[0]!r}: {exc}",
+                               duration=_elapsed(start))
+    tail = _Tail()
+
+    async def pump() -> None:
+        assert proc.stdout is not None
+        while chunk := await proc.stdout.read(65536):
+            tail.add(chunk)
+
+    try:
+        await asyncio.wait_for(asyncio.gather(pump(), proc.wait()), timeout.total_seconds())
+    except TimeoutError:
+        await _terminate(proc, kill_grace)
+        return ExecutionResult(Outcome.TIMED_OUT, exit_code=proc.returncode,
+                               error=f"timed out after {timeout}; process group killed",
+                               output_tail=tail.text(), duration=_elapsed(start))
+    except asyncio.CancelledError:
+        await asyncio.shield(_terminate(proc, kill_grace))
+        raise
+    # The leader exited; make sure nothing it left behind in its group lingers.
+    _kill_group(proc.pid, signal.SIGKILL)
+    code = proc.returncode
+    if code == 0:
+        return ExecutionResult(Outcome.SUCCEEDED, exit_code=0, output_tail=tail.text(),
+                               duration=_elapsed(start))
+    return ExecutionResult(Outcome.FAILED, exit_code=code, error=f"exit status {code}",
+                           output_tail=tail.text(), duration=_elapsed(start))
+
+
+def resolve_callable(target: str) -> Callable[..., Any]:
+    module_name, _, attr = target.partition(":")
+    func = getattr(importlib.import_module(module_name), attr)
+    if not callable(func):
+        raise TypeError(f"{target} is not callable")
+    return func
+
+
+async def run_python(spec: PythonSpec, context: RunContext,
+                     timeout: timedelta) -> ExecutionResult:
+    """Call ``module:function(ctx)``; async functions are cancelled at the timeout.
+
+    A sync function runs in a thread; at the timeout its result is abandoned
+    (Python cannot kill a thread) and the attempt is recorded as timed out.
+    """
+    start = time.monotonic()
+    try:
+        func = resolve_callable(spec.target)
+    except Exception as exc:  # noqa: BLE001 - a bad target fails the run, not the worker
+        return ExecutionResult(Outcome.FAILED, error=f"cannot load {spec.target}: {exc!r}",
+                               duration=_elapsed(start))
+    try:
+        if inspect.iscoroutinefunction(func):
+            await asyncio.wait_for(func(context), timeout.total_seconds())
+        else:
+            await asyncio.wait_for(asyncio.to_thread(func, context), timeout.total_seconds())
+    except TimeoutError:
+        return ExecutionResult(Outcome.TIMED_OUT, error=f"timed out after {timeout}",
+                               duration=_elapsed(start))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the job's failure, recorded on the run
+        tb = "".join(traceback.format_exception(exc))[-OUTPUT_TAIL_BYTES:]
+        return ExecutionResult(Outcome.FAILED, error=repr(exc)[:1000], output_tail=tb,
+                               duration=_elapsed(start))
+    return ExecutionResult(Outcome.SUCCEEDED, duration=_elapsed(start))
+
+
+async def run_http(spec: HttpSpec, context: RunContext, timeout: timedelta) -> ExecutionResult:
+    """Send the request with the run's identity as headers (``Idempotency-Key``)."""
+    start = time.monotonic()
+    values = context.template_values()
+    headers = {**spec.headers, **context.headers()}
+    body = None if spec.body is None else _fill(spec.body, values)
+    try:
+        async with aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=timeout.total_seconds())) as session, \
+                session.request(spec.method, _fill(spec.url, values), headers=headers,
+                                data=body) as response:
+            text = (await response.text(errors="replace"))[-OUTPUT_TAIL_BYTES:]
+            if response.status in spec.expect_status:
+                return ExecutionResult(Outcome.SUCCEEDED, exit_code=response.status,
+                                       output_tail=text, duration=_elapsed(start))
+            return ExecutionResult(Outcome.FAILED, exit_code=response.status,
+                                   error=f"HTTP {response.status}", output_tail=text,
+                                   duration=_elapsed(start))
+    except TimeoutError:
+        return ExecutionResult(Outcome.TIMED_OUT, error=f"timed out after {timeout}",
+                               duration=_elapsed(start))
+    except aiohttp.ClientError as exc:
+        return ExecutionResult(Outcome.FAILED, error=f"request failed: {exc!r}"[:1000],
+                               duration=_elapsed(start))
+
+
+class LocalExecutor:
+    """Executor port: dispatches on the spec's kind."""
+
+    async def execute(self, spec: ExecutorSpec, context: RunContext,
+                      timeout: timedelta) -> ExecutionResult:
+        if isinstance(spec, ShellSpec):
+            return await run_shell(spec, context, timeout)
+        if isinstance(spec, PythonSpec):
+            return await run_python(spec, context, timeout)
+        return await run_http(spec, context, timeout)

@@ -1,0 +1,467 @@
+"""PostgreSQL: the store of truth (asyncpg).
+
+Every statement claimd runs lives in this module as a named, parameterised
+constant. Every state change is one guarded UPDATE whose returned rows say
+whether it happened. Time comes from the database (``now()``), so replicas
+with skewed clocks still agree on leases and due times.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from actors.adapters.resources import sql_dir
+from actors.domain import (
+    ClaimedRun,
+    Job,
+    Plan,
+    RetryPolicy,
+    RunState,
+    executor_from_dict,
+)
+from actors.ports import Completion, DispatchMessage, JobState, NotStarted, StartedRun
+
+# --- migrations ---------------------------------------------------------------
+
+CREATE_MIGRATIONS_TABLE = """
+CREATE TABLE IF NOT EXISTS claimd_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)"""
+# Only migration takes the advisory lock: two replicas starting at once apply
+# each migration once, and the lock is per schema.
+LOCK_MIGRATIONS = "SELECT pg_advisory_lock(hashtext('claimd.migrate:' || current_schema()))"
+UNLOCK_MIGRATIONS = "SELECT pg_advisory_unlock(hashtext('claimd.migrate:' || current_schema()))"
+APPLIED_MIGRATIONS = "SELECT version FROM claimd_migrations"
+RECORD_MIGRATION = "INSERT INTO claimd_migrations (version, name) VALUES ($1, $2)"
+
+_MIGRATION_NAME = re.compile(r"^(\d{4})_[\w-]+\.sql$")
+
+
+def migration_files(directory: Path | None = None) -> list[tuple[int, Path]]:
+    """The numbered migrations in order."""
+    directory = directory or sql_dir()
+    found = []
+    for path in sorted(directory.iterdir()):
+        match = _MIGRATION_NAME.match(path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return found
+
+
+async def migrate(conn: asyncpg.Connection) -> list[str]:
+    """Apply the migrations not yet recorded; return the names applied."""
+    applied_now: list[str] = []
+    await conn.execute(LOCK_MIGRATIONS)
+    try:
+        await conn.execute(CREATE_MIGRATIONS_TABLE)
+        applied = {r["version"] for r in await conn.fetch(APPLIED_MIGRATIONS)}
+        for version, path in migration_files():
+            if version in applied:
+                continue
+            async with conn.transaction():
+                await conn.execute(path.read_text(encoding="utf-8"))
+                await conn.execute(RECORD_MIGRATION, version, path.name)
+            applied_now.append(path.name)
+    finally:
+        await conn.execute(UNLOCK_MIGRATIONS)
+    return applied_now
+
+
+# --- jobs ---------------------------------------------------------------------
+
+UPSERT_JOB = """
+INSERT INTO jobs (name, definition, fingerprint, enabled, max_attempts)
+VALUES ($1, $2::jsonb, $3, $4, $5)
+ON CONFLICT (name) DO UPDATE
+   SET definition = EXCLUDED.definition,
+       fingerprint = EXCLUDED.fingerprint,
+       enabled = EXCLUDED.enabled,
+       max_attempts = EXCLUDED.max_attempts,
+       updated_at = now()
+ WHERE jobs.fingerprint IS DISTINCT FROM EXCLUDED.fingerprint
+    OR jobs.enabled IS DISTINCT FROM EXCLUDED.enabled
+RETURNING id, (xmax = 0) AS inserted,
+          (SELECT j.definition -> 'schedule' FROM jobs j WHERE j.name = $1) AS old_schedule
+"""
+# A changed schedule: future pending runs of the old schedule are withdrawn and
+# the materializer starts again from now.
+WITHDRAW_FUTURE_RUNS = """
+WITH gone AS (
+    DELETE FROM job_runs
+     WHERE job_id = $1 AND state = 'pending' AND trigger = 'schedule' AND scheduled_at > now()
+    RETURNING 1
+)
+UPDATE jobs SET materialized_until = now() WHERE id = $1
+RETURNING (SELECT count(*) FROM gone) AS withdrawn
+"""
+# A job removed from the config file is disabled, its history kept and its
+# future pending runs cancelled.
+DISABLE_REMOVED_JOBS = """
+WITH off AS (
+    UPDATE jobs SET enabled = false, updated_at = now()
+     WHERE enabled AND NOT (name = ANY($1::text[]))
+    RETURNING id
+)
+UPDATE job_runs r SET state = 'cancelled', outcome = 'cancelled', error = 'job removed from config',
+       finished_at = now(), updated_at = now()
+  FROM off WHERE r.job_id = off.id AND r.state = 'pending'
+RETURNING r.id
+"""
+ACTIVE_JOBS = """
+SELECT id, name, materialized_until, paused FROM jobs WHERE enabled
+"""
+
+# --- materialize --------------------------------------------------------------
+
+# Idempotent by the unique constraint: any number of replicas may materialize
+# the same instants; the second insert of (job, instant) changes nothing.
+INSERT_PLANNED_RUNS = """
+INSERT INTO job_runs (job_id, scheduled_at, due_at)
+SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[])
+ON CONFLICT ON CONSTRAINT job_runs_one_row_per_instant DO NOTHING
+"""
+ADVANCE_HIGH_WATER = """
+UPDATE jobs j SET materialized_until = GREATEST(COALESCE(j.materialized_until, u.until), u.until)
+  FROM unnest($1::bigint[], $2::timestamptz[]) AS u(id, until)
+ WHERE j.id = u.id
+"""
+
+# --- claim --------------------------------------------------------------------
+
+# One statement claims a disjoint batch. ORDER BY sits inside the locking
+# select: SKIP LOCKED applies to the rows in due order, so the oldest due runs
+# go first; nothing downstream relies on the order of RETURNING. The LIMIT
+# keeps claimed-but-not-started runs under a bound, so no lease can expire
+# while its run waits in the stream.
+CLAIM_DUE_RUNS = """
+WITH due AS (
+    SELECT r.id
+      FROM job_runs r
+      JOIN jobs j ON j.id = r.job_id
+     WHERE r.state = 'pending' AND r.due_at <= now() AND j.enabled AND NOT j.paused
+     ORDER BY r.due_at
+       FOR UPDATE OF r SKIP LOCKED
+     LIMIT LEAST($2::int, GREATEST(0, $4::int - (
+             SELECT count(*) FROM job_runs WHERE state = 'claimed')))
+)
+UPDATE job_runs r
+   SET state = 'claimed', lease_owner = $1, lease_expires_at = now() + $3::interval,
+       claim_epoch = r.claim_epoch + 1, claimed_at = now(), updated_at = now()
+  FROM due, jobs j
+ WHERE r.id = due.id AND j.id = r.job_id
+RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch
+"""
+
+# Guarded by owner and epoch: only the runs this replica claimed under that
+# epoch, and still only claimed, go back to pending.
+RELEASE_UNPUBLISHED = """
+UPDATE job_runs r
+   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, claimed_at = NULL,
+       updated_at = now()
+  FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)
+ WHERE r.id = u.id AND r.claim_epoch = u.epoch AND r.lease_owner = $1 AND r.state = 'claimed'
+RETURNING r.id
+"""
+
+# --- worker -------------------------------------------------------------------
+
+START_RUNS = """
+WITH m AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS m(id, epoch)),
+started AS (
+    UPDATE job_runs r
+       SET state = 'running', started_at = now(), lease_owner = $3,
+           lease_expires_at = now() + $4::interval, updated_at = now()
+      FROM m
+     WHERE r.id = m.id AND r.claim_epoch = m.epoch AND r.state = 'claimed'
+    RETURNING r.id, r.claim_epoch, r.job_id, r.scheduled_at, r.attempt
+)
+SELECT s.id::text AS id, s.claim_epoch, j.name, s.scheduled_at, s.attempt, j.max_attempts,
+       j.definition
+  FROM started s JOIN jobs j ON j.id = s.job_id
+"""
+RUN_STATES = """
+SELECT id::text AS id, state, claim_epoch FROM job_runs WHERE id = ANY($1::uuid[])
+"""
+EXTEND_LEASES = """
+UPDATE job_runs r SET lease_expires_at = now() + $4::interval, updated_at = now()
+  FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)
+ WHERE r.id = u.id AND r.claim_epoch = u.epoch AND r.state = 'running' AND r.lease_owner = $1
+RETURNING r.id::text, r.claim_epoch
+"""
+
+# Completions of many concurrent runs in one statement. Guarded by epoch and
+# state: a zombie whose lease was reaped (epoch moved on) records nothing. The
+# sibling CTE `prior` reads the row as it was (one snapshot for the whole
+# statement), so the attempt row keeps the attempt number and start time.
+COMPLETE_RUNS = """
+WITH c AS (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[], $5::text[],
+                         $6::text[], $7::float8[], $8::text[])
+        AS c(id, epoch, outcome, exit_code, error, tail, retry_s, worker)
+),
+prior AS (
+    SELECT r.id, r.attempt, r.started_at FROM job_runs r JOIN c ON c.id = r.id
+),
+done AS (
+    UPDATE job_runs r
+       SET state = CASE WHEN c.outcome = 'succeeded' THEN 'succeeded'
+                        WHEN c.retry_s IS NOT NULL THEN 'pending'
+                        ELSE 'failed' END,
+           attempt = r.attempt + CASE WHEN c.outcome <> 'succeeded' AND c.retry_s IS NOT NULL
+                                      THEN 1 ELSE 0 END,
+           due_at = CASE WHEN c.outcome <> 'succeeded' AND c.retry_s IS NOT NULL
+                         THEN now() + make_interval(secs => c.retry_s) ELSE r.due_at END,
+           finished_at = CASE WHEN c.outcome <> 'succeeded' AND c.retry_s IS NOT NULL
+                              THEN NULL ELSE now() END,
+           started_at = CASE WHEN c.outcome <> 'succeeded' AND c.retry_s IS NOT NULL
+                             THEN NULL ELSE r.started_at END,
+           lease_owner = NULL, lease_expires_at = NULL, claimed_at = NULL,
+           outcome = c.outcome, exit_code = c.exit_code, error = c.error,
+           output_tail = c.tail, updated_at = now()
+      FROM c
+     WHERE r.id = c.id AND r.claim_epoch = c.epoch AND r.state = 'running'
+    RETURNING r.id, r.claim_epoch
+)
+INSERT INTO job_run_attempts (run_id, attempt, claim_epoch, worker, started_at, outcome,
+                              exit_code, error)
+SELECT done.id, prior.attempt, done.claim_epoch, c.worker, prior.started_at, c.outcome,
+       c.exit_code, c.error
+  FROM done JOIN c ON c.id = done.id JOIN prior ON prior.id = done.id
+RETURNING run_id::text, claim_epoch
+"""
+
+# --- reaper -------------------------------------------------------------------
+
+# A lease that expired while claimed means the run never started: back to
+# pending, same attempt. One that expired while running lost its worker: the
+# attempt is over (recorded as lease_expired), and the run is retried or, at
+# the job's attempt limit, failed.
+REAP_EXPIRED_LEASES = """
+WITH expired AS (
+    SELECT id FROM job_runs
+     WHERE state IN ('claimed', 'running') AND lease_expires_at < now()
+     ORDER BY lease_expires_at
+       FOR UPDATE SKIP LOCKED
+     LIMIT $1
+),
+prior AS (
+    SELECT r.id, r.state, r.attempt, r.claim_epoch, r.lease_owner, r.started_at,
+           j.max_attempts, j.name
+      FROM job_runs r JOIN expired USING (id) JOIN jobs j ON j.id = r.job_id
+),
+reaped AS (
+    UPDATE job_runs r
+       SET state = CASE WHEN p.state = 'running' AND p.attempt >= p.max_attempts
+                        THEN 'failed' ELSE 'pending' END,
+           attempt = CASE WHEN p.state = 'running' AND p.attempt < p.max_attempts
+                          THEN r.attempt + 1 ELSE r.attempt END,
+           finished_at = CASE WHEN p.state = 'running' AND p.attempt >= p.max_attempts
+                              THEN now() END,
+           outcome = CASE WHEN p.state = 'running' THEN 'lease_expired' ELSE r.outcome END,
+           error = CASE WHEN p.state = 'running'
+                        THEN 'lease expired on ' || p.lease_owner ELSE r.error END,
+           started_at = NULL, claimed_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
+           updated_at = now()
+      FROM prior p
+     WHERE r.id = p.id
+    RETURNING r.id, r.state
+),
+lost AS (
+    INSERT INTO job_run_attempts (run_id, attempt, claim_epoch, worker, started_at, outcome,
+                                  error)
+    SELECT p.id, p.attempt, p.claim_epoch, p.lease_owner, p.started_at, 'lease_expired',
+           'lease expired on ' || p.lease_owner
+      FROM prior p WHERE p.state = 'running'
+    ON CONFLICT DO NOTHING
+)
+SELECT reaped.id::text AS id, p.name, p.state AS from_state, reaped.state AS to_state
+  FROM reaped JOIN prior p ON p.id = reaped.id
+"""
+
+
+class PostgresRunStore:
+    """RunStore on PostgreSQL through an asyncpg pool."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    @classmethod
+    async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10,
+                      ) -> PostgresRunStore:
+        pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size,
+                                         init=_init_connection)
+        assert pool is not None
+        return cls(pool)
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        return self._pool
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def migrate(self) -> list[str]:
+        async with self._pool.acquire() as conn:
+            return await migrate(conn)
+
+    async def ping(self) -> None:
+        await self._pool.fetchval("SELECT 1")
+
+    async def sync_jobs(self, jobs: Sequence[Job], keep: Sequence[str] = ()) -> dict[str, str]:
+        """Upsert the config's jobs; disable those gone from it (but not ``keep``).
+
+        Returns what happened to each job whose row changed: added, changed,
+        removed.
+        """
+        changes: dict[str, str] = {}
+        async with self._pool.acquire() as conn, conn.transaction():
+            for job in jobs:
+                definition = job.definition()
+                row = await conn.fetchrow(
+                    UPSERT_JOB, job.name, json.dumps(definition), job.fingerprint(),
+                    job.enabled, job.max_attempts)
+                if row is None:
+                    continue
+                if row["inserted"]:
+                    changes[job.name] = "added"
+                    continue
+                changes[job.name] = "changed"
+                old_schedule = row["old_schedule"]
+                if old_schedule is not None and json.loads(old_schedule) != definition["schedule"]:
+                    await conn.fetchval(WITHDRAW_FUTURE_RUNS, row["id"])
+            names = [job.name for job in jobs] + list(keep)
+            removed = await conn.fetch(
+                "SELECT name FROM jobs WHERE enabled AND NOT (name = ANY($1::text[]))", names)
+            await conn.fetch(DISABLE_REMOVED_JOBS, names)
+            for r in removed:
+                changes[r["name"]] = "removed"
+        return changes
+
+    async def active_jobs(self) -> dict[str, JobState]:
+        rows = await self._pool.fetch(ACTIVE_JOBS)
+        return {r["name"]: JobState(id=r["id"], name=r["name"],
+                                    materialized_until=r["materialized_until"],
+                                    paused=r["paused"]) for r in rows}
+
+    async def materialize_many(self, plans: Sequence[tuple[int, Plan]]) -> int:
+        """Insert every planned run of several jobs and advance their marks, in one go."""
+        job_ids: list[int] = []
+        scheduled: list[datetime] = []
+        due: list[datetime] = []
+        for job_id, plan in plans:
+            for run in plan.runs:
+                job_ids.append(job_id)
+                scheduled.append(run.scheduled_at)
+                due.append(run.due_at)
+        async with self._pool.acquire() as conn, conn.transaction():
+            status = await conn.execute(INSERT_PLANNED_RUNS, job_ids, scheduled, due)
+            await conn.execute(ADVANCE_HIGH_WATER, [j for j, _ in plans],
+                               [p.materialized_until for _, p in plans])
+        return int(status.split()[-1])
+
+    async def materialize(self, job_id: int, plan: Plan) -> int:
+        return await self.materialize_many([(job_id, plan)])
+
+    async def claim_due_runs(self, owner: str, limit: int, lease: timedelta,
+                             max_claimed: int) -> list[ClaimedRun]:
+        rows = await self._pool.fetch(CLAIM_DUE_RUNS, owner, limit, lease, max_claimed)
+        return [ClaimedRun(run_id=r["id"], job=r["name"], scheduled_at=r["scheduled_at"],
+                           attempt=r["attempt"], epoch=r["claim_epoch"]) for r in rows]
+
+    async def release_unpublished(self, owner: str, runs: Sequence[ClaimedRun]) -> int:
+        rows = await self._pool.fetch(RELEASE_UNPUBLISHED, owner, [r.run_id for r in runs],
+                                      [r.epoch for r in runs])
+        return len(rows)
+
+    async def start_runs(self, worker: str, messages: Sequence[DispatchMessage],
+                         lease: timedelta) -> tuple[list[StartedRun], list[NotStarted]]:
+        if not messages:
+            return [], []
+        ids = [m.run_id for m in messages]
+        rows = await self._pool.fetch(START_RUNS, ids, [m.epoch for m in messages],
+                                      worker, lease)
+        started = [_started_run(r) for r in rows]
+        got = {(s.run_id, s.epoch) for s in started}
+        missing = [m for m in messages if (m.run_id, m.epoch) not in got]
+        if not missing:
+            return started, []
+        states = {r["id"]: r for r in await self._pool.fetch(
+            RUN_STATES, [m.run_id for m in missing])}
+        not_started = []
+        for m in missing:
+            row = states.get(m.run_id)
+            if row is None:
+                not_started.append(NotStarted(m.run_id, m.epoch, "unknown", None))
+                continue
+            state = RunState(row["state"])
+            if state.terminal:
+                reason = "terminal"
+            elif row["claim_epoch"] != m.epoch:
+                reason = "stale"
+            elif state is RunState.RUNNING:
+                reason = "owned"
+            else:
+                reason = "stale"
+            not_started.append(NotStarted(m.run_id, m.epoch, reason, state))
+        return started, not_started
+
+    async def extend_leases(self, worker: str, runs: Sequence[tuple[str, int]],
+                            lease: timedelta) -> set[tuple[str, int]]:
+        if not runs:
+            return set()
+        rows = await self._pool.fetch(EXTEND_LEASES, worker, [r for r, _ in runs],
+                                      [e for _, e in runs], lease)
+        return {(r["id"], r["claim_epoch"]) for r in rows}
+
+    async def complete_runs(self, completions: Sequence[Completion]) -> set[tuple[str, int]]:
+        if not completions:
+            return set()
+        rows = await self._pool.fetch(
+            COMPLETE_RUNS,
+            [c.run_id for c in completions],
+            [c.epoch for c in completions],
+            [c.result.outcome.value for c in completions],
+            [c.result.exit_code for c in completions],
+            [c.result.error for c in completions],
+            [c.result.output_tail for c in completions],
+            [None if c.retry_delay is None else c.retry_delay.total_seconds()
+             for c in completions],
+            [c.worker for c in completions],
+        )
+        return {(r["run_id"], r["claim_epoch"]) for r in rows}
+
+    async def reap_expired_leases(self, limit: int) -> list[tuple[str, str, str]]:
+        rows = await self._pool.fetch(REAP_EXPIRED_LEASES, limit)
+        return [(r["id"], r["name"], f"{r['from_state']}->{r['to_state']}") for r in rows]
+
+
+def _started_run(row: asyncpg.Record) -> StartedRun:
+    definition: dict[str, Any] = json.loads(row["definition"])
+    retry = definition.get("retry", {})
+    policy = RetryPolicy(
+        initial=timedelta(milliseconds=retry.get("initial_ms", 1000)),
+        maximum=timedelta(milliseconds=retry.get("maximum_ms", 300_000)),
+        multiplier=float(retry.get("multiplier", 2.0)),
+    )
+    return StartedRun(
+        run_id=row["id"], epoch=row["claim_epoch"], job=row["name"],
+        scheduled_at=row["scheduled_at"], attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        executor=executor_from_dict(definition["executor"]),
+        timeout=timedelta(milliseconds=definition.get("timeout_ms", 3_600_000)),
+        retry_delay=policy.delay(row["attempt"]),
+    )
+
+
+async def _init_connection(conn: asyncpg.Connection) -> None:
+    # jsonb as text both ways: we decode where needed, and never build SQL from it.
+    await conn.set_type_codec("jsonb", encoder=str, decoder=str, schema="pg_catalog")

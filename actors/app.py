@@ -1,0 +1,219 @@
+"""One claimd replica: wires adapters to actors for a role and runs them supervised."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import os
+import signal
+import socket
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from actors.adapters import nats as nats_adapter
+from actors.adapters.executors import LocalExecutor
+from actors.adapters.nats import JetStreamBroker
+from actors.adapters.postgres import PostgresRunStore
+from actors.claimer import Claimer
+from actors.compensator import Compensator
+from actors.config import ConfigError, ConfigErrors, LoadedConfig, load_config
+from actors.dispatcher import Dispatcher
+from actors.domain import ClaimedRun, Job
+from actors.flow import BrokerGate, ClaimedBatch
+from actors.http import build_app, serve
+from actors.materializer import Materializer
+from actors.observability import CONFIG_JOB_ERRORS, get_logger, redact
+from actors.reaper import Reaper
+from actors.supervisor import supervise
+from actors.worker import Worker
+
+log = get_logger("replica")
+
+JOBS_SUMMARY = """
+SELECT j.name, j.enabled, j.paused,
+       (SELECT count(*) FROM job_runs r WHERE r.job_id = j.id AND r.state = 'pending') AS pending,
+       (SELECT max(r.finished_at) FROM job_runs r
+         WHERE r.job_id = j.id AND r.state = 'succeeded') AS last_success
+  FROM jobs j ORDER BY j.name
+"""
+
+
+class Role(enum.StrEnum):
+    ALL = "all"
+    SCHEDULER = "scheduler"
+    WORKER = "worker"
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+@dataclass
+class Replica:
+    """Everything one process runs."""
+
+    config_path: Path
+    config: LoadedConfig
+    role: Role = Role.ALL
+    replica_id: str = field(
+        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
+    stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    http_port: int | None = None
+
+    def __post_init__(self) -> None:
+        self.jobs: dict[str, Job] = dict(self.config.jobs)
+
+    def current_jobs(self) -> Mapping[str, Job]:
+        return self.jobs
+
+    async def reload(self, store: PostgresRunStore) -> bool:
+        """Reread the config file; a file with any error changes nothing."""
+        try:
+            loaded = load_config(self.config_path)
+            loaded.raise_for_errors()
+        except (ConfigError, ConfigErrors) as exc:
+            log.error("reload rejected; running jobs unchanged", path=str(self.config_path),
+                      errors=str(exc))
+            return False
+        changes = await store.sync_jobs(list(loaded.jobs.values()))
+        self.jobs = dict(loaded.jobs)
+        self.config = loaded
+        CONFIG_JOB_ERRORS.set(0)
+        log.info("reloaded", path=str(self.config_path), changes=changes)
+        return True
+
+    async def run(self) -> None:
+        settings = self.config.settings
+        store = await PostgresRunStore.connect(settings.database_url,
+                                               max_size=min(20, 4 + settings.worker_concurrency))
+        try:
+            applied = await store.migrate()
+            if applied:
+                log.info("migrated", applied=applied)
+            await self._run_with(store)
+        finally:
+            await store.close()
+
+    async def _run_with(self, store: PostgresRunStore) -> None:
+        settings = self.config.settings
+        for error in self.config.errors:
+            log.error("invalid job skipped; the others run", path=error.path, job=error.job,
+                      field=error.field_name, error=error.message)
+        CONFIG_JOB_ERRORS.set(len(self.config.errors))
+        if self.role in (Role.ALL, Role.SCHEDULER):
+            changes = await store.sync_jobs(list(self.jobs.values()),
+                                            keep=[e.job for e in self.config.errors if e.job])
+            log.info("jobs synced", jobs=len(self.jobs), changes=changes)
+        broker = await JetStreamBroker.connect(settings.nats_url, settings.stream,
+                                               settings.subject, name=self.replica_id)
+        try:
+            await broker.ensure_stream(settings.duplicate_window)
+            await broker.ensure_consumer(settings.ack_wait, settings.max_deliver,
+                                         max_ack_pending=max(10_000, settings.max_claimed * 2))
+            await self._run_actors(store, broker)
+        finally:
+            await broker.close()
+
+    async def _run_actors(self, store: PostgresRunStore, broker: JetStreamBroker) -> None:
+        settings = self.config.settings
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.stop_requested.set)
+        reload_tasks: set[asyncio.Task[bool]] = set()
+
+        def on_hup() -> None:
+            task = asyncio.ensure_future(self.reload(store))
+            reload_tasks.add(task)
+            task.add_done_callback(reload_tasks.discard)
+
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGHUP, on_hup)
+
+        async def ready() -> dict[str, Any]:
+            checks: dict[str, Any] = {}
+            try:
+                await asyncio.wait_for(store.ping(), 2)
+                checks["postgres"] = "ok"
+            except Exception as exc:  # noqa: BLE001
+                checks["postgres"] = redact(repr(exc))
+            checks["nats"] = "ok" if broker.nc.is_connected else "disconnected"
+            return checks
+
+        async def jobs_summary() -> list[dict[str, Any]]:
+            rows = await store.pool.fetch(JOBS_SUMMARY)
+            return [json.loads(json.dumps(dict(r), default=str)) for r in rows]
+
+        runner = None
+        if settings.http_port >= 0:
+            runner, self.http_port = await serve(build_app(ready, jobs_summary),
+                                                 settings.http_host, settings.http_port)
+        log.info("replica started", replica=self.replica_id, role=self.role.value,
+                 http=f"{settings.http_host}:{self.http_port}", jobs=len(self.jobs),
+                 database=redact(settings.database_url), nats=redact(settings.nats_url))
+        try:
+            await self._supervise_actors(store, broker)
+        finally:
+            if runner is not None:
+                await runner.cleanup()
+        log.info("replica stopped", replica=self.replica_id)
+
+    async def _supervise_actors(self, store: PostgresRunStore, broker: JetStreamBroker) -> None:
+        settings = self.config.settings
+        stop_claiming = asyncio.Event()
+        stop_working = asyncio.Event()
+        gate = BrokerGate()
+        to_dispatch: asyncio.Queue[ClaimedBatch | None] = asyncio.Queue(maxsize=4)
+        to_release: asyncio.Queue[tuple[ClaimedRun, ...] | None] = asyncio.Queue(maxsize=64)
+        scheduling = self.role in (Role.ALL, Role.SCHEDULER)
+        working = self.role in (Role.ALL, Role.WORKER)
+
+        async with asyncio.TaskGroup() as group:
+            tasks: dict[str, asyncio.Task[None]] = {}
+            if scheduling:
+                materializer = Materializer(store, self.current_jobs, SystemClock(),
+                                            settings.horizon, settings.materialize_interval,
+                                            stop_claiming)
+                claimer = Claimer(store, self.replica_id, to_dispatch, gate,
+                                  batch=settings.claim_batch, lease=settings.lease,
+                                  max_claimed=settings.max_claimed,
+                                  interval=settings.claim_interval, stop=stop_claiming)
+                dispatcher = Dispatcher(broker, settings.deployment, to_dispatch, to_release,
+                                        gate)
+                compensator = Compensator(store, self.replica_id, to_release)
+                reaper = Reaper(store, settings.reap_interval, stop_claiming)
+                for name, start in (("materializer", materializer.run),
+                                    ("claimer", claimer.run), ("dispatcher", dispatcher.run),
+                                    ("compensator", compensator.run), ("reaper", reaper.run)):
+                    tasks[name] = group.create_task(supervise(name, start), name=name)
+            if working:
+                subscription = await broker.pull_subscription()
+                worker = Worker(
+                    store, subscription, LocalExecutor(), worker_id=self.replica_id,
+                    deployment=settings.deployment, lease=settings.lease,
+                    heartbeat_interval=settings.lease_settings.heartbeat_interval(),
+                    concurrency=settings.worker_concurrency, decode=nats_adapter.decode,
+                    delivery_count=nats_adapter.delivery_count, stop=stop_working,
+                    grace=settings.shutdown_grace)
+                tasks["worker"] = group.create_task(supervise("worker", worker.run),
+                                                    name="worker")
+
+            await self.stop_requested.wait()
+            log.info("stopping: no new claims; finishing in-flight work",
+                     grace_s=settings.shutdown_grace.total_seconds())
+            # Order matters: stop claiming, let the dispatcher publish or release
+            # everything claimed, then the compensator; the worker drains last.
+            stop_claiming.set()
+            if scheduling:
+                await tasks["claimer"]
+                await to_dispatch.put(None)
+                await tasks["dispatcher"]
+                await to_release.put(None)
+            stop_working.set()

@@ -1,0 +1,156 @@
+"""The `claimd` command: dev, run, migrate, check-config."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from actors.adapters.embedded import start_nats, start_postgres
+from actors.adapters.postgres import PostgresRunStore
+from actors.adapters.resources import config_dir
+from actors.app import Replica, Role
+from actors.config import ConfigError, LoadedConfig, load_config
+from actors.domain import CronSchedule, take
+from actors.observability import configure_logging, get_logger, redact
+from actors.supervisor import ActorGaveUp
+
+log = get_logger("cli")
+
+
+def _load(path: str) -> LoadedConfig:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _run_replica(path: Path, loaded: LoadedConfig, role: Role) -> int:
+    replica = Replica(path, loaded, role)
+    try:
+        asyncio.run(replica.run())
+    except (ExceptionGroup, ActorGaveUp, OSError) as exc:
+        failures = exc.exceptions if isinstance(exc, ExceptionGroup) else (exc,)
+        for failure in failures:
+            what = ("an actor gave up" if isinstance(failure, ActorGaveUp)
+                    else "a server is unreachable or failed")
+            log.error(f"stopping: {what}", error=redact(repr(failure)))
+        return 1
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    loaded = _load(args.config)
+    return _run_replica(Path(args.config), loaded, Role(args.role))
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    config = Path(args.config) if args.config else config_dir() / "jobs.toml"
+    data_dir = Path(args.data_dir).resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    print(f"claimd dev: data in {data_dir}, config {config}", file=sys.stderr)
+    postgres = start_postgres(data_dir)
+    nats = start_nats(data_dir, port=args.nats_port)
+    try:
+        env = {**os.environ, "CLAIMD_DATABASE_URL": postgres.url, "CLAIMD_NATS_URL": nats.url}
+        try:
+            loaded = load_config(config, env=env)
+        except ConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"claimd dev: postgres {postgres.url}  nats {nats.url}  "
+              f"http http://{loaded.settings.http_host}:{loaded.settings.http_port}/metrics",
+              file=sys.stderr)
+        return _run_replica(config, loaded, Role.ALL)
+    finally:
+        nats.stop()
+        postgres.stop()
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    url = args.database_url or os.environ.get("CLAIMD_DATABASE_URL")
+    if url is None and args.config:
+        url = _load(args.config).settings.database_url
+    if url is None:
+        print("error: give --database-url, CLAIMD_DATABASE_URL or --config", file=sys.stderr)
+        return 2
+
+    async def go() -> list[str]:
+        store = await PostgresRunStore.connect(url, max_size=1)
+        try:
+            return await store.migrate()
+        finally:
+            await store.close()
+
+    applied = asyncio.run(go())
+    print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
+    return 0
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    try:
+        loaded = load_config(args.file)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    start = datetime.fromisoformat(args.from_time) if args.from_time else datetime.now(UTC)
+    if start.tzinfo is None:
+        start = start.replace(tzinfo=UTC)
+    for name, job in sorted(loaded.jobs.items()):
+        zone = job.schedule.zone if isinstance(job.schedule, CronSchedule) else UTC
+        print(f"{name}: {job.schedule.describe()}")
+        far = start.replace(year=start.year + 10)
+        for instant in take(job.schedule.fire_times(start, far), args.count):
+            print(f"  {instant.isoformat()}  {instant.astimezone(zone).isoformat()}")
+    for error in loaded.errors:
+        print(f"error: {error}", file=sys.stderr)
+    if loaded.errors:
+        return 2
+    print(f"ok: {len(loaded.jobs)} jobs", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="claimd", description=__doc__)
+    parser.add_argument("--log-level", default=os.environ.get("CLAIMD_LOG_LEVEL", "INFO"))
+    parser.add_argument("--console-logs", action="store_true",
+                        help="human-readable logs instead of JSON lines")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    dev = sub.add_parser("dev", help="embedded PostgreSQL + NATS, example jobs, every actor")
+    dev.add_argument("--config", help="config file (default: the shipped config/jobs.toml)")
+    dev.add_argument("--data-dir", default=".claimd", help="where the servers keep data")
+    dev.add_argument("--nats-port", type=int, default=None)
+    dev.set_defaults(func=cmd_dev)
+
+    run = sub.add_parser("run", help="connect to the servers in the config / environment")
+    run.add_argument("--config", required=True)
+    run.add_argument("--role", choices=[r.value for r in Role], default="all")
+    run.set_defaults(func=cmd_run)
+
+    mig = sub.add_parser("migrate", help="apply the schema migrations")
+    mig.add_argument("--database-url")
+    mig.add_argument("--config")
+    mig.set_defaults(func=cmd_migrate)
+
+    chk = sub.add_parser("check-config", help="validate a config; print next fire times")
+    chk.add_argument("file")
+    chk.add_argument("--from", dest="from_time", help="ISO 8601 start (default now)")
+    chk.add_argument("--count", type=int, default=5)
+    chk.set_defaults(func=cmd_check_config)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level.upper(), json_logs=not args.console_logs)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

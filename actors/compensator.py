@@ -1,0 +1,46 @@
+"""The compensator: releases exactly the runs that were not published back to pending.
+
+Guarded by owner and epoch, so it can never release a run another replica
+claimed since. If the database is down too, it retries with backoff; if this
+process dies first, the lease expires and the reaper does the same work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from actors.domain import ClaimedRun
+from actors.flow import Backoff
+from actors.observability import RUNS_RELEASED, get_logger
+from actors.ports import RunStore
+
+log = get_logger("compensator")
+
+
+class Compensator:
+    def __init__(self, store: RunStore, owner: str,
+                 inbox: asyncio.Queue[tuple[ClaimedRun, ...] | None]) -> None:
+        self.store = store
+        self.owner = owner
+        self.inbox = inbox
+        self.backoff = Backoff(initial=0.1, maximum=5.0)
+
+    async def release(self, runs: tuple[ClaimedRun, ...]) -> int:
+        while True:
+            try:
+                released = await self.store.release_unpublished(self.owner, runs)
+            except Exception as exc:  # noqa: BLE001 - retried; the lease is the backstop
+                delay = self.backoff.next_delay()
+                log.warning("release failed; retrying", runs=len(runs), delay_s=round(delay, 3),
+                            error=repr(exc))
+                await asyncio.sleep(delay)
+                continue
+            self.backoff.reset()
+            RUNS_RELEASED.inc(released)
+            log.info("released unpublished runs", runs=released,
+                     run_ids=[r.run_id for r in runs][:20])
+            return released
+
+    async def run(self) -> None:
+        while (runs := await self.inbox.get()) is not None:
+            await self.release(runs)

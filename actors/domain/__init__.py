@@ -1,0 +1,75 @@
+"""The pure core of claimd: jobs, runs, schedules, policies and the lease invariant.
+
+Imports only the standard library and pure-computation libraries (croniter,
+zoneinfo); an import-linter contract keeps it so.
+"""
+
+from actors.domain.durations import format_duration, parse_duration
+from actors.domain.errors import (
+    ClaimdError,
+    IllegalTransition,
+    InvalidDuration,
+    InvalidSchedule,
+    LeaseInvariantViolated,
+)
+from actors.domain.jobs import (
+    Catchup,
+    ExecutorSpec,
+    HttpSpec,
+    Job,
+    Overlap,
+    PythonSpec,
+    RetryPolicy,
+    ShellSpec,
+    executor_from_dict,
+    executor_to_dict,
+)
+from actors.domain.lease import DEFAULT_LEASE, LeaseSettings, check_lease_invariant
+from actors.domain.planning import Plan, PlannedRun, plan_materialization
+from actors.domain.runs import (
+    TERMINAL_STATES,
+    ClaimedRun,
+    ExecutionResult,
+    Outcome,
+    RunContext,
+    RunState,
+    check_transition,
+)
+from actors.domain.schedule import CronSchedule, IntervalSchedule, Schedule, take
+
+__all__ = [
+    "DEFAULT_LEASE",
+    "TERMINAL_STATES",
+    "Catchup",
+    "ClaimdError",
+    "ClaimedRun",
+    "CronSchedule",
+    "ExecutionResult",
+    "ExecutorSpec",
+    "HttpSpec",
+    "IllegalTransition",
+    "IntervalSchedule",
+    "InvalidDuration",
+    "InvalidSchedule",
+    "Job",
+    "LeaseInvariantViolated",
+    "LeaseSettings",
+    "Outcome",
+    "Overlap",
+    "Plan",
+    "PlannedRun",
+    "PythonSpec",
+    "RetryPolicy",
+    "RunContext",
+    "RunState",
+    "Schedule",
+    "ShellSpec",
+    "check_lease_invariant",
+    "check_transition",
+    "executor_from_dict",
+    "executor_to_dict",
+    "format_duration",
+    "parse_duration",
+    "plan_materialization",
+    "take",
+]

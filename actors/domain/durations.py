@@ -1,0 +1,48 @@
+"""Durations as the config file writes them: ``"500ms"``, ``"30s"``, ``"15m"``, ``"2h"``."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from actors.domain.errors import InvalidDuration
+
+_UNITS = {
+    "ms": timedelta(milliseconds=1),
+    "s": timedelta(seconds=1),
+    "m": timedelta(minutes=1),
+    "h": timedelta(hours=1),
+    "d": timedelta(days=1),
+}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+# Anything above this is a typo, not a schedule: it would overflow datetime math.
+MAX_DURATION = timedelta(days=3650)
+
+
+def parse_duration(text: str, *, allow_zero: bool = False) -> timedelta:
+    """Parse a duration string with a unit; zero only where ``allow_zero`` says so."""
+    if not isinstance(text, str):
+        raise InvalidDuration(
+            f"expected a duration string with a unit such as '30s', got {text!r}"
+        )
+    match = _PATTERN.match(text)
+    if match is None:
+        raise InvalidDuration(
+            f"{text!r} is not a duration; write a number and a unit "
+            "(ms, s, m, h, d), e.g. '500ms', '30s', '15m', '2h'"
+        )
+    value = float(match.group(1)) * _UNITS[match.group(2)]
+    if value <= timedelta(0) and not (allow_zero and value == timedelta(0)):
+        raise InvalidDuration(f"{text!r} must be greater than zero")
+    if value > MAX_DURATION:
+        raise InvalidDuration(f"{text!r} is longer than the maximum of 3650d")
+    return value
+
+
+def format_duration(value: timedelta) -> str:
+    """The shortest exact string for a duration, for messages and round trips."""
+    ms = round(value.total_seconds() * 1000)
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms % size == 0 and ms >= size:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"

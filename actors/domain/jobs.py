@@ -1,0 +1,149 @@
+"""Jobs: what runs, when, and under which policies."""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from actors.domain.schedule import CronSchedule, IntervalSchedule
+
+
+class Overlap(enum.StrEnum):
+    """What happens when a run is due while an earlier run of the job is active."""
+
+    ALLOW = "allow"
+    FORBID = "forbid"
+    QUEUE = "queue"
+
+
+class Catchup(enum.StrEnum):
+    """Which instants missed while no scheduler ran are materialized afterwards."""
+
+    ALL = "all"
+    LATEST = "latest"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class ShellSpec:
+    """Run a program. ``argv`` runs without a shell unless ``use_shell`` says so."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    use_shell: bool = False
+    kind: str = "shell"
+
+
+@dataclass(frozen=True)
+class PythonSpec:
+    """Call ``module:function`` with a run context; sync or async."""
+
+    target: str
+    kind: str = "python"
+
+
+@dataclass(frozen=True)
+class HttpSpec:
+    """Send an HTTP request carrying the run's idempotency key."""
+
+    url: str
+    method: str = "POST"
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: str | None = None
+    expect_status: tuple[int, ...] = (200, 201, 202, 204)
+    kind: str = "http"
+
+
+ExecutorSpec = ShellSpec | PythonSpec | HttpSpec
+
+
+def executor_to_dict(spec: ExecutorSpec) -> dict[str, Any]:
+    """The JSON form stored in ``jobs.definition``; workers execute from it."""
+    if isinstance(spec, ShellSpec):
+        return {"kind": "shell", "argv": list(spec.argv), "env": dict(spec.env),
+                "cwd": spec.cwd, "use_shell": spec.use_shell}
+    if isinstance(spec, PythonSpec):
+        return {"kind": "python", "target": spec.target}
+    return {"kind": "http", "url": spec.url, "method": spec.method,
+            "headers": dict(spec.headers), "body": spec.body,
+            "expect_status": list(spec.expect_status)}
+
+
+def executor_from_dict(data: Mapping[str, Any]) -> ExecutorSpec:
+    """Inverse of :func:`executor_to_dict`."""
+    kind = data.get("kind")
+    if kind == "shell":
+        return ShellSpec(argv=tuple(data["argv"]), env=dict(data.get("env") or {}),
+                         cwd=data.get("cwd"), use_shell=bool(data.get("use_shell")))
+    if kind == "python":
+        return PythonSpec(target=str(data["target"]))
+    if kind == "http":
+        return HttpSpec(url=str(data["url"]), method=str(data.get("method", "POST")),
+                        headers=dict(data.get("headers") or {}), body=data.get("body"),
+                        expect_status=tuple(int(s) for s in data.get("expect_status", (200,))))
+    raise ValueError(f"unknown executor kind {kind!r}")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff between failed attempts, capped."""
+
+    initial: timedelta = timedelta(seconds=1)
+    maximum: timedelta = timedelta(minutes=5)
+    multiplier: float = 2.0
+
+    def delay(self, failed_attempt: int) -> timedelta:
+        """Delay before the attempt after ``failed_attempt`` (1-based)."""
+        exponent = max(0, failed_attempt - 1)
+        seconds = self.initial.total_seconds() * (self.multiplier**exponent)
+        return min(self.maximum, timedelta(seconds=min(seconds, self.maximum.total_seconds())))
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as declared in the config file, validated."""
+
+    name: str
+    schedule: CronSchedule | IntervalSchedule
+    executor: ExecutorSpec
+    timeout: timedelta = timedelta(hours=1)
+    max_attempts: int = 3
+    enabled: bool = True
+    overlap: Overlap = Overlap.ALLOW
+    catchup: Catchup = Catchup.ALL
+    catchup_window: timedelta = timedelta(hours=1)
+    starting_deadline: timedelta | None = None
+    jitter: timedelta = timedelta(0)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def definition(self) -> dict[str, Any]:
+        """Everything a worker and the claimer need, as stored in ``jobs.definition``."""
+        schedule: dict[str, Any]
+        if isinstance(self.schedule, CronSchedule):
+            schedule = {"cron": self.schedule.expression, "timezone": self.schedule.timezone}
+        else:
+            schedule = {"every_us": int(self.schedule.every.total_seconds() * 1_000_000)}
+        return {
+            "schedule": schedule,
+            "executor": executor_to_dict(self.executor),
+            "timeout_ms": int(self.timeout.total_seconds() * 1000),
+            "max_attempts": self.max_attempts,
+            "overlap": self.overlap.value,
+            "catchup": self.catchup.value,
+            "catchup_window_ms": int(self.catchup_window.total_seconds() * 1000),
+            "starting_deadline_ms": (None if self.starting_deadline is None
+                                     else int(self.starting_deadline.total_seconds() * 1000)),
+            "jitter_ms": int(self.jitter.total_seconds() * 1000),
+            "retry": {"initial_ms": int(self.retry.initial.total_seconds() * 1000),
+                      "maximum_ms": int(self.retry.maximum.total_seconds() * 1000),
+                      "multiplier": self.retry.multiplier},
+        }
+
+    def fingerprint(self) -> str:
+        """Stable text of the definition; a change means the job was edited."""
+        return json.dumps(self.definition(), sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,192 @@
+"""Schedules: which instants a job is due at. Pure, DST-correct, replica-independent.
+
+The DST rule (documented in the README):
+
+* Cron expressions are evaluated on the job's local wall clock (IANA zone).
+* A wall-clock time that does not exist (spring forward) fires once, at the
+  next instant that exists (the end of the gap). Several slots in one gap fire
+  once between them.
+* A wall-clock time that happens twice (fall back) fires once, at its first
+  occurrence.
+* Interval schedules (``every``) are anchored at a fixed instant (the Unix
+  epoch unless the job names another), so every replica computes the same
+  instants whatever time it started.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadCronError, CroniterBadDateError, croniter
+
+from actors.domain.errors import InvalidSchedule
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# A materialization window never yields more than this many instants: a bound
+# on memory and statement size when a job every 1s meets a long catch-up.
+MAX_INSTANTS_PER_PLAN = 100_000
+
+
+class Schedule(Protocol):
+    """Anything that yields the instants a job is due at, in UTC."""
+
+    def fire_times(self, after: datetime, until: datetime) -> Iterator[datetime]:
+        """Instants ``t`` with ``after < t <= until``, increasing, aware UTC."""
+        ...
+
+    def describe(self) -> str:
+        """The schedule as the config file writes it."""
+        ...
+
+
+def load_zone(name: str) -> ZoneInfo:
+    """An IANA zone, or InvalidSchedule naming it."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
+        raise InvalidSchedule(f"unknown time zone {name!r} (expected an IANA name such as "
+                              "'Europe/Berlin' or 'UTC')") from exc
+
+
+def _require_aware(value: datetime) -> None:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"schedule math needs aware datetimes, got {value!r}")
+
+
+def local_to_instant(naive: datetime, zone: ZoneInfo) -> datetime:
+    """Map a local wall-clock time to the UTC instant the DST rule says it fires at."""
+    candidate = naive.replace(tzinfo=zone, fold=0)
+    if candidate.astimezone(UTC).astimezone(zone).replace(tzinfo=None) == naive:
+        # Exists. In a repeated hour fold=0 is the first occurrence.
+        return candidate.astimezone(UTC)
+    # In a gap: the next valid instant is the end of the gap, the first whole
+    # minute that exists (gaps are whole minutes in every IANA zone).
+    probe = naive.replace(second=0, microsecond=0)
+    for _ in range(24 * 60):
+        probe += timedelta(minutes=1)
+        moved = probe.replace(tzinfo=zone, fold=0)
+        if moved.astimezone(UTC).astimezone(zone).replace(tzinfo=None) == probe:
+            return moved.astimezone(UTC)
+    raise InvalidSchedule(f"no valid local time after {naive} in {zone.key}")  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class CronSchedule:
+    """A five-field cron expression evaluated in an IANA time zone."""
+
+    expression: str
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        zone = load_zone(self.timezone)
+        if not croniter.is_valid(self.expression):
+            raise InvalidSchedule(f"invalid cron expression {self.expression!r}")
+        if len(self.expression.split()) != 5:
+            raise InvalidSchedule(
+                f"cron expression {self.expression!r} must have five fields "
+                "(minute hour day-of-month month day-of-week)"
+            )
+        # An expression can be well formed and never fire ("0 0 30 2 *"): find
+        # out now, at load, rather than in a materializer loop.
+        start = datetime(2000, 1, 1)
+        try:
+            nxt = croniter(self.expression, start, max_years_between_matches=8).get_next(datetime)
+        except (CroniterBadDateError, CroniterBadCronError) as exc:
+            raise InvalidSchedule(
+                f"cron expression {self.expression!r} never fires (no matching date)"
+            ) from exc
+        if nxt is None:  # pragma: no cover - croniter raises instead
+            raise InvalidSchedule(f"cron expression {self.expression!r} never fires")
+        object.__setattr__(self, "_zone", zone)
+
+    @property
+    def zone(self) -> ZoneInfo:
+        zone: ZoneInfo = object.__getattribute__(self, "_zone")
+        return zone
+
+    def fire_times(self, after: datetime, until: datetime) -> Iterator[datetime]:
+        _require_aware(after)
+        _require_aware(until)
+        zone = self.zone
+        # Iterate on the naive local wall clock so that croniter never sees a
+        # DST offset; map each slot to an instant with the rule above.
+        start_local = after.astimezone(zone).replace(tzinfo=None)
+        # Start two hours early: the slot just after `after` may sit in a
+        # repeated hour whose first occurrence is before `after` in naive terms.
+        it = croniter(self.expression, start_local - timedelta(hours=2))
+        last: datetime | None = None
+        while True:
+            naive = it.get_next(datetime)
+            instant = local_to_instant(naive, zone)
+            if instant > until:
+                return
+            if instant <= after or instant == last:
+                continue
+            last = instant
+            yield instant
+
+    def describe(self) -> str:
+        return f"cron {self.expression!r} in {self.timezone}"
+
+
+@dataclass(frozen=True)
+class IntervalSchedule:
+    """Every fixed period, anchored so that all replicas agree on the instants."""
+
+    every: timedelta
+    anchor: datetime = EPOCH
+
+    def __post_init__(self) -> None:
+        if self.every <= timedelta(0):
+            raise InvalidSchedule("an interval must be greater than zero")
+        if self.every < timedelta(milliseconds=1):
+            raise InvalidSchedule("an interval must be at least 1ms")
+        _require_aware(self.anchor)
+
+    def fire_times(self, after: datetime, until: datetime) -> Iterator[datetime]:
+        _require_aware(after)
+        _require_aware(until)
+        step_us = _micros(self.every)
+        offset_us = _micros(after - self.anchor)
+        k = offset_us // step_us + 1
+        while True:
+            instant = self.anchor + timedelta(microseconds=k * step_us)
+            if instant > until:
+                return
+            if instant > after:
+                yield instant.astimezone(UTC)
+            k += 1
+
+    def describe(self) -> str:
+        return f"every {self.every}"
+
+
+def _micros(delta: timedelta) -> int:
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def deterministic_offset(key: str, spread: timedelta) -> timedelta:
+    """An offset in ``[0, spread)`` derived from ``key`` alone.
+
+    Every replica computes the same jitter for the same run, so a run's due
+    time never depends on which replica materialized it.
+    """
+    if spread <= timedelta(0):
+        return timedelta(0)
+    digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return timedelta(microseconds=int.from_bytes(digest, "big") % _micros(spread))
+
+
+def take(instants: Iterator[datetime], limit: int = MAX_INSTANTS_PER_PLAN) -> list[datetime]:
+    """At most ``limit`` instants from an iterator (schedules can be endless)."""
+    out: list[datetime] = []
+    for instant in instants:
+        out.append(instant)
+        if len(out) >= limit:
+            break
+    return out

@@ -1,0 +1,132 @@
+"""Ports: what the actors need from the world, as typing.Protocol.
+
+The actors speak only to these; adapters (PostgreSQL, NATS JetStream,
+executors) implement them. A fake that satisfies a port is fine for a unit
+test of an actor's logic, never as the proof of the distributed behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from actors.domain import (
+    ClaimedRun,
+    ExecutionResult,
+    ExecutorSpec,
+    Job,
+    Plan,
+    RunContext,
+    RunState,
+)
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A job as the materializer sees it in the store."""
+
+    id: int
+    name: str
+    materialized_until: datetime | None
+    paused: bool
+
+
+@dataclass(frozen=True)
+class DispatchMessage:
+    """The body of one JetStream message: a run may be started under this epoch."""
+
+    run_id: str
+    epoch: int
+    job: str
+    scheduled_at: datetime
+    attempt: int
+    deployment: str
+
+    @property
+    def msg_id(self) -> str:
+        # The epoch is in the id so the broker dedupes retried publishes of one
+        # claim but never drops a later, legitimate re-dispatch of the run.
+        return f"{self.run_id}:{self.epoch}"
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    """A run the worker moved to running: what it executes and under which token."""
+
+    run_id: str
+    epoch: int
+    job: str
+    scheduled_at: datetime
+    attempt: int
+    max_attempts: int
+    executor: ExecutorSpec
+    timeout: timedelta
+    retry_delay: timedelta
+
+    def context(self) -> RunContext:
+        return RunContext(run_id=self.run_id, job=self.job, scheduled_at=self.scheduled_at,
+                          attempt=self.attempt, fencing_token=self.epoch)
+
+
+@dataclass(frozen=True)
+class NotStarted:
+    """Why a delivered run was not started."""
+
+    run_id: str
+    epoch: int
+    reason: str  # terminal | owned | stale | unknown | not_due
+    state: RunState | None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The verdict of one attempt, to be recorded under its epoch."""
+
+    run_id: str
+    epoch: int
+    result: ExecutionResult
+    retry_delay: timedelta | None  # set when the attempt failed and may be retried
+    worker: str
+
+
+class RunStore(Protocol):
+    """The only thing that knows the database."""
+
+    async def sync_jobs(self, jobs: Sequence[Job], keep: Sequence[str] = ()) -> dict[str, str]: ...
+    async def active_jobs(self) -> dict[str, JobState]: ...
+    async def materialize_many(self, plans: Sequence[tuple[int, Plan]]) -> int: ...
+    async def claim_due_runs(self, owner: str, limit: int, lease: timedelta,
+                             max_claimed: int) -> list[ClaimedRun]: ...
+    async def release_unpublished(self, owner: str, runs: Sequence[ClaimedRun]) -> int: ...
+    async def start_runs(self, worker: str, messages: Sequence[DispatchMessage],
+                         lease: timedelta) -> tuple[list[StartedRun], list[NotStarted]]: ...
+    async def extend_leases(self, worker: str, runs: Sequence[tuple[str, int]],
+                            lease: timedelta) -> set[tuple[str, int]]: ...
+    async def complete_runs(self, completions: Sequence[Completion]) -> set[tuple[str, int]]: ...
+    async def reap_expired_leases(self, limit: int) -> list[tuple[str, str, str]]: ...
+
+
+class Broker(Protocol):
+    """The dispatch channel (NATS JetStream in production)."""
+
+    async def publish_many(self, messages: Sequence[DispatchMessage]) -> list[BaseException | None]:
+        """Publish concurrently; one entry per message, None where the broker acked."""
+        ...
+
+
+class Executor(Protocol):
+    """Runs one attempt and reports; never raises for a failing job."""
+
+    async def execute(self, spec: ExecutorSpec, context: RunContext,
+                      timeout: timedelta) -> ExecutionResult: ...
+
+
+class Clock(Protocol):
+    """Wall-clock time, injectable so that schedules are tested without waiting."""
+
+    def now(self) -> datetime: ...
+
+
+Callback = Callable[..., Awaitable[Any]]

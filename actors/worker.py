@@ -1,0 +1,302 @@
+"""The worker: pull -> start -> execute -> complete -> ack.
+
+Order is the guarantee. The run is recorded (complete, committed) before the
+message is acked: a crash between the two means a redelivery, and the
+redelivered message finds the run terminal and changes nothing. Acking first
+would lose the run if the process died before recording it.
+
+Starts and completions of concurrent runs are batched into one statement each;
+every message is acked only after the statement that recorded its run has
+committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import structlog
+
+from actors.domain import Outcome
+from actors.flow import Backoff
+from actors.heartbeat import Heartbeat, InFlight
+from actors.observability import (
+    DELIVERIES_SKIPPED,
+    FENCED_COMPLETIONS,
+    POISON_MESSAGES,
+    REDELIVERIES,
+    RUN_DURATION,
+    RUNS_COMPLETED,
+    RUNS_IN_FLIGHT,
+    RUNS_STARTED,
+    SCHEDULE_LAG,
+    get_logger,
+)
+from actors.ports import Completion, DispatchMessage, Executor, RunStore, StartedRun
+
+log = get_logger("worker")
+COMPLETION_BATCH = 256
+
+
+class Delivery(Protocol):
+    """A JetStream message as the worker uses it."""
+
+    data: bytes
+
+    async def ack(self) -> None: ...
+    async def term(self) -> None: ...
+    async def nak(self, delay: float | None = None) -> None: ...
+    async def in_progress(self) -> None: ...
+
+
+class Subscription(Protocol):
+    async def fetch(self, batch: int = 1, timeout: float | None = 5) -> list[Any]: ...
+
+
+class Poison(Exception):
+    reason: str
+
+
+@dataclass
+class _Pending:
+    completion: Completion
+    delivery: Delivery
+    job: str
+
+
+@dataclass
+class WorkerFaults:
+    """Test-only faults, from the environment (the chaos harness and e2e tests set them)."""
+
+    exit_after_complete: int = 0  # exit the process after the Nth recorded batch, before acking
+
+    @classmethod
+    def from_env(cls) -> WorkerFaults:
+        return cls(int(os.environ.get("CLAIMD_FAULT_EXIT_AFTER_COMPLETE", "0") or 0))
+
+
+class Worker:
+    """Executes dispatched runs with at most ``concurrency`` at a time."""
+
+    def __init__(self, store: RunStore, subscription: Subscription, executor: Executor, *,
+                 worker_id: str, deployment: str, lease: timedelta,
+                 heartbeat_interval: timedelta, concurrency: int,
+                 decode: Callable[[bytes, str], DispatchMessage],
+                 delivery_count: Callable[[Any], int],
+                 stop: asyncio.Event, grace: timedelta,
+                 faults: WorkerFaults | None = None,
+                 after_record: Callable[[list[_Pending]], None] | None = None) -> None:
+        self.store = store
+        self.sub = subscription
+        self.executor = executor
+        self.worker_id = worker_id
+        self.deployment = deployment
+        self.lease = lease
+        self.concurrency = concurrency
+        self.decode = decode
+        self.delivery_count = delivery_count
+        self.stop = stop
+        self.grace = grace
+        self.faults = faults or WorkerFaults.from_env()
+        self.after_record = after_record
+        self.in_flight: dict[tuple[str, int], InFlight] = {}
+        self.completions: asyncio.Queue[_Pending | None] = asyncio.Queue(maxsize=concurrency * 2)
+        self._slot_freed = asyncio.Event()
+        self._recorded_batches = 0
+        self._hb_stop = asyncio.Event()
+        self.heartbeat = Heartbeat(
+            lambda runs: self.store.extend_leases(self.worker_id, runs, self.lease),
+            self.in_flight, heartbeat_interval, self._hb_stop)
+
+    # -- the loop ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        backoff = Backoff(initial=0.2, maximum=5.0)
+        async with asyncio.TaskGroup() as group:
+            completer = group.create_task(self._complete_loop())
+            heartbeat = group.create_task(self.heartbeat.run())
+            while not self.stop.is_set():
+                free = self.concurrency - len(self.in_flight)
+                if free <= 0:
+                    self._slot_freed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._slot_freed.wait(), 1.0)
+                    continue
+                try:
+                    messages = await self.sub.fetch(min(free, 256), timeout=1.0)
+                except TimeoutError:
+                    continue
+                except Exception as exc:  # noqa: BLE001 - broker trouble: back off, go on
+                    delay = backoff.next_delay()
+                    log.warning("fetch failed", error=repr(exc), delay_s=round(delay, 3))
+                    await asyncio.sleep(delay)
+                    continue
+                backoff.reset()
+                await self.handle(messages, group)
+            await self._drain()
+            await self.completions.put(None)
+            await completer
+            self._hb_stop.set()
+            await heartbeat
+
+    async def _drain(self) -> None:
+        """Let in-flight runs finish up to the grace; cancel the rest (the lease recovers them)."""
+        tasks = [e.task for e in self.in_flight.values() if e.task is not None]
+        if not tasks:
+            return
+        log.info("draining in-flight runs", runs=len(tasks), grace_s=self.grace.total_seconds())
+        _, pending = await asyncio.wait(tasks, timeout=self.grace.total_seconds())
+        for task in pending:
+            task.cancel()
+        if pending:
+            log.warning("grace expired; runs left to their leases", runs=len(pending))
+            await asyncio.wait(pending)
+
+    # -- one fetched batch ---------------------------------------------------------------
+
+    async def handle(self, deliveries: list[Any], group: asyncio.TaskGroup) -> None:
+        """Decode, start in one statement, spawn executions; settle what cannot start."""
+        decoded: list[tuple[DispatchMessage, Any]] = []
+        for delivery in deliveries:
+            try:
+                message = self.decode(delivery.data, self.deployment)
+            except ValueError as exc:
+                reason = getattr(exc, "reason", "invalid")
+                POISON_MESSAGES.labels(reason=reason).inc()
+                log.error("poison message terminated", reason=reason, error=str(exc)[:200])
+                await _quietly(delivery.term())
+                continue
+            if self.delivery_count(delivery) > 1:
+                REDELIVERIES.inc()
+            decoded.append((message, delivery))
+        if not decoded:
+            return
+        try:
+            started, not_started = await self.store.start_runs(
+                self.worker_id, [m for m, _ in decoded], self.lease)
+        except Exception as exc:  # noqa: BLE001 - the broker will redeliver
+            log.warning("start failed; messages will be redelivered", error=repr(exc),
+                        runs=len(decoded))
+            for _, delivery in decoded:
+                await _quietly(delivery.nak(delay=1.0))
+            return
+        by_key = {(m.run_id, m.epoch): d for m, d in decoded}
+        for skipped in not_started:
+            DELIVERIES_SKIPPED.labels(reason=skipped.reason).inc()
+            delivery = by_key[(skipped.run_id, skipped.epoch)]
+            log.info("delivery changed nothing", run_id=skipped.run_id, epoch=skipped.epoch,
+                     reason=skipped.reason, state=skipped.state)
+            # Unknown: not a run of this database; terminate so it is never redelivered.
+            await _quietly(delivery.term() if skipped.reason == "unknown" else delivery.ack())
+        for run in started:
+            key = (run.run_id, run.epoch)
+            entry = InFlight(run.run_id, run.epoch, run.job, by_key[key])
+            self.in_flight[key] = entry
+            entry.task = group.create_task(self._execute(run, entry))
+        RUNS_IN_FLIGHT.set(len(self.in_flight))
+
+    async def _execute(self, run: StartedRun, entry: InFlight) -> None:
+        RUNS_STARTED.labels(job=run.job).inc()
+        lag = (datetime.now(UTC) - run.scheduled_at).total_seconds()
+        SCHEDULE_LAG.observe(max(0.0, lag))
+        bound = log.bind(run_id=run.run_id, job=run.job, attempt=run.attempt, epoch=run.epoch)
+        bound.info("run started")
+        try:
+            result = await self.executor.execute(run.executor, run.context(), run.timeout)
+        except asyncio.CancelledError:
+            if entry.lease_lost:
+                # Another attempt may own the run now; record nothing, settle the message.
+                self._forget(entry)
+                await _quietly(entry.message.ack())  # type: ignore[attr-defined]
+                return
+            self._forget(entry)
+            raise
+        except Exception as exc:  # noqa: BLE001 - an executor bug fails the run, not the worker
+            bound.error("executor raised", error=repr(exc), exc_info=True)
+            from actors.domain import ExecutionResult
+            result = ExecutionResult(Outcome.FAILED, error=f"executor error: {exc!r}"[:1000])
+        retry = (run.retry_delay if result.outcome is not Outcome.SUCCEEDED
+                 and run.attempt < run.max_attempts else None)
+        RUN_DURATION.labels(job=run.job).observe(result.duration.total_seconds())
+        bound.info("run finished", outcome=result.outcome.value, exit_code=result.exit_code,
+                   duration_s=round(result.duration.total_seconds(), 3),
+                   retry_in_s=None if retry is None else retry.total_seconds())
+        completion = Completion(run.run_id, run.epoch, result, retry, self.worker_id)
+        await self.completions.put(_Pending(completion, entry.message, run.job))  # type: ignore[arg-type]
+
+    def _forget(self, entry: InFlight) -> None:
+        self.in_flight.pop((entry.run_id, entry.epoch), None)
+        RUNS_IN_FLIGHT.set(len(self.in_flight))
+        self._slot_freed.set()
+
+    # -- completions ----------------------------------------------------------------------
+
+    async def _complete_loop(self) -> None:
+        """Record verdicts in batches, then ack each message whose run was recorded."""
+        backoff = Backoff(initial=0.1, maximum=5.0)
+        done = False
+        while not done:
+            first = await self.completions.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < COMPLETION_BATCH and not self.completions.empty():
+                item = self.completions.get_nowait()
+                if item is None:
+                    done = True
+                    break
+                batch.append(item)
+            while True:
+                try:
+                    # Shielded: a completion that reached the database must be acted on.
+                    recorded = await asyncio.shield(
+                        self.store.complete_runs([p.completion for p in batch]))
+                    break
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - retried; the lease has slack
+                    delay = backoff.next_delay()
+                    log.warning("complete failed; retrying", runs=len(batch), error=repr(exc),
+                                delay_s=round(delay, 3))
+                    await asyncio.sleep(delay)
+            backoff.reset()
+            await self._settle(batch, recorded)
+
+    async def _settle(self, batch: list[_Pending], recorded: set[tuple[str, int]]) -> None:
+        self._recorded_batches += 1
+        if self.after_record is not None:
+            self.after_record(batch)
+        if self.faults.exit_after_complete and \
+                self._recorded_batches >= self.faults.exit_after_complete:
+            log.warning("fault injection: exiting after complete, before ack")
+            os._exit(97)
+        for pending in batch:
+            c = pending.completion
+            key = (c.run_id, c.epoch)
+            if key in recorded:
+                RUNS_COMPLETED.labels(job=pending.job, outcome=c.result.outcome.value).inc()
+            else:
+                # The epoch moved on (reaped, cancelled): this execution was a duplicate.
+                FENCED_COMPLETIONS.inc()
+                structlog.get_logger("worker").warning(
+                    "completion fenced: the run moved on", run_id=c.run_id, job=pending.job,
+                    epoch=c.epoch)
+            await _quietly(pending.delivery.ack())
+            entry = self.in_flight.get(key)
+            if entry is not None:
+                self._forget(entry)
+
+
+async def _quietly(awaitable: Any) -> None:
+    """Ack/term/nak are best effort: a lost ack means a redelivery, which changes nothing."""
+    try:
+        await awaitable
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        log.warning("broker reply failed", error=repr(exc))
