@@ -82,7 +82,8 @@ class Replica:
             log.error("reload rejected; running jobs unchanged", path=str(self.config_path),
                       errors=str(exc))
             return False
-        changes = await store.sync_jobs(list(loaded.jobs.values()))
+        changes = (await store.sync_jobs(list(loaded.jobs.values()))
+                   if self.role in (Role.ALL, Role.SCHEDULER) else {})
         self.jobs = dict(loaded.jobs)
         self.config = loaded
         CONFIG_JOB_ERRORS.set(0)
@@ -188,7 +189,8 @@ class Replica:
                 dispatcher = Dispatcher(broker, settings.deployment, to_dispatch, to_release,
                                         gate)
                 compensator = Compensator(store, self.replica_id, to_release)
-                reaper = Reaper(store, settings.reap_interval, stop_claiming)
+                reaper = Reaper(store, settings.reap_interval, stop_claiming,
+                                retention=settings.history_retention)
                 for name, start in (("materializer", materializer.run),
                                     ("claimer", claimer.run), ("dispatcher", dispatcher.run),
                                     ("compensator", compensator.run), ("reaper", reaper.run)):

@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from actors.flow import BrokerGate, ClaimedBatch
-from actors.observability import RUNS_CLAIMED, get_logger
+from actors.observability import RUNS_CLAIMED, RUNS_SKIPPED, get_logger
 from actors.ports import RunStore
 
 log = get_logger("claimer")
@@ -32,6 +32,9 @@ class Claimer:
         self.stop = stop
 
     async def claim_once(self) -> int:
+        for run_id, reason in await self.store.skip_unrunnable(self.batch):
+            RUNS_SKIPPED.inc()
+            log.info("run skipped", run_id=run_id, reason=reason)
         runs = await self.store.claim_due_runs(self.owner, self.batch, self.lease,
                                                self.max_claimed)
         if runs:

@@ -1,16 +1,19 @@
-"""The `claimd` command: dev, run, migrate, check-config."""
+"""The `claimd` command: dev, run, migrate, check-config, reload and operator actions."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
+import signal
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import asyncpg
+
 from actors.adapters.embedded import start_nats, start_postgres
-from actors.adapters.postgres import PostgresRunStore
+from actors.adapters.postgres import Operations, PostgresRunStore, UnknownJob
 from actors.adapters.resources import config_dir
 from actors.app import Replica, Role
 from actors.config import ConfigError, LoadedConfig, load_config
@@ -43,9 +46,81 @@ def _run_replica(path: Path, loaded: LoadedConfig, role: Role) -> int:
     return 0
 
 
+def _write_pid_file(path: str | None) -> None:
+    if path:
+        Path(path).write_text(f"{os.getpid()}\n")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     loaded = _load(args.config)
+    _write_pid_file(args.pid_file)
     return _run_replica(Path(args.config), loaded, Role(args.role))
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    """Send SIGHUP: the replica rereads its config; a file with errors changes nothing."""
+    if args.config:
+        loaded = _load(args.config)
+        if loaded.errors:
+            for error in loaded.errors:
+                print(f"error: {error}", file=sys.stderr)
+            print("not reloaded: the running replica would refuse this file", file=sys.stderr)
+            return 2
+    pid = args.pid if args.pid else int(Path(args.pid_file).read_text().strip())
+    os.kill(pid, signal.SIGHUP)
+    print(f"sent SIGHUP to {pid}")
+    return 0
+
+
+def _database_url(args: argparse.Namespace) -> str:
+    url = getattr(args, "database_url", None) or os.environ.get("CLAIMD_DATABASE_URL")
+    if url is None and getattr(args, "config", None):
+        url = _load(args.config).settings.database_url
+    if url is None:
+        print("error: give --database-url, CLAIMD_DATABASE_URL or --config", file=sys.stderr)
+        raise SystemExit(2)
+    return url
+
+
+def _parse_time(text: str) -> datetime:
+    value = datetime.fromisoformat(text)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+async def _operate(args: argparse.Namespace) -> str:
+    pool = await asyncpg.create_pool(_database_url(args), min_size=1, max_size=2)
+    assert pool is not None
+    ops = Operations(pool)
+    try:
+        if args.command == "pause":
+            await ops.pause(args.job)
+            return f"paused {args.job}"
+        if args.command == "resume":
+            await ops.resume(args.job)
+            return f"resumed {args.job}"
+        if args.command == "trigger":
+            at = _parse_time(args.at) if args.at else datetime.now(UTC)
+            run_id = await ops.trigger(args.job, at)
+            return (f"triggered {args.job}: run {run_id} at {at.isoformat()}" if run_id
+                    else f"{args.job} already has a run at {at.isoformat()}; nothing added")
+        if args.command == "cancel":
+            ok = await ops.cancel(args.run_id)
+            return f"cancelled {args.run_id}" if ok else f"{args.run_id} is not pending/running"
+        if args.command == "backfill":
+            n = await ops.backfill(args.job, _parse_time(args.start), _parse_time(args.end))
+            return f"backfilled {args.job}: {n} runs added"
+        raise AssertionError(args.command)
+    finally:
+        await pool.close()
+
+
+def cmd_operate(args: argparse.Namespace) -> int:
+    try:
+        print(asyncio.run(_operate(args)))
+    except UnknownJob as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
@@ -53,6 +128,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     print(f"claimd dev: data in {data_dir}, config {config}", file=sys.stderr)
+    _write_pid_file(args.pid_file)
     postgres = start_postgres(data_dir)
     nats = start_nats(data_dir, port=args.nats_port)
     try:
@@ -125,12 +201,39 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--config", help="config file (default: the shipped config/jobs.toml)")
     dev.add_argument("--data-dir", default=".claimd", help="where the servers keep data")
     dev.add_argument("--nats-port", type=int, default=None)
+    dev.add_argument("--pid-file", help="write the pid here (for `claimd reload`)")
     dev.set_defaults(func=cmd_dev)
 
     run = sub.add_parser("run", help="connect to the servers in the config / environment")
     run.add_argument("--config", required=True)
     run.add_argument("--role", choices=[r.value for r in Role], default="all")
+    run.add_argument("--pid-file", help="write the pid here (for `claimd reload`)")
     run.set_defaults(func=cmd_run)
+
+    rel = sub.add_parser("reload", help="make a running replica reread its config (SIGHUP)")
+    target = rel.add_mutually_exclusive_group(required=True)
+    target.add_argument("--pid", type=int)
+    target.add_argument("--pid-file")
+    rel.add_argument("--config", help="check this file first; refuse to signal if it is bad")
+    rel.set_defaults(func=cmd_reload)
+
+    def operator(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--config", help="read database_url from this config file")
+        p.add_argument("--database-url")
+        p.set_defaults(func=cmd_operate)
+        return p
+
+    operator("pause", "stop materializing and claiming a job's runs").add_argument("job")
+    operator("resume", "undo pause").add_argument("job")
+    trig = operator("trigger", "run a job now (one run per instant still)")
+    trig.add_argument("job")
+    trig.add_argument("--at", help="the instant (ISO 8601; default now)")
+    operator("cancel", "cancel a pending or running run").add_argument("run_id")
+    back = operator("backfill", "one run per missed instant in a range (idempotent)")
+    back.add_argument("job")
+    back.add_argument("--from", dest="start", required=True)
+    back.add_argument("--to", dest="end", required=True)
 
     mig = sub.add_parser("migrate", help="apply the schema migrations")
     mig.add_argument("--database-url")

@@ -99,7 +99,12 @@ class SettingsModel(_Strict):
                      "history_retention")
     @classmethod
     def _is_duration(cls, value: str) -> str:
-        _duration(value)
+        try:
+            _duration(value)
+        except ClaimdError as exc:
+            # pydantic reports only ValueError as a field error; anything else
+            # would escape without the file and field.
+            raise ValueError(str(exc)) from None
         return value
 
 
@@ -206,6 +211,8 @@ def _first_error_field(exc: ValidationError) -> tuple[str | None, str]:
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
         msg = "unknown key (a typo?); remove it or check the spelling"
+    elif err["type"] == "value_error" and "error" in err.get("ctx", {}):
+        msg = str(err["ctx"]["error"])  # our own words, without "Value error, "
     return loc, msg
 
 
@@ -315,12 +322,14 @@ def job_from_raw(path: str, name: str, raw: Any) -> Job:
             values[key] = None if text is None else _duration(text)
         except ClaimdError as exc:
             raise fail(key, exc) from None
-    try:
-        retry = RetryPolicy(initial=_duration(model.backoff.initial),
-                            maximum=_duration(model.backoff.max),
-                            multiplier=model.backoff.multiplier)
-    except ClaimdError as exc:
-        raise fail("backoff", exc) from None
+    backoff: dict[str, timedelta] = {}
+    for key in ("initial", "max"):
+        try:
+            backoff[key] = _duration(getattr(model.backoff, key))
+        except ClaimdError as exc:
+            raise fail(f"backoff.{key}", exc) from None
+    retry = RetryPolicy(initial=backoff["initial"], maximum=backoff["max"],
+                        multiplier=model.backoff.multiplier)
     timeout = values["timeout"]
     catchup_window = values["catchup_window"]
     assert timeout is not None

@@ -58,6 +58,8 @@ RUNS_MATERIALIZED = Counter("claimd_runs_materialized_total",
                             "Runs inserted by the materializer (duplicates excluded)")
 RUNS_MISSED = Counter("claimd_runs_missed_total",
                       "Past instants dropped by a job's catch-up policy", ["job"])
+RUNS_SKIPPED = Counter("claimd_runs_skipped_total",
+                       "Due runs recorded skipped by policy (deadline, overlap, catch-up)")
 RUNS_CLAIMED = Counter("claimd_runs_claimed_total", "Runs claimed by this replica")
 PUBLISHED = Counter("claimd_dispatch_published_total", "Dispatch messages acked by JetStream")
 PUBLISH_FAILED = Counter("claimd_dispatch_publish_failed_total",
@@ -65,6 +67,7 @@ PUBLISH_FAILED = Counter("claimd_dispatch_publish_failed_total",
 RUNS_RELEASED = Counter("claimd_runs_released_total",
                         "Unpublished runs the compensator returned to pending")
 RUNS_REAPED = Counter("claimd_runs_reaped_total", "Runs whose lease expired", ["transition"])
+RUNS_PRUNED = Counter("claimd_runs_pruned_total", "Terminal runs deleted by history retention")
 RUNS_STARTED = Counter("claimd_runs_started_total", "Runs a worker moved to running", ["job"])
 RUNS_COMPLETED = Counter("claimd_runs_completed_total", "Attempts recorded", ["job", "outcome"])
 DELIVERIES_SKIPPED = Counter(

@@ -9,20 +9,45 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from datetime import timedelta
 
-from actors.observability import RUNS_REAPED, get_logger
+from actors.observability import RUNS_PRUNED, RUNS_REAPED, get_logger
 from actors.ports import RunStore
 
 log = get_logger("reaper")
 REAP_BATCH = 1000
 
 
+PRUNE_BATCH = 1000
+PRUNE_EVERY = 10.0  # seconds between retention passes
+
+
 class Reaper:
-    def __init__(self, store: RunStore, interval: timedelta, stop: asyncio.Event) -> None:
+    """Recovers expired leases every tick; prunes history past its retention now and then."""
+
+    def __init__(self, store: RunStore, interval: timedelta, stop: asyncio.Event,
+                 retention: timedelta | None = None) -> None:
         self.store = store
         self.interval = interval
         self.stop = stop
+        self.retention = retention
+        self._last_prune = 0.0
+
+    async def prune_once(self) -> int:
+        """Up to a few small batches of old terminal runs; the hot path never waits on it."""
+        if self.retention is None:
+            return 0
+        pruned = 0
+        for _ in range(10):
+            n = await self.store.prune_history(self.retention, PRUNE_BATCH)
+            pruned += n
+            if n < PRUNE_BATCH:
+                break
+        if pruned:
+            RUNS_PRUNED.inc(pruned)
+            log.info("history pruned", runs=pruned)
+        return pruned
 
     async def reap_once(self) -> int:
         reaped = await self.store.reap_expired_leases(REAP_BATCH)
@@ -35,5 +60,8 @@ class Reaper:
         while not self.stop.is_set():
             if await self.reap_once() >= REAP_BATCH:
                 continue
+            if time.monotonic() - self._last_prune >= PRUNE_EVERY:
+                self._last_prune = time.monotonic()
+                await self.prune_once()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), self.interval.total_seconds())

@@ -8,6 +8,7 @@ with skewed clocks still agree on leases and due times.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Sequence
@@ -25,6 +26,8 @@ from actors.domain import (
     RetryPolicy,
     RunState,
     executor_from_dict,
+    schedule_from_definition,
+    take,
 )
 from actors.ports import Completion, DispatchMessage, JobState, NotStarted, StartedRun
 
@@ -79,13 +82,17 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
 # --- jobs ---------------------------------------------------------------------
 
 UPSERT_JOB = """
-INSERT INTO jobs (name, definition, fingerprint, enabled, max_attempts)
-VALUES ($1, $2::jsonb, $3, $4, $5)
+INSERT INTO jobs (name, definition, fingerprint, enabled, max_attempts, overlap, catchup,
+                  start_deadline)
+VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7, $8)
 ON CONFLICT (name) DO UPDATE
    SET definition = EXCLUDED.definition,
        fingerprint = EXCLUDED.fingerprint,
        enabled = EXCLUDED.enabled,
        max_attempts = EXCLUDED.max_attempts,
+       overlap = EXCLUDED.overlap,
+       catchup = EXCLUDED.catchup,
+       start_deadline = EXCLUDED.start_deadline,
        updated_at = now()
  WHERE jobs.fingerprint IS DISTINCT FROM EXCLUDED.fingerprint
     OR jobs.enabled IS DISTINCT FROM EXCLUDED.enabled
@@ -148,6 +155,7 @@ WITH due AS (
       FROM job_runs r
       JOIN jobs j ON j.id = r.job_id
      WHERE r.state = 'pending' AND r.due_at <= now() AND j.enabled AND NOT j.paused
+       AND j.overlap = 'allow'
      ORDER BY r.due_at
        FOR UPDATE OF r SKIP LOCKED
      LIMIT LEAST($2::int, GREATEST(0, $4::int - (
@@ -160,6 +168,81 @@ UPDATE job_runs r
  WHERE r.id = due.id AND j.id = r.job_id
 RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch
 """
+
+# Runs of forbid/queue jobs: at most one per job, and only when none of the
+# job's runs is claimed or running. The partial unique index
+# job_runs_one_active_exclusive is what makes this hold across replicas: a
+# racing replica's statement fails on it (and claims nothing) instead of
+# claiming a second run.
+CLAIM_EXCLUSIVE_RUNS = """
+WITH next_per_job AS (
+    SELECT DISTINCT ON (r.job_id) r.id
+      FROM job_runs r
+      JOIN jobs j ON j.id = r.job_id
+     WHERE r.state = 'pending' AND r.due_at <= now() AND j.enabled AND NOT j.paused
+       AND j.overlap <> 'allow'
+       AND NOT EXISTS (SELECT 1 FROM job_runs a
+                        WHERE a.job_id = r.job_id AND a.state IN ('claimed', 'running'))
+     ORDER BY r.job_id, r.due_at
+),
+due AS (
+    SELECT r.id FROM job_runs r JOIN next_per_job USING (id)
+     WHERE r.state = 'pending'
+     ORDER BY r.due_at
+       FOR UPDATE OF r SKIP LOCKED
+     LIMIT $2
+)
+UPDATE job_runs r
+   SET state = 'claimed', exclusive = true, lease_owner = $1,
+       lease_expires_at = now() + $3::interval,
+       claim_epoch = r.claim_epoch + 1, claimed_at = now(), updated_at = now()
+  FROM due, jobs j
+ WHERE r.id = due.id AND j.id = r.job_id
+RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch
+"""
+
+# Due runs that must not run are recorded skipped, with the reason, before
+# each claim: a first attempt past its job's start deadline; with catchup =
+# latest, any due run that a newer due run of the same job supersedes; with
+# overlap = forbid, a due run while another run of the job is active.
+SKIP_UNRUNNABLE = """
+WITH verdict AS (
+    SELECT r.id,
+           CASE
+             WHEN j.overlap = 'forbid' AND EXISTS (
+                  SELECT 1 FROM job_runs a
+                   WHERE a.job_id = r.job_id AND a.state IN ('claimed', 'running'))
+               THEN 'overlap forbidden: an earlier run was still active'
+             WHEN r.attempt = 1 AND now() > r.scheduled_at + j.start_deadline
+               THEN 'missed its starting deadline'
+             WHEN j.catchup = 'latest' AND EXISTS (
+                  SELECT 1 FROM job_runs n
+                   WHERE n.job_id = r.job_id AND n.state = 'pending' AND n.due_at <= now()
+                     AND n.scheduled_at > r.scheduled_at)
+               THEN 'superseded by a later instant (catchup = latest)'
+           END AS reason
+      FROM job_runs r JOIN jobs j ON j.id = r.job_id
+     WHERE r.state = 'pending' AND r.due_at <= now() AND j.enabled AND NOT j.paused
+       AND (j.overlap = 'forbid' OR j.catchup = 'latest'
+            OR (r.attempt = 1 AND now() > r.scheduled_at + j.start_deadline))
+     ORDER BY r.due_at
+     LIMIT $1
+)
+-- No row locks taken while judging; the UPDATE re-checks the state on the
+-- current row version, so a run another replica claimed meanwhile is left alone.
+UPDATE job_runs r
+   SET state = 'skipped', outcome = 'skipped', error = v.reason, finished_at = now(),
+       updated_at = now()
+  FROM verdict v
+ WHERE r.id = v.id AND v.reason IS NOT NULL AND r.state = 'pending'
+RETURNING r.id::text, v.reason
+"""
+
+# The in-flight bound counts claimed rows, but a statement sees only what was
+# committed before it began: two replicas claiming at once would each see room
+# for the whole bound. Claims take turns per schema; the claim statement starts
+# after the lock is held, so its snapshot includes every earlier claim.
+LOCK_CLAIMS = "SELECT pg_advisory_xact_lock(hashtext('claimd.claim:' || current_schema()))"
 
 # Guarded by owner and epoch: only the runs this replica claimed under that
 # epoch, and still only claimed, go back to pending.
@@ -328,7 +411,8 @@ class PostgresRunStore:
                 definition = job.definition()
                 row = await conn.fetchrow(
                     UPSERT_JOB, job.name, json.dumps(definition), job.fingerprint(),
-                    job.enabled, job.max_attempts)
+                    job.enabled, job.max_attempts, job.overlap.value, job.catchup.value,
+                    job.start_deadline())
                 if row is None:
                     continue
                 if row["inserted"]:
@@ -371,9 +455,20 @@ class PostgresRunStore:
     async def materialize(self, job_id: int, plan: Plan) -> int:
         return await self.materialize_many([(job_id, plan)])
 
+    async def skip_unrunnable(self, limit: int) -> list[tuple[str, str]]:
+        """Record as skipped the due runs that policies say must not run."""
+        rows = await self._pool.fetch(SKIP_UNRUNNABLE, limit)
+        return [(r["id"], r["reason"]) for r in rows]
+
     async def claim_due_runs(self, owner: str, limit: int, lease: timedelta,
                              max_claimed: int) -> list[ClaimedRun]:
-        rows = await self._pool.fetch(CLAIM_DUE_RUNS, owner, limit, lease, max_claimed)
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(LOCK_CLAIMS)
+            rows = list(await conn.fetch(CLAIM_DUE_RUNS, owner, limit, lease, max_claimed))
+        # If another replica claimed a run of the same exclusive job first, the
+        # index refuses ours and this statement claims nothing this time.
+        with contextlib.suppress(asyncpg.UniqueViolationError):
+            rows += await self._pool.fetch(CLAIM_EXCLUSIVE_RUNS, owner, limit, lease)
         return [ClaimedRun(run_id=r["id"], job=r["name"], scheduled_at=r["scheduled_at"],
                            attempt=r["attempt"], epoch=r["claim_epoch"]) for r in rows]
 
@@ -439,9 +534,93 @@ class PostgresRunStore:
         )
         return {(r["run_id"], r["claim_epoch"]) for r in rows}
 
+    async def prune_history(self, older_than: timedelta, batch: int) -> int:
+        """Delete up to ``batch`` terminal runs finished before ``now - older_than``."""
+        status = await self._pool.execute(PRUNE_HISTORY, older_than, batch)
+        return int(status.split()[-1])
+
     async def reap_expired_leases(self, limit: int) -> list[tuple[str, str, str]]:
         rows = await self._pool.fetch(REAP_EXPIRED_LEASES, limit)
         return [(r["id"], r["name"], f"{r['from_state']}->{r['to_state']}") for r in rows]
+
+
+# --- operator actions ---------------------------------------------------------
+
+SET_PAUSED = """
+UPDATE jobs SET paused = $2, updated_at = now() WHERE name = $1 AND enabled RETURNING id
+"""
+JOB_BY_NAME = "SELECT id, definition, enabled FROM jobs WHERE name = $1"
+# An ad-hoc or backfilled run is still one row per (job, instant): a repeated
+# trigger for the same instant, or a second backfill, inserts nothing.
+INSERT_RUNS_AT = """
+INSERT INTO job_runs (job_id, scheduled_at, due_at, trigger)
+SELECT $1, t, now(), $3 FROM unnest($2::timestamptz[]) AS t
+ON CONFLICT ON CONSTRAINT job_runs_one_row_per_instant DO NOTHING
+RETURNING id::text
+"""
+# Cancelling a running run takes its lease away: the worker's next heartbeat
+# is refused, it cancels the execution, and its completion is fenced.
+CANCEL_RUN = """
+UPDATE job_runs SET state = 'cancelled', outcome = 'cancelled', error = $2,
+       finished_at = now(), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+ WHERE id = $1::uuid AND state IN ('pending', 'claimed', 'running')
+RETURNING id::text
+"""
+# Retention: terminal history older than the cut-off, a small batch at a time
+# so that pruning never holds many locks or a long transaction.
+PRUNE_HISTORY = """
+DELETE FROM job_runs WHERE id IN (
+    SELECT id FROM job_runs
+     WHERE finished_at < now() - $1::interval
+       AND state IN ('succeeded', 'failed', 'skipped', 'cancelled')
+     ORDER BY finished_at
+     LIMIT $2)
+"""
+
+
+class UnknownJob(LookupError):
+    """An operator action named a job the config file never declared."""
+
+
+class Operations:
+    """What an operator can do to jobs and runs. Nothing here can define a command."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def _job(self, name: str) -> asyncpg.Record:
+        row = await self._pool.fetchrow(JOB_BY_NAME, name)
+        if row is None or not row["enabled"]:
+            raise UnknownJob(f"no enabled job named {name!r}")
+        return row
+
+    async def pause(self, job: str) -> None:
+        if await self._pool.fetchval(SET_PAUSED, job, True) is None:
+            raise UnknownJob(f"no enabled job named {job!r}")
+
+    async def resume(self, job: str) -> None:
+        if await self._pool.fetchval(SET_PAUSED, job, False) is None:
+            raise UnknownJob(f"no enabled job named {job!r}")
+
+    async def trigger(self, job: str, at: datetime) -> str | None:
+        """A run of ``job`` for instant ``at``, due now; None if that instant has a row."""
+        row = await self._job(job)
+        ids = await self._pool.fetch(INSERT_RUNS_AT, row["id"], [at], "manual")
+        return ids[0]["id"] if ids else None
+
+    async def backfill(self, job: str, start: datetime, end: datetime) -> int:
+        """One run per instant of the schedule in ``[start, end]`` that has no row yet."""
+        row = await self._job(job)
+        schedule = schedule_from_definition(json.loads(row["definition"])["schedule"])
+        instants = take(schedule.fire_times(start - timedelta(microseconds=1), end))
+        inserted = await self._pool.fetch(INSERT_RUNS_AT, row["id"], instants, "backfill")
+        return len(inserted)
+
+    async def cancel(self, run_id: str, reason: str = "cancelled by operator") -> bool:
+        return await self._pool.fetchval(CANCEL_RUN, run_id, reason) is not None
+
+    async def prune(self, older_than: timedelta, batch: int = 1000) -> int:
+        return await PostgresRunStore(self._pool).prune_history(older_than, batch)
 
 
 def _started_run(row: asyncpg.Record) -> StartedRun:
@@ -458,7 +637,7 @@ def _started_run(row: asyncpg.Record) -> StartedRun:
         max_attempts=row["max_attempts"],
         executor=executor_from_dict(definition["executor"]),
         timeout=timedelta(milliseconds=definition.get("timeout_ms", 3_600_000)),
-        retry_delay=policy.delay(row["attempt"]),
+        retry_delay=policy.delay(row["attempt"], row["id"]),
     )
 
 

@@ -23,6 +23,7 @@ from actors.domain.jobs import (
     ShellSpec,
     executor_from_dict,
     executor_to_dict,
+    schedule_from_definition,
 )
 from actors.domain.lease import DEFAULT_LEASE, LeaseSettings, check_lease_invariant
 from actors.domain.planning import Plan, PlannedRun, plan_materialization
@@ -71,5 +72,6 @@ __all__ = [
     "format_duration",
     "parse_duration",
     "plan_materialization",
+    "schedule_from_definition",
     "take",
 ]

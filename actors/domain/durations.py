@@ -14,7 +14,8 @@ _UNITS = {
     "h": timedelta(hours=1),
     "d": timedelta(days=1),
 }
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
+# The sign is matched so that "-5s" is reported as "must be greater than zero".
+_PATTERN = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
 # Anything above this is a typo, not a schedule: it would overflow datetime math.
 MAX_DURATION = timedelta(days=3650)
 
@@ -31,7 +32,10 @@ def parse_duration(text: str, *, allow_zero: bool = False) -> timedelta:
             f"{text!r} is not a duration; write a number and a unit "
             "(ms, s, m, h, d), e.g. '500ms', '30s', '15m', '2h'"
         )
-    value = float(match.group(1)) * _UNITS[match.group(2)]
+    try:
+        value = float(match.group(1)) * _UNITS[match.group(2)]
+    except OverflowError:  # "99999999999999999999d" is beyond timedelta itself
+        raise InvalidDuration(f"{text!r} is longer than the maximum of 3650d") from None
     if value <= timedelta(0) and not (allow_zero and value == timedelta(0)):
         raise InvalidDuration(f"{text!r} must be greater than zero")
     if value > MAX_DURATION:

@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from actors.domain.schedule import CronSchedule, IntervalSchedule
+from actors.domain.schedule import CronSchedule, IntervalSchedule, deterministic_offset
+
+# catchup = "none" without a starting_deadline: a run that could not start
+# within this long after its instant is skipped rather than run late.
+NONE_CATCHUP_DEADLINE = timedelta(minutes=1)
 
 
 class Overlap(enum.StrEnum):
@@ -89,6 +93,13 @@ def executor_from_dict(data: Mapping[str, Any]) -> ExecutorSpec:
     raise ValueError(f"unknown executor kind {kind!r}")
 
 
+def schedule_from_definition(data: Mapping[str, Any]) -> CronSchedule | IntervalSchedule:
+    """The schedule part of ``jobs.definition`` back to a Schedule."""
+    if "cron" in data:
+        return CronSchedule(str(data["cron"]), str(data.get("timezone", "UTC")))
+    return IntervalSchedule(timedelta(microseconds=int(data["every_us"])))
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Exponential backoff between failed attempts, capped."""
@@ -97,11 +108,19 @@ class RetryPolicy:
     maximum: timedelta = timedelta(minutes=5)
     multiplier: float = 2.0
 
-    def delay(self, failed_attempt: int) -> timedelta:
-        """Delay before the attempt after ``failed_attempt`` (1-based)."""
-        exponent = max(0, failed_attempt - 1)
+    def delay(self, failed_attempt: int, key: str = "") -> timedelta:
+        """Delay before the attempt after ``failed_attempt`` (1-based).
+
+        Up to 20% is taken off, derived from ``key`` (the run id), so that runs
+        failing together do not retry in lockstep, yet every replica computes
+        the same delay for the same run.
+        """
+        exponent = min(max(0, failed_attempt - 1), 64)
         seconds = self.initial.total_seconds() * (self.multiplier**exponent)
-        return min(self.maximum, timedelta(seconds=min(seconds, self.maximum.total_seconds())))
+        ceiling = timedelta(seconds=min(seconds, self.maximum.total_seconds()))
+        if not key:
+            return ceiling
+        return ceiling - deterministic_offset(f"{key}#{failed_attempt}", ceiling / 5)
 
 
 @dataclass(frozen=True)
@@ -120,6 +139,14 @@ class Job:
     starting_deadline: timedelta | None = None
     jitter: timedelta = timedelta(0)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def start_deadline(self) -> timedelta:
+        """How late a first attempt may start before it is skipped instead."""
+        if self.starting_deadline is not None:
+            return self.starting_deadline
+        if self.catchup is Catchup.NONE:
+            return min(NONE_CATCHUP_DEADLINE, self.catchup_window)
+        return self.catchup_window
 
     def definition(self) -> dict[str, Any]:
         """Everything a worker and the claimer need, as stored in ``jobs.definition``."""

@@ -47,6 +47,12 @@ def plan_materialization(
     past = [t for t in instants if t < now]
     future = [t for t in instants if t >= now]
     kept_past = _apply_catchup(job, past, now)
+    if job.catchup is Catchup.LATEST and kept_past and len(instants) >= MAX_INSTANTS_PER_PLAN:
+        # A capped plan is one chunk of a long catch-up: its latest past
+        # instant is not the latest overall while a later past instant exists.
+        later = take(job.schedule.fire_times(instants[-1], now), 1)
+        if later and later[0] < now:
+            kept_past = []
     runs = [
         PlannedRun(scheduled_at=t, due_at=t + deterministic_offset(f"{job.name}@{t.isoformat()}",
                                                                    job.jitter))
