@@ -157,7 +157,8 @@ class Replica:
             runner, self.http_port = await serve(build_app(ready, jobs_summary),
                                                  settings.http_host, settings.http_port)
         log.info("replica started", replica=self.replica_id, role=self.role.value,
-                 http=f"{settings.http_host}:{self.http_port}", jobs=len(self.jobs),
+                 http=(f"{settings.http_host}:{self.http_port}" if runner else "off"),
+                 jobs=len(self.jobs),
                  database=redact(settings.database_url), nats=redact(settings.nats_url))
         try:
             await self._supervise_actors(store, broker)

@@ -133,6 +133,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
     nats = start_nats(data_dir, port=args.nats_port)
     try:
         env = {**os.environ, "CLAIMD_DATABASE_URL": postgres.url, "CLAIMD_NATS_URL": nats.url}
+        if args.http:
+            env["CLAIMD_HTTP"] = args.http
         try:
             loaded = load_config(config, env=env)
         except ConfigError as exc:
@@ -201,6 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--config", help="config file (default: the shipped config/jobs.toml)")
     dev.add_argument("--data-dir", default=".claimd", help="where the servers keep data")
     dev.add_argument("--nats-port", type=int, default=None)
+    dev.add_argument("--http", help='host:port for /metrics and the API, or "off" '
+                     "(default: the config's; CLAIMD_HTTP overrides too)")
     dev.add_argument("--pid-file", help="write the pid here (for `claimd reload`)")
     dev.set_defaults(func=cmd_dev)
 

@@ -222,11 +222,13 @@ def _settings_from(path: str, raw: dict[str, Any], env: dict[str, str]) -> Setti
     except ValidationError as exc:
         loc, msg = _first_error_field(exc)
         raise ConfigError(path, msg, field_name=f"claimd.{loc}" if loc else "claimd") from None
-    host, _, port = model.http.rpartition(":")
-    if model.http == "off":
+    http = env.get("CLAIMD_HTTP") or model.http
+    host, _, port = http.rpartition(":")
+    if http == "off":
         host, port = "", "-1"
     elif not host or not port.isdigit():
-        raise ConfigError(path, f"expected host:port, got {model.http!r}", field_name="claimd.http")
+        raise ConfigError(path, f"expected host:port or \"off\", got {http!r}",
+                          field_name="claimd.http")
     settings = Settings(
         database_url=env.get("CLAIMD_DATABASE_URL") or model.database_url,
         nats_url=env.get("CLAIMD_NATS_URL") or model.nats_url,

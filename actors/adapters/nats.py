@@ -63,12 +63,19 @@ def decode(data: bytes, deployment: str) -> DispatchMessage:
         run_id = str(uuid.UUID(str(body["run_id"])))
         epoch = body["epoch"]
         attempt = body["attempt"]
-        if not isinstance(epoch, int) or not isinstance(attempt, int) or epoch < 1:
+        # bool is an int to Python; the epoch must fit the bigint column.
+        if any(not isinstance(n, int) or isinstance(n, bool) for n in (epoch, attempt)) \
+                or not 1 <= epoch < 2**63 or not 1 <= attempt < 2**31:
             raise ValueError("epoch and attempt must be positive integers")
+        texts = [body["job"], body["scheduled_at"], body["deployment"]]
+        if not all(isinstance(t, str) for t in texts):
+            raise ValueError("job, scheduled_at and deployment must be strings")
+        scheduled_at = datetime.fromisoformat(body["scheduled_at"])
+        if scheduled_at.utcoffset() is None:
+            raise ValueError("scheduled_at must carry a UTC offset")
         message = DispatchMessage(
-            run_id=run_id, epoch=epoch, job=str(body["job"]),
-            scheduled_at=datetime.fromisoformat(str(body["scheduled_at"])),
-            attempt=attempt, deployment=str(body["deployment"]),
+            run_id=run_id, epoch=epoch, job=body["job"], scheduled_at=scheduled_at,
+            attempt=attempt, deployment=body["deployment"],
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise PoisonMessage("wrong_schema", str(exc)[:100]) from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -321,6 +322,11 @@ SELECT done.id, prior.attempt, done.claim_epoch, c.worker, prior.started_at, c.o
   FROM done JOIN c ON c.id = done.id JOIN prior ON prior.id = done.id
 RETURNING run_id::text, claim_epoch
 """
+# Test-only "broken build" for the chaos harness (CLAIMD_FAULT_SKIP_EPOCH_GUARD=1):
+# the same statement without its epoch guard, so the harness can show that it
+# catches a zombie's late completion overwriting a newer attempt. Never set it.
+COMPLETE_RUNS_UNFENCED = COMPLETE_RUNS.replace(
+    "r.claim_epoch = c.epoch AND r.state = 'running'", "r.state = 'running'")
 
 # --- reaper -------------------------------------------------------------------
 
@@ -521,7 +527,8 @@ class PostgresRunStore:
         if not completions:
             return set()
         rows = await self._pool.fetch(
-            COMPLETE_RUNS,
+            COMPLETE_RUNS_UNFENCED if os.environ.get("CLAIMD_FAULT_SKIP_EPOCH_GUARD") == "1"
+            else COMPLETE_RUNS,
             [c.run_id for c in completions],
             [c.epoch for c in completions],
             [c.result.outcome.value for c in completions],
