@@ -177,18 +177,21 @@ RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch
 # claiming a second run.
 CLAIM_EXCLUSIVE_RUNS = """
 WITH next_per_job AS (
-    SELECT DISTINCT ON (r.job_id) r.id
-      FROM job_runs r
-      JOIN jobs j ON j.id = r.job_id
-     WHERE r.state = 'pending' AND r.due_at <= now() AND j.enabled AND NOT j.paused
-       AND j.overlap <> 'allow'
+    SELECT n.id
+      FROM jobs j
+     CROSS JOIN LATERAL (
+           SELECT r.id FROM job_runs r
+            WHERE r.job_id = j.id AND r.state = 'pending' AND r.due_at <= now()
+            ORDER BY r.scheduled_at
+            LIMIT 1) n
+     WHERE j.enabled AND NOT j.paused AND j.overlap <> 'allow'
        AND NOT EXISTS (SELECT 1 FROM job_runs a
-                        WHERE a.job_id = r.job_id AND a.state IN ('claimed', 'running'))
-     ORDER BY r.job_id, r.due_at
+                        WHERE a.job_id = j.id AND a.state IN ('claimed', 'running'))
 ),
 due AS (
-    SELECT r.id FROM job_runs r JOIN next_per_job USING (id)
-     WHERE r.state = 'pending'
+    -- Driven from the (few) candidates, not from the due backlog.
+    SELECT r.id FROM job_runs r
+     WHERE r.id = ANY (ARRAY(SELECT id FROM next_per_job)) AND r.state = 'pending'
      ORDER BY r.due_at
        FOR UPDATE OF r SKIP LOCKED
      LIMIT $2
@@ -205,29 +208,39 @@ RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch
 # Due runs that must not run are recorded skipped, with the reason, before
 # each claim: a first attempt past its job's start deadline; with catchup =
 # latest, any due run that a newer due run of the same job supersedes; with
-# overlap = forbid, a due run while another run of the job is active.
+# overlap = forbid, a due run while another run of the job is active. The
+# deadline and catch-up apply to scheduled runs only: a trigger or backfill
+# is an operator asking for those (past) instants to run now.
 SKIP_UNRUNNABLE = """
-WITH verdict AS (
-    SELECT r.id,
-           CASE
-             WHEN j.overlap = 'forbid' AND EXISTS (
-                  SELECT 1 FROM job_runs a
-                   WHERE a.job_id = r.job_id AND a.state IN ('claimed', 'running'))
-               THEN 'overlap forbidden: an earlier run was still active'
-             WHEN r.attempt = 1 AND now() > r.scheduled_at + j.start_deadline
-               THEN 'missed its starting deadline'
-             WHEN j.catchup = 'latest' AND EXISTS (
-                  SELECT 1 FROM job_runs n
-                   WHERE n.job_id = r.job_id AND n.state = 'pending' AND n.due_at <= now()
-                     AND n.scheduled_at > r.scheduled_at)
-               THEN 'superseded by a later instant (catchup = latest)'
-           END AS reason
-      FROM job_runs r JOIN jobs j ON j.id = r.job_id
-     WHERE r.state = 'pending' AND r.due_at <= now() AND j.enabled AND NOT j.paused
-       AND (j.overlap = 'forbid' OR j.catchup = 'latest'
-            OR (r.attempt = 1 AND now() > r.scheduled_at + j.start_deadline))
-     ORDER BY r.due_at
-     LIMIT $1
+WITH policy AS (
+    SELECT j.id, j.overlap, j.catchup, j.start_deadline,
+           EXISTS (SELECT 1 FROM job_runs a
+                    WHERE a.job_id = j.id AND a.state IN ('claimed', 'running')) AS active
+      FROM jobs j
+     WHERE j.enabled AND NOT j.paused
+),
+verdicts AS (
+    SELECT r.id, 'overlap forbidden: an earlier run was still active' AS reason
+      FROM policy p JOIN job_runs r ON r.job_id = p.id
+     WHERE p.overlap = 'forbid' AND p.active AND r.state = 'pending' AND r.due_at <= now()
+    UNION ALL
+    SELECT r.id, 'missed its starting deadline'
+      FROM policy p JOIN job_runs r ON r.job_id = p.id
+     WHERE r.state = 'pending' AND r.trigger = 'schedule' AND r.attempt = 1
+       AND r.scheduled_at < now() - p.start_deadline
+    UNION ALL
+    SELECT r.id, 'superseded by a later instant (catchup = latest)'
+      FROM policy p
+     CROSS JOIN LATERAL (
+           SELECT max(n.scheduled_at) AS newest FROM job_runs n
+            WHERE n.job_id = p.id AND n.state = 'pending' AND n.trigger = 'schedule'
+              AND n.due_at <= now()) m
+      JOIN job_runs r ON r.job_id = p.id
+     WHERE p.catchup = 'latest' AND r.state = 'pending' AND r.trigger = 'schedule'
+       AND r.due_at <= now() AND r.scheduled_at < m.newest
+),
+verdict AS (
+    SELECT DISTINCT ON (id) id, reason FROM verdicts LIMIT $1
 )
 -- No row locks taken while judging; the UPDATE re-checks the state on the
 -- current row version, so a run another replica claimed meanwhile is left alone.
@@ -533,8 +546,8 @@ class PostgresRunStore:
             [c.epoch for c in completions],
             [c.result.outcome.value for c in completions],
             [c.result.exit_code for c in completions],
-            [c.result.error for c in completions],
-            [c.result.output_tail for c in completions],
+            [_pg_text(c.result.error) for c in completions],
+            [_pg_text(c.result.output_tail) for c in completions],
             [None if c.retry_delay is None else c.retry_delay.total_seconds()
              for c in completions],
             [c.worker for c in completions],
@@ -628,6 +641,12 @@ class Operations:
 
     async def prune(self, older_than: timedelta, batch: int = 1000) -> int:
         return await PostgresRunStore(self._pool).prune_history(older_than, batch)
+
+
+def _pg_text(value: str | None) -> str | None:
+    # PostgreSQL text cannot hold NUL: a job's binary output would otherwise
+    # fail its completion on every retry and wedge the worker's completions.
+    return None if value is None else value.replace("\x00", "\ufffd")
 
 
 def _started_run(row: asyncpg.Record) -> StartedRun:
