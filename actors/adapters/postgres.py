@@ -252,12 +252,6 @@ UPDATE job_runs r
 RETURNING r.id::text, v.reason
 """
 
-# The in-flight bound counts claimed rows, but a statement sees only what was
-# committed before it began: two replicas claiming at once would each see room
-# for the whole bound. Claims take turns per schema; the claim statement starts
-# after the lock is held, so its snapshot includes every earlier claim.
-LOCK_CLAIMS = "SELECT pg_advisory_xact_lock(hashtext('claimd.claim:' || current_schema()))"
-
 # Guarded by owner and epoch: only the runs this replica claimed under that
 # epoch, and still only claimed, go back to pending.
 RELEASE_UNPUBLISHED = """
@@ -481,9 +475,13 @@ class PostgresRunStore:
 
     async def claim_due_runs(self, owner: str, limit: int, lease: timedelta,
                              max_claimed: int) -> list[ClaimedRun]:
-        async with self._pool.acquire() as conn, conn.transaction():
-            await conn.execute(LOCK_CLAIMS)
-            rows = list(await conn.fetch(CLAIM_DUE_RUNS, owner, limit, lease, max_claimed))
+        # No lock around the claim: replicas race, and SKIP LOCKED keeps their
+        # batches disjoint. The in-flight bound is counted from the statement's
+        # snapshot, so R replicas claiming at the same instant can overshoot it
+        # by at most (R - 1) x limit; it bounds queue wait, it is not a quota.
+        # (A cluster-wide lock would make it exact, and would let one paused
+        # replica holding it stop every claim.)
+        rows = list(await self._pool.fetch(CLAIM_DUE_RUNS, owner, limit, lease, max_claimed))
         # If another replica claimed a run of the same exclusive job first, the
         # index refuses ours and this statement claims nothing this time.
         with contextlib.suppress(asyncpg.UniqueViolationError):

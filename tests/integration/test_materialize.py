@@ -1,0 +1,83 @@
+"""One row per (job, instant), whoever writes it: materializer, manual insert, replay."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import pytest
+
+from actors.adapters.postgres import PostgresRunStore
+from actors.domain import IntervalSchedule, Job, PythonSpec, plan_materialization
+from actors.materializer import Materializer
+from tests.integration.helpers import add_job
+
+pytestmark = pytest.mark.integration
+
+NOW = datetime(2030, 6, 1, 12, 0, 0, tzinfo=UTC)
+HORIZON = timedelta(seconds=30)
+
+
+class FixedClock:
+    def now(self) -> datetime:
+        return NOW
+
+
+def _every_second() -> Job:
+    return Job(name="beat", schedule=IntervalSchedule(timedelta(seconds=1)),
+               executor=PythonSpec("tests.integration.helpers:record_call"))
+
+
+def _materializer(store: PostgresRunStore, job: Job) -> Materializer:
+    return Materializer(store, lambda: {job.name: job}, FixedClock(), HORIZON,
+                        timedelta(seconds=1), asyncio.Event())
+
+
+async def _rows_per_instant(store: PostgresRunStore) -> dict[datetime, int]:
+    rows = await store.pool.fetch(
+        "SELECT scheduled_at, count(*) AS n FROM job_runs GROUP BY scheduled_at")
+    return {r["scheduled_at"]: r["n"] for r in rows}
+
+
+async def test_materializer_manual_insert_and_replay_leave_one_row_per_instant(
+        store: PostgresRunStore, schema_url: str) -> None:
+    job = _every_second()
+    job_id = await add_job(store, job)
+    expected = plan_materialization(job, None, NOW, HORIZON)
+    instants = [r.scheduled_at for r in expected.runs]
+    assert len(instants) == 30
+
+    # Two replicas materialize the same instants at the same time.
+    other = await PostgresRunStore.connect(schema_url, max_size=2)
+    try:
+        inserted = await asyncio.gather(_materializer(store, job).tick(),
+                                        _materializer(other, job).tick())
+    finally:
+        await other.close()
+    assert sum(inserted) == len(instants)
+    assert await _rows_per_instant(store) == dict.fromkeys(instants, 1)
+
+    # A manual trigger of an instant the schedule already wrote changes nothing.
+    status = await store.pool.execute(
+        "INSERT INTO job_runs (job_id, scheduled_at, due_at, trigger) VALUES ($1, $2, $2, 'manual')"
+        " ON CONFLICT (job_id, scheduled_at) DO NOTHING", job_id, instants[3])
+    assert status == "INSERT 0 0"
+
+    # A replayed materialization (the high-water mark lost, the plan written again).
+    await store.pool.execute("UPDATE jobs SET materialized_until = NULL")
+    assert await _materializer(store, job).tick() == 0
+    assert await store.materialize_many([(job_id, expected)]) == 0
+    assert await _rows_per_instant(store) == dict.fromkeys(instants, 1)
+    assert await store.pool.fetchval("SELECT count(*) FROM job_runs") == len(instants)
+
+
+async def test_duplicate_instant_is_refused_by_the_schema(store: PostgresRunStore) -> None:
+    job_id = await add_job(store, _every_second())
+    insert = ("INSERT INTO job_runs (job_id, scheduled_at, due_at, trigger)"
+              " VALUES ($1, $2, $2, $3)")
+    await store.pool.execute(insert, job_id, NOW, "schedule")
+    with pytest.raises(asyncpg.UniqueViolationError) as refused:
+        await store.pool.execute(insert, job_id, NOW, "backfill")
+    assert refused.value.constraint_name == "job_runs_one_row_per_instant"
+    assert await store.pool.fetchval("SELECT count(*) FROM job_runs") == 1
