@@ -82,6 +82,9 @@ FENCED_COMPLETIONS = Counter(
 POISON_MESSAGES = Counter("claimd_poison_messages_total",
                           "Messages on the dispatch subject that were not valid dispatches",
                           ["reason"])
+COMPLETIONS_REJECTED = Counter(
+    "claimd_completions_rejected_total",
+    "Completions the database refused (not a connection problem); left to the reaper")
 LEASES_LOST = Counter("claimd_leases_lost_total",
                       "Running runs whose lease extension was refused (reaped or cancelled)")
 ACTOR_RESTARTS = Counter("claimd_actor_restarts_total", "Actor crashes restarted", ["actor"])

@@ -91,6 +91,13 @@ class Completion:
     worker: str
 
 
+class RecordRejected(Exception):
+    """The store refused a write for what it contains, not for being unreachable.
+
+    Retrying the same write cannot succeed; callers split or give up instead.
+    """
+
+
 class RunStore(Protocol):
     """The only thing that knows the database."""
 

@@ -26,6 +26,7 @@ from actors.domain import Outcome
 from actors.flow import Backoff
 from actors.heartbeat import Heartbeat, InFlight
 from actors.observability import (
+    COMPLETIONS_REJECTED,
     DELIVERIES_SKIPPED,
     FENCED_COMPLETIONS,
     POISON_MESSAGES,
@@ -37,7 +38,14 @@ from actors.observability import (
     SCHEDULE_LAG,
     get_logger,
 )
-from actors.ports import Completion, DispatchMessage, Executor, RunStore, StartedRun
+from actors.ports import (
+    Completion,
+    DispatchMessage,
+    Executor,
+    RecordRejected,
+    RunStore,
+    StartedRun,
+)
 
 log = get_logger("worker")
 COMPLETION_BATCH = 256
@@ -67,6 +75,7 @@ class _Pending:
     completion: Completion
     delivery: Delivery
     job: str
+    abandoned: bool = False
 
 
 @dataclass
@@ -238,7 +247,6 @@ class Worker:
 
     async def _complete_loop(self) -> None:
         """Record verdicts in batches, then ack each message whose run was recorded."""
-        backoff = Backoff(initial=0.1, maximum=5.0)
         done = False
         while not done:
             first = await self.completions.get()
@@ -251,21 +259,46 @@ class Worker:
                     done = True
                     break
                 batch.append(item)
-            while True:
-                try:
-                    # Shielded: a completion that reached the database must be acted on.
-                    recorded = await asyncio.shield(
-                        self.store.complete_runs([p.completion for p in batch]))
-                    break
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - retried; the lease has slack
-                    delay = backoff.next_delay()
-                    log.warning("complete failed; retrying", runs=len(batch), error=repr(exc),
-                                delay_s=round(delay, 3))
-                    await asyncio.sleep(delay)
-            backoff.reset()
+            try:
+                recorded = await self._record(batch)
+            except RecordRejected:
+                # One bad completion must not block the others: record them
+                # one by one; the ones the database refuses are abandoned.
+                recorded = set()
+                for pending in batch:
+                    try:
+                        recorded |= await self._record([pending])
+                    except RecordRejected as exc:
+                        self._abandon(pending, exc)
+                batch = [p for p in batch if not p.abandoned]
             await self._settle(batch, recorded)
+
+    async def _record(self, batch: list[_Pending]) -> set[tuple[str, int]]:
+        """complete_runs, retried while the database is unreachable (the lease has slack)."""
+        backoff = Backoff(initial=0.1, maximum=5.0)
+        while True:
+            try:
+                # Shielded: a completion that reached the database must be acted on.
+                return await asyncio.shield(
+                    self.store.complete_runs([p.completion for p in batch]))
+            except RecordRejected:
+                raise
+            except Exception as exc:  # noqa: BLE001 - transient: retried with backoff
+                delay = backoff.next_delay()
+                log.warning("complete failed; retrying", runs=len(batch), error=repr(exc),
+                            delay_s=round(delay, 3))
+                await asyncio.sleep(delay)
+
+    def _abandon(self, pending: _Pending, exc: Exception) -> None:
+        """Give up recording one attempt; its lease expires and the reaper retries the run."""
+        c = pending.completion
+        pending.abandoned = True
+        COMPLETIONS_REJECTED.inc()
+        log.error("completion rejected by the database; the lease will recover the run",
+                  run_id=c.run_id, job=pending.job, epoch=c.epoch, error=repr(exc)[:500])
+        entry = self.in_flight.get((c.run_id, c.epoch))
+        if entry is not None:
+            self._forget(entry)  # stop heartbeating it, so its lease can expire
 
     async def _settle(self, batch: list[_Pending], recorded: set[tuple[str, int]]) -> None:
         self._recorded_batches += 1

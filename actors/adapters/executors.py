@@ -109,8 +109,13 @@ async def run_shell(spec: ShellSpec, context: RunContext, timeout: timedelta,
         while chunk := await proc.stdout.read(65536):
             tail.add(chunk)
 
+    gathered = asyncio.gather(pump(), proc.wait())
+    # On a timeout or cancel, wait_for leaves the gather holding a CancelledError
+    # nobody reads: asyncio would log "exception was never retrieved" when it is
+    # collected. Read it here.
+    gathered.add_done_callback(lambda f: f.cancelled() or f.exception())
     try:
-        await asyncio.wait_for(asyncio.gather(pump(), proc.wait()), timeout.total_seconds())
+        await asyncio.wait_for(gathered, timeout.total_seconds())
     except TimeoutError:
         await _terminate(proc, kill_grace)
         return ExecutionResult(Outcome.TIMED_OUT, exit_code=proc.returncode,

@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,14 @@ from actors.domain import (
     schedule_from_definition,
     take,
 )
-from actors.ports import Completion, DispatchMessage, JobState, NotStarted, StartedRun
+from actors.ports import (
+    Completion,
+    DispatchMessage,
+    JobState,
+    NotStarted,
+    RecordRejected,
+    StartedRun,
+)
 
 # --- migrations ---------------------------------------------------------------
 
@@ -537,19 +544,20 @@ class PostgresRunStore:
     async def complete_runs(self, completions: Sequence[Completion]) -> set[tuple[str, int]]:
         if not completions:
             return set()
-        rows = await self._pool.fetch(
-            COMPLETE_RUNS_UNFENCED if os.environ.get("CLAIMD_FAULT_SKIP_EPOCH_GUARD") == "1"
-            else COMPLETE_RUNS,
-            [c.run_id for c in completions],
-            [c.epoch for c in completions],
-            [c.result.outcome.value for c in completions],
-            [c.result.exit_code for c in completions],
-            [_pg_text(c.result.error) for c in completions],
-            [_pg_text(c.result.output_tail) for c in completions],
-            [None if c.retry_delay is None else c.retry_delay.total_seconds()
-             for c in completions],
-            [c.worker for c in completions],
-        )
+        with _rejections():
+            rows = await self._pool.fetch(
+                COMPLETE_RUNS_UNFENCED if os.environ.get("CLAIMD_FAULT_SKIP_EPOCH_GUARD") == "1"
+                else COMPLETE_RUNS,
+                [c.run_id for c in completions],
+                [c.epoch for c in completions],
+                [c.result.outcome.value for c in completions],
+                [c.result.exit_code for c in completions],
+                [_pg_text(c.result.error) for c in completions],
+                [_pg_text(c.result.output_tail) for c in completions],
+                [None if c.retry_delay is None else c.retry_delay.total_seconds()
+                 for c in completions],
+                [c.worker for c in completions],
+            )
         return {(r["run_id"], r["claim_epoch"]) for r in rows}
 
     async def prune_history(self, older_than: timedelta, batch: int) -> int:
@@ -639,6 +647,24 @@ class Operations:
 
     async def prune(self, older_than: timedelta, batch: int = 1000) -> int:
         return await PostgresRunStore(self._pool).prune_history(older_than, batch)
+
+
+# SQLSTATE classes that mean "try again later": connection exceptions,
+# operator intervention (shutdown, cannot connect now), insufficient resources,
+# transaction rollback (serialization failure, deadlock).
+_TRANSIENT_CLASSES = ("08", "57", "53", "40")
+
+
+@contextlib.contextmanager
+def _rejections() -> Iterator[None]:
+    """Turn errors about the data itself into RecordRejected; let transient ones through."""
+    try:
+        yield
+    except asyncpg.PostgresError as exc:
+        state = getattr(exc, "sqlstate", "") or ""
+        if state[:2] in _TRANSIENT_CLASSES:
+            raise
+        raise RecordRejected(f"{type(exc).__name__}: {exc}") from exc
 
 
 def _pg_text(value: str | None) -> str | None:
