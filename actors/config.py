@@ -321,7 +321,9 @@ def job_from_raw(path: str, name: str, raw: Any) -> Job:
     for key in ("timeout", "catchup_window", "starting_deadline", "jitter"):
         text = getattr(model, key)
         try:
-            values[key] = None if text is None else _duration(text)
+            # jitter = "0s" reads as "no jitter"; every other duration must be positive.
+            values[key] = None if text is None else _duration(text,
+                                                              allow_zero=key == "jitter")
         except ClaimdError as exc:
             raise fail(key, exc) from None
     backoff: dict[str, timedelta] = {}

@@ -33,7 +33,9 @@ from actors.domain import (
     RunContext,
     ShellSpec,
 )
+from actors.observability import get_logger
 
+log = get_logger("executor")
 OUTPUT_TAIL_BYTES = 4096
 KILL_GRACE = 5.0
 
@@ -83,55 +85,85 @@ async def _terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
         await proc.wait()
 
 
+async def _spawn(spec: ShellSpec, argv: list[str], env: dict[str, str],
+                 output: int) -> asyncio.subprocess.Process:
+    if spec.use_shell:
+        return await asyncio.create_subprocess_shell(
+            argv[0], stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=output, env=env,
+            cwd=spec.cwd, start_new_session=True)
+    return await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=output, env=env,
+        cwd=spec.cwd, start_new_session=True)
+
+
+async def _pump(read_fd: int, tail: _Tail) -> None:
+    """Read the job's output into the tail until every writer has closed the pipe."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", 0))
+    try:
+        while chunk := await reader.read(65536):
+            tail.add(chunk)
+    finally:
+        transport.close()
+
+
 async def run_shell(spec: ShellSpec, context: RunContext, timeout: timedelta,
                     kill_grace: float = KILL_GRACE) -> ExecutionResult:
-    """Run a program in its own process group; the group dies with the timeout."""
+    """Run a program in its own process group; the group dies with the timeout.
+
+    The run ends when the leader exits, not when its output closes: output goes
+    to a pipe of our own rather than asyncio's, because asyncio's
+    ``Process.wait()`` also waits for its pipes, and a child left in the
+    background would hold them open (``daemon & exit 0`` would time out).
+    """
     values = context.template_values()
     argv = [_fill(a, values) for a in spec.argv]
     env = {**os.environ, **spec.env, **context.env()}
     start = time.monotonic()
+    read_fd, write_fd = os.pipe()
     try:
-        if spec.use_shell:
-            proc = await asyncio.create_subprocess_shell(
-                argv[0], stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                env=env, cwd=spec.cwd, start_new_session=True)
-        else:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                env=env, cwd=spec.cwd, start_new_session=True)
+        proc = await _spawn(spec, argv, env, write_fd)
     except OSError as exc:
+        os.close(read_fd)
         return ExecutionResult(Outcome.FAILED, error=f"cannot start {argv[0]!r}: {exc}",
                                duration=_elapsed(start))
+    finally:
+        os.close(write_fd)  # the child holds its own copy
     tail = _Tail()
-
-    async def pump() -> None:
-        assert proc.stdout is not None
-        while chunk := await proc.stdout.read(65536):
-            tail.add(chunk)
-
-    gathered = asyncio.gather(pump(), proc.wait())
-    # On a timeout or cancel, wait_for leaves the gather holding a CancelledError
-    # nobody reads: asyncio would log "exception was never retrieved" when it is
-    # collected. Read it here.
-    gathered.add_done_callback(lambda f: f.cancelled() or f.exception())
+    pumping = asyncio.ensure_future(_pump(read_fd, tail))
     try:
-        await asyncio.wait_for(gathered, timeout.total_seconds())
+        await asyncio.wait_for(proc.wait(), timeout.total_seconds())
     except TimeoutError:
         await _terminate(proc, kill_grace)
+        await _drain(pumping)
         return ExecutionResult(Outcome.TIMED_OUT, exit_code=proc.returncode,
                                error=f"timed out after {timeout}; process group killed",
                                output_tail=tail.text(), duration=_elapsed(start))
     except asyncio.CancelledError:
         await asyncio.shield(_terminate(proc, kill_grace))
+        pumping.cancel()
         raise
     # The leader exited; make sure nothing it left behind in its group lingers.
     _kill_group(proc.pid, signal.SIGKILL)
+    await _drain(pumping)
     code = proc.returncode
     if code == 0:
         return ExecutionResult(Outcome.SUCCEEDED, exit_code=0, output_tail=tail.text(),
                                duration=_elapsed(start))
     return ExecutionResult(Outcome.FAILED, exit_code=code, error=f"exit status {code}",
                            output_tail=tail.text(), duration=_elapsed(start))
+
+
+async def _drain(pumping: asyncio.Future[None], limit: float = 2.0) -> None:
+    """Let the pump read what is left; a process outside the group may hold the pipe."""
+    try:
+        await asyncio.wait_for(pumping, limit)
+    except TimeoutError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - losing the tail must not lose the verdict
+        log.warning("output capture failed; the verdict stands without it", error=repr(exc))
 
 
 def resolve_callable(target: str) -> Callable[..., Any]:
