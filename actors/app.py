@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -70,9 +69,6 @@ class Replica:
     def __post_init__(self) -> None:
         self.jobs: dict[str, Job] = dict(self.config.jobs)
 
-    def current_jobs(self) -> Mapping[str, Job]:
-        return self.jobs
-
     async def reload(self, store: PostgresRunStore) -> bool:
         """Reread the config file; a file with any error changes nothing."""
         try:
@@ -82,6 +78,9 @@ class Replica:
             log.error("reload rejected; running jobs unchanged", path=str(self.config_path),
                       errors=str(exc))
             return False
+        # Materializers plan from the stored definitions, and write only while a
+        # plan's definition is still the stored one: a tick racing this sync, here
+        # or on another replica, cannot write the old schedule's instants.
         changes = (await store.sync_jobs(list(loaded.jobs.values()))
                    if self.role in (Role.ALL, Role.SCHEDULER) else {})
         self.jobs = dict(loaded.jobs)
@@ -180,7 +179,7 @@ class Replica:
         async with asyncio.TaskGroup() as group:
             tasks: dict[str, asyncio.Task[None]] = {}
             if scheduling:
-                materializer = Materializer(store, self.current_jobs, SystemClock(),
+                materializer = Materializer(store, SystemClock(),
                                             settings.horizon, settings.materialize_interval,
                                             stop_claiming)
                 claimer = Claimer(store, self.replica_id, to_dispatch, gate,

@@ -1,19 +1,21 @@
 """The materializer: expands each enabled job's schedule into rows up to a horizon ahead.
 
 Idempotent by ``UNIQUE (job_id, scheduled_at)``: several replicas may run it at
-once and the second insert of an instant changes nothing.
+once and the second insert of an instant changes nothing. It plans from the
+definitions stored in ``jobs`` (what the last sync or reload wrote), never from
+a replica's own copy of the config file, so replicas that reloaded at
+different moments still plan the same instants.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
 from datetime import timedelta
 
-from actors.domain import Job, Plan, plan_materialization
+from actors.domain import Job, Plan, job_from_definition, plan_materialization
 from actors.observability import RUNS_MATERIALIZED, RUNS_MISSED, get_logger
-from actors.ports import Clock, RunStore
+from actors.ports import Clock, JobState, RunStore
 
 log = get_logger("materializer")
 
@@ -21,10 +23,10 @@ log = get_logger("materializer")
 class Materializer:
     """Writes the rows the schedules say are due, every tick."""
 
-    def __init__(self, store: RunStore, jobs: Callable[[], Mapping[str, Job]], clock: Clock,
-                 horizon: timedelta, interval: timedelta, stop: asyncio.Event) -> None:
+    def __init__(self, store: RunStore, clock: Clock, horizon: timedelta,
+                 interval: timedelta, stop: asyncio.Event) -> None:
         self.store = store
-        self.jobs = jobs
+        self._parsed: dict[str, Job] = {}  # fingerprint -> job: parse each definition once
         self.clock = clock
         self.horizon = horizon
         self.interval = interval
@@ -34,10 +36,12 @@ class Materializer:
         """Materialize once; returns the number of rows inserted."""
         states = await self.store.active_jobs()
         now = self.clock.now()
-        plans: list[tuple[int, Plan]] = []
-        for name, job in self.jobs().items():
-            state = states.get(name)
-            if state is None or state.paused or not job.enabled:
+        plans: list[tuple[JobState, Plan]] = []
+        for name, state in states.items():
+            if state.paused:
+                continue
+            job = self._job(state)
+            if job is None:
                 continue
             plan = plan_materialization(job, state.materialized_until, now, self.horizon)
             if plan.missed:
@@ -45,7 +49,7 @@ class Materializer:
                 log.warning("missed instants dropped by catch-up policy", job=name,
                             missed=plan.missed, catchup=job.catchup.value)
             if plan.runs or plan.materialized_until != state.materialized_until:
-                plans.append((state.id, plan))
+                plans.append((state, plan))
         if not plans:
             return 0
         inserted = await self.store.materialize_many(plans)
@@ -53,6 +57,18 @@ class Materializer:
         if inserted:
             log.debug("materialized", runs=inserted, jobs=len(plans))
         return inserted
+
+    def _job(self, state: JobState) -> Job | None:
+        job = self._parsed.get(state.fingerprint)
+        if job is None:
+            try:
+                job = job_from_definition(state.name, state.definition)
+            except Exception as exc:  # noqa: BLE001 - one bad row must not stop the others
+                log.error("stored job definition unreadable; skipped", job=state.name,
+                          error=repr(exc))
+                return None
+            self._parsed[state.fingerprint] = job
+        return job
 
     async def run(self) -> None:
         while not self.stop.is_set():

@@ -25,12 +25,19 @@ from actors.domain import (
 
 @dataclass(frozen=True)
 class JobState:
-    """A job as the materializer sees it in the store."""
+    """A job as the materializer sees it in the store.
+
+    The materializer plans from the stored definition, not from its own copy
+    of the config file: every replica then plans the same instants, whichever
+    of them synced last.
+    """
 
     id: int
     name: str
     materialized_until: datetime | None
     paused: bool
+    fingerprint: str
+    definition: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,7 @@ class RunStore(Protocol):
 
     async def sync_jobs(self, jobs: Sequence[Job], keep: Sequence[str] = ()) -> dict[str, str]: ...
     async def active_jobs(self) -> dict[str, JobState]: ...
-    async def materialize_many(self, plans: Sequence[tuple[int, Plan]]) -> int: ...
+    async def materialize_many(self, plans: Sequence[tuple[JobState, Plan]]) -> int: ...
     async def skip_unrunnable(self, limit: int) -> list[tuple[str, str]]: ...
     async def claim_due_runs(self, owner: str, limit: int, lease: timedelta,
                              max_claimed: int) -> list[ClaimedRun]: ...

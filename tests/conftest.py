@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import asyncpg
@@ -16,13 +16,13 @@ from tests import servers
 
 
 @pytest.fixture(scope="session")
-def database_url() -> Iterator[str]:
-    yield servers.database_url()
+def database_url() -> str:
+    return servers.database_url()
 
 
 @pytest.fixture(scope="session")
-def nats_url() -> Iterator[str]:
-    yield servers.nats_url()
+def nats_url() -> str:
+    return servers.nats_url()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -95,9 +95,10 @@ class EmbeddedPostgres:
 
         self.pgdata.mkdir(parents=True, exist_ok=True)
         # pgserver runs postgres as a dedicated user when we are root; the data
-        # folder's parents must let it in.
+        # folder's parents must let it in. Not the data folder itself: postgres
+        # refuses to start on one that is not 0700/0750 (a second `claimd dev`).
         if hasattr(os, "geteuid") and os.geteuid() == 0:
-            for parent in [self.pgdata, *self.pgdata.parents]:
+            for parent in self.pgdata.parents:
                 with contextlib.suppress(OSError):
                     parent.chmod(parent.stat().st_mode | 0o711)
         self.server = pgserver.get_server(str(self.pgdata), cleanup_mode="stop")

@@ -132,22 +132,28 @@ UPDATE job_runs r SET state = 'cancelled', outcome = 'cancelled', error = 'job r
 RETURNING r.id
 """
 ACTIVE_JOBS = """
-SELECT id, name, materialized_until, paused FROM jobs WHERE enabled
+SELECT id, name, materialized_until, paused, fingerprint, definition FROM jobs WHERE enabled
 """
 
 # --- materialize --------------------------------------------------------------
 
 # Idempotent by the unique constraint: any number of replicas may materialize
 # the same instants; the second insert of (job, instant) changes nothing.
+# A plan is written only while the job's definition is the one it was made
+# from: a replica still holding an old definition cannot write the old
+# schedule's instants after another replica's reload changed it.
 INSERT_PLANNED_RUNS = """
 INSERT INTO job_runs (job_id, scheduled_at, due_at)
-SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[])
+SELECT u.job_id, u.scheduled_at, u.due_at
+  FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::text[])
+       AS u(job_id, scheduled_at, due_at, fingerprint)
+  JOIN jobs j ON j.id = u.job_id AND j.fingerprint = u.fingerprint AND j.enabled
 ON CONFLICT ON CONSTRAINT job_runs_one_row_per_instant DO NOTHING
 """
 ADVANCE_HIGH_WATER = """
 UPDATE jobs j SET materialized_until = GREATEST(COALESCE(j.materialized_until, u.until), u.until)
-  FROM unnest($1::bigint[], $2::timestamptz[]) AS u(id, until)
- WHERE j.id = u.id
+  FROM unnest($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, until, fingerprint)
+ WHERE j.id = u.id AND j.fingerprint = u.fingerprint
 """
 
 # --- claim --------------------------------------------------------------------
@@ -454,26 +460,28 @@ class PostgresRunStore:
         rows = await self._pool.fetch(ACTIVE_JOBS)
         return {r["name"]: JobState(id=r["id"], name=r["name"],
                                     materialized_until=r["materialized_until"],
-                                    paused=r["paused"]) for r in rows}
+                                    paused=r["paused"], fingerprint=r["fingerprint"],
+                                    definition=json.loads(r["definition"])) for r in rows}
 
-    async def materialize_many(self, plans: Sequence[tuple[int, Plan]]) -> int:
+    async def materialize_many(self, plans: Sequence[tuple[JobState, Plan]]) -> int:
         """Insert every planned run of several jobs and advance their marks, in one go."""
         job_ids: list[int] = []
         scheduled: list[datetime] = []
         due: list[datetime] = []
-        for job_id, plan in plans:
+        fingerprints: list[str] = []
+        for job, plan in plans:
             for run in plan.runs:
-                job_ids.append(job_id)
+                job_ids.append(job.id)
                 scheduled.append(run.scheduled_at)
                 due.append(run.due_at)
+                fingerprints.append(job.fingerprint)
         async with self._pool.acquire() as conn, conn.transaction():
-            status = await conn.execute(INSERT_PLANNED_RUNS, job_ids, scheduled, due)
-            await conn.execute(ADVANCE_HIGH_WATER, [j for j, _ in plans],
-                               [p.materialized_until for _, p in plans])
+            status = await conn.execute(INSERT_PLANNED_RUNS, job_ids, scheduled, due,
+                                        fingerprints)
+            await conn.execute(ADVANCE_HIGH_WATER, [j.id for j, _ in plans],
+                               [p.materialized_until for _, p in plans],
+                               [j.fingerprint for j, _ in plans])
         return int(status.split()[-1])
-
-    async def materialize(self, job_id: int, plan: Plan) -> int:
-        return await self.materialize_many([(job_id, plan)])
 
     async def skip_unrunnable(self, limit: int) -> list[tuple[str, str]]:
         """Record as skipped the due runs that policies say must not run."""

@@ -23,6 +23,7 @@ from actors.domain.jobs import (
     ShellSpec,
     executor_from_dict,
     executor_to_dict,
+    job_from_definition,
     schedule_from_definition,
 )
 from actors.domain.lease import DEFAULT_LEASE, LeaseSettings, check_lease_invariant
@@ -70,6 +71,7 @@ __all__ = [
     "executor_from_dict",
     "executor_to_dict",
     "format_duration",
+    "job_from_definition",
     "parse_duration",
     "plan_materialization",
     "schedule_from_definition",

@@ -174,3 +174,25 @@ class Job:
     def fingerprint(self) -> str:
         """Stable text of the definition; a change means the job was edited."""
         return json.dumps(self.definition(), sort_keys=True, separators=(",", ":"))
+
+
+def job_from_definition(name: str, data: Mapping[str, Any], enabled: bool = True) -> Job:
+    """Inverse of :meth:`Job.definition`: a job as stored, for every replica to plan from."""
+    retry = data.get("retry", {})
+    deadline = data.get("starting_deadline_ms")
+    return Job(
+        name=name,
+        schedule=schedule_from_definition(data["schedule"]),
+        executor=executor_from_dict(data["executor"]),
+        timeout=timedelta(milliseconds=data["timeout_ms"]),
+        max_attempts=int(data["max_attempts"]),
+        enabled=enabled,
+        overlap=Overlap(data["overlap"]),
+        catchup=Catchup(data["catchup"]),
+        catchup_window=timedelta(milliseconds=data["catchup_window_ms"]),
+        starting_deadline=None if deadline is None else timedelta(milliseconds=deadline),
+        jitter=timedelta(milliseconds=data.get("jitter_ms", 0)),
+        retry=RetryPolicy(initial=timedelta(milliseconds=retry.get("initial_ms", 1000)),
+                          maximum=timedelta(milliseconds=retry.get("maximum_ms", 300_000)),
+                          multiplier=float(retry.get("multiplier", 2.0))),
+    )

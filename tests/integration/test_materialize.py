@@ -30,7 +30,7 @@ def _every_second() -> Job:
 
 
 def _materializer(store: PostgresRunStore, job: Job) -> Materializer:
-    return Materializer(store, lambda: {job.name: job}, FixedClock(), HORIZON,
+    return Materializer(store, FixedClock(), HORIZON,
                         timedelta(seconds=1), asyncio.Event())
 
 
@@ -67,7 +67,8 @@ async def test_materializer_manual_insert_and_replay_leave_one_row_per_instant(
     # A replayed materialization (the high-water mark lost, the plan written again).
     await store.pool.execute("UPDATE jobs SET materialized_until = NULL")
     assert await _materializer(store, job).tick() == 0
-    assert await store.materialize_many([(job_id, expected)]) == 0
+    state = (await store.active_jobs())[job.name]
+    assert await store.materialize_many([(state, expected)]) == 0
     assert await _rows_per_instant(store) == dict.fromkeys(instants, 1)
     assert await store.pool.fetchval("SELECT count(*) FROM job_runs") == len(instants)
 
@@ -81,3 +82,30 @@ async def test_duplicate_instant_is_refused_by_the_schema(store: PostgresRunStor
         await store.pool.execute(insert, job_id, NOW, "backfill")
     assert refused.value.constraint_name == "job_runs_one_row_per_instant"
     assert await store.pool.fetchval("SELECT count(*) FROM job_runs") == 1
+
+
+async def test_a_plan_from_a_superseded_definition_writes_nothing(
+        store: PostgresRunStore) -> None:
+    """A replica that planned with the old definition cannot write after a reload changed it."""
+    job = _every_second()
+    await add_job(store, job)
+    stale = (await store.active_jobs())[job.name]
+    plan = plan_materialization(job, None, NOW, HORIZON)
+    # Another replica reloads: the job now runs every 2 seconds.
+    changed = Job(name=job.name, schedule=IntervalSchedule(timedelta(seconds=2)),
+                  executor=job.executor)
+    await store.sync_jobs([changed])
+    assert await store.materialize_many([(stale, plan)]) == 0
+    assert await store.pool.fetchval("SELECT count(*) FROM job_runs") == 0
+    # The current definition plans and writes as usual (the sync reset the
+    # job's mark to the database's now, so plan on the real clock here).
+    class WallClock:
+        def now(self) -> datetime:
+            return datetime.now(UTC)
+
+    assert await Materializer(store, WallClock(), HORIZON, timedelta(seconds=1),
+                              asyncio.Event()).tick() > 0
+    spacing = await store.pool.fetchval(
+        "SELECT min(d) FROM (SELECT scheduled_at - lag(scheduled_at) OVER (ORDER BY scheduled_at)"
+        " AS d FROM job_runs) x")
+    assert spacing == timedelta(seconds=2)
