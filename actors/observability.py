@@ -87,6 +87,8 @@ COMPLETIONS_REJECTED = Counter(
     "Completions the database refused (not a connection problem); left to the reaper")
 LEASES_LOST = Counter("claimd_leases_lost_total",
                       "Running runs whose lease extension was refused (reaped or cancelled)")
+ACTOR_OUTAGES = Counter("claimd_actor_outages_total",
+                        "Actor restarts because a server was unavailable", ["actor"])
 ACTOR_RESTARTS = Counter("claimd_actor_restarts_total", "Actor crashes restarted", ["actor"])
 CONFIG_JOB_ERRORS = Gauge("claimd_config_job_errors", "Jobs in the config file that are invalid")
 RUNS_IN_FLIGHT = Gauge("claimd_worker_runs_in_flight", "Runs executing on this worker")

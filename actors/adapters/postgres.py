@@ -9,13 +9,15 @@ with skewed clocks still agree on leases and due times.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import asyncpg
 
@@ -37,6 +39,7 @@ from actors.ports import (
     NotStarted,
     RecordRejected,
     StartedRun,
+    StoreUnavailable,
 )
 
 # --- migrations ---------------------------------------------------------------
@@ -397,6 +400,43 @@ SELECT reaped.id::text AS id, p.name, p.state AS from_state, reaped.state AS to_
 """
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+def _is_outage(exc: BaseException) -> bool:
+    # InternalClientError is what asyncpg raises when a pooled connection the
+    # server closed (a restart, pg_terminate_backend) is used again.
+    if isinstance(exc, OSError | TimeoutError | asyncpg.PostgresConnectionError
+                  | asyncpg.exceptions.InternalClientError):
+        return True
+    if isinstance(exc, asyncpg.PostgresError):
+        return (getattr(exc, "sqlstate", "") or "")[:2] in _TRANSIENT_CLASSES
+    return False
+
+
+def _outage_as_store_unavailable(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except Exception as exc:
+            if _is_outage(exc):
+                raise StoreUnavailable(f"{fn.__name__}: {type(exc).__name__}: {exc}") from exc
+            raise
+    return wrapper
+
+
+def _store_methods_report_outages(cls: type[T]) -> type[T]:
+    """Every public coroutine method raises StoreUnavailable when the database is away."""
+    for name, member in list(vars(cls).items()):
+        if not name.startswith("_") and inspect.iscoroutinefunction(member):
+            setattr(cls, name, _outage_as_store_unavailable(member))
+    return cls
+
+
+@_store_methods_report_outages
 class PostgresRunStore:
     """RunStore on PostgreSQL through an asyncpg pool."""
 

@@ -1,0 +1,323 @@
+"""What the harness does to the system: the seeded fault plan, the servers, the replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from random import Random
+
+from actors.adapters.embedded import EmbeddedNats, EmbeddedPostgres
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class FaultKind(enum.StrEnum):
+    KILL = "kill"
+    ZOMBIE = "zombie"
+    NATS_RESTART = "nats_restart"
+    PG_RESTART = "pg_restart"
+    PUBLISH_FAILURES = "publish_failures"
+    SLOW_COMPLETIONS = "slow_completions"
+
+    @property
+    def label(self) -> str:
+        return FAULT_LABELS[self]
+
+
+FAULT_LABELS = {
+    FaultKind.KILL: "replica SIGKILL, restarted after a delay",
+    FaultKind.ZOMBIE: "replica SIGSTOP past its lease, then SIGCONT",
+    FaultKind.NATS_RESTART: "nats-server SIGKILL, restarted",
+    FaultKind.PG_RESTART: "PostgreSQL stopped, restarted",
+    FaultKind.PUBLISH_FAILURES: "publish failures (extra replica)",
+    FaultKind.SLOW_COMPLETIONS: "slow completions (extra replica)",
+}
+# The random part of a plan favours the faults that hit runs in flight.
+WEIGHTS = {FaultKind.KILL: 3, FaultKind.ZOMBIE: 2, FaultKind.NATS_RESTART: 1,
+           FaultKind.PG_RESTART: 1, FaultKind.PUBLISH_FAILURES: 1,
+           FaultKind.SLOW_COMPLETIONS: 1}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One planned fault: when (seconds after injection starts), how long, on whom."""
+
+    kind: FaultKind
+    at: float
+    span: float  # down time, pause, restart delay or the period the faulty replica lives
+    target: int  # replica index (kill, zombie)
+    param: float = 0.0  # publish: fail every Nth; slow: seconds added to every execution
+
+    def describe(self) -> str:
+        what = {
+            FaultKind.KILL: f"SIGKILL replica r{self.target}, restart after {self.span:.1f}s",
+            FaultKind.ZOMBIE: f"SIGSTOP replica r{self.target} for {self.span:.1f}s",
+            FaultKind.NATS_RESTART: f"nats-server down {self.span:.1f}s",
+            FaultKind.PG_RESTART: f"PostgreSQL down {self.span:.1f}s",
+            FaultKind.PUBLISH_FAILURES:
+                f"extra replica failing 1 publish in {int(self.param)} for {self.span:.1f}s",
+            FaultKind.SLOW_COMPLETIONS:
+                f"extra replica adding {self.param:.1f}s to every run for {self.span:.1f}s",
+        }[self.kind]
+        return f"t+{self.at:5.1f}s {what}"
+
+
+def build_plan(seed: int, kinds: list[FaultKind], duration: float, replicas: int,
+               lease: float, *, force_each: bool = True, warmup: float = 3.0) -> list[Fault]:
+    """A reproducible fault plan: one fault at a time, with gaps between them.
+
+    With ``force_each`` every kind in ``kinds`` appears at least once (even if
+    that runs past ``duration``); the rest of the time is filled at random.
+    """
+    rng = Random(seed)
+    forced = list(kinds) if force_each else []
+    rng.shuffle(forced)
+    plan: list[Fault] = []
+    t = warmup
+    while kinds:
+        is_forced = bool(forced)
+        kind = forced.pop(0) if forced else rng.choices(kinds, [WEIGHTS[k] for k in kinds])[0]
+        span, param = _span_and_param(rng, kind, lease)
+        target = rng.randrange(replicas)
+        if not is_forced and t + span > duration:
+            break
+        plan.append(Fault(kind, round(t, 2), round(span, 2), target, round(param, 2)))
+        t += span + rng.uniform(2.0, 5.0)
+    return plan
+
+
+def _span_and_param(rng: Random, kind: FaultKind, lease: float) -> tuple[float, float]:
+    if kind is FaultKind.KILL:
+        return rng.uniform(2.0, 6.0), 0.0
+    if kind is FaultKind.ZOMBIE:
+        # Past the lease, but not by much: the run's newer attempt is then
+        # usually still executing when the zombie wakes, the case fencing is for.
+        return lease + rng.uniform(1.5, 2.5), 0.0
+    if kind in (FaultKind.NATS_RESTART, FaultKind.PG_RESTART):
+        return rng.uniform(1.5, 3.5), 0.0
+    if kind is FaultKind.PUBLISH_FAILURES:
+        return rng.uniform(6.0, 10.0), float(rng.choice([2, 3, 4]))
+    # Slow completions: some shorter than the lease, some longer (heartbeats must
+    # keep those leases alive).
+    return rng.uniform(6.0, 10.0), rng.uniform(lease * 0.5, lease * 1.5)
+
+
+# --- servers -------------------------------------------------------------------------
+
+
+@dataclass
+class NatsControl:
+    """The harness's own nats-server, which it may kill and restart."""
+
+    server: EmbeddedNats
+
+    def kill(self) -> None:
+        proc = self.server.process
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def start(self) -> None:
+        self.server.start()
+
+
+@dataclass
+class PostgresControl:
+    """An embedded PostgreSQL (pgserver) the harness may stop and start.
+
+    pgserver runs postgres as the ``pgserver`` user when we are root, so
+    pg_ctl runs as that user too; the start options are those pgserver used
+    (no TCP, a unix socket in the data folder).
+    """
+
+    server: EmbeddedPostgres
+
+    @property
+    def pgdata(self) -> Path:
+        return self.server.pgdata
+
+    def _pg_ctl(self, *args: str) -> None:
+        from pgserver._commands import POSTGRES_BIN_PATH
+
+        user = "pgserver" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+        subprocess.run([str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self.pgdata), *args],
+                       check=True, user=user, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60)
+
+    def stop(self) -> None:
+        self._pg_ctl("-w", "-m", "fast", "stop")
+
+    def start(self) -> None:
+        socket_dir = self.pgdata  # where pgserver put the socket (see get_uri)
+        self._pg_ctl("-w", "-o", '-h ""', "-o", f"-k {socket_dir}",
+                     "-l", str(self.pgdata / "log"), "start")
+        with contextlib.suppress(Exception):
+            from pgserver.utils import PostmasterInfo
+
+            # Keep pgserver's handle pointing at the live postmaster, so its own
+            # cleanup stops this one.
+            self.server.server._postmaster_info = (  # type: ignore[attr-defined]
+                PostmasterInfo.read_from_pgdata(self.pgdata))
+
+    def shutdown(self) -> None:
+        # pgserver's own cleanup stops the postmaster start() recorded; pg_ctl
+        # is the fallback should that handle be stale.
+        self.server.stop()
+        if (self.pgdata / "postmaster.pid").exists():
+            with contextlib.suppress(Exception):
+                self.stop()
+
+
+# --- replicas ------------------------------------------------------------------------
+
+
+def claimd_command() -> list[str]:
+    beside = Path(sys.executable).parent / "claimd"
+    return [str(beside)] if beside.exists() else [sys.executable, "-m", "actors.cli"]
+
+
+@dataclass
+class Replica:
+    """One `claimd run` process slot; a slot is restarted when its process dies."""
+
+    name: str
+    log_path: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    down_on_purpose: bool = False  # killed by a fault (restart pending) or retired
+    retired: bool = False
+    starts: int = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@dataclass
+class UnplannedExit:
+    replica: str
+    code: int | None
+    at: datetime
+
+
+class ReplicaSet:
+    """The claimd processes: start, kill, pause, and restart the ones that exit.
+
+    The harness plays the container platform: a replica that exits on its own
+    (e.g. an actor gave up while PostgreSQL was down) is restarted after a
+    second, and the exit is counted.
+    """
+
+    def __init__(self, config: Path, logs: Path, env: dict[str, str], log_level: str) -> None:
+        self.config = config
+        self.logs = logs
+        self.env = env
+        self.log_level = log_level
+        self.replicas: dict[str, Replica] = {}
+        self.unplanned: list[UnplannedExit] = []
+        self._watch: asyncio.Task[None] | None = None
+
+    def add(self, name: str, extra_env: dict[str, str] | None = None) -> Replica:
+        replica = Replica(name, self.logs / f"{name}.log", dict(extra_env or {}))
+        self.replicas[name] = replica
+        self.spawn(replica)
+        return replica
+
+    def spawn(self, replica: Replica) -> None:
+        replica.starts += 1
+        with replica.log_path.open("ab") as log:
+            log.write(f"--- start #{replica.starts} at {datetime.now(UTC).isoformat()} "
+                      f"env {replica.extra_env}\n".encode())
+        log = replica.log_path.open("ab")  # handed to the child
+        try:
+            replica.proc = subprocess.Popen(
+                [*claimd_command(), "--log-level", self.log_level, "run",
+                 "--config", str(self.config)],
+                env={**self.env, **replica.extra_env}, stdout=log, stderr=subprocess.STDOUT,
+                cwd=REPO_ROOT, start_new_session=True)
+        finally:
+            log.close()
+        replica.down_on_purpose = False
+
+    def pid(self, name: str) -> int | None:
+        replica = self.replicas[name]
+        return replica.proc.pid if replica.alive and replica.proc is not None else None
+
+    def signal(self, name: str, sig: signal.Signals) -> bool:
+        replica = self.replicas[name]
+        if not replica.alive or replica.proc is None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(replica.proc.pid, sig)
+        return True
+
+    def kill(self, name: str) -> bool:
+        replica = self.replicas[name]
+        replica.down_on_purpose = True
+        if not self.signal(name, signal.SIGKILL):
+            return False
+        assert replica.proc is not None
+        replica.proc.wait()
+        return True
+
+    async def retire(self, name: str, timeout: float = 30.0) -> None:
+        """SIGTERM (graceful stop), then SIGKILL if it outlives ``timeout``."""
+        replica = self.replicas[name]
+        replica.down_on_purpose = replica.retired = True
+        if replica.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(replica.proc.pid, signal.SIGCONT)
+            os.kill(replica.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while replica.proc.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        if replica.proc.poll() is None:
+            replica.proc.kill()
+            replica.proc.wait()
+
+    def start_watching(self) -> None:
+        self._watch = asyncio.create_task(self._watch_loop())
+
+    async def _watch_loop(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            for replica in list(self.replicas.values()):
+                if replica.down_on_purpose or replica.proc is None:
+                    continue
+                code = replica.proc.poll()
+                if code is None:
+                    continue
+                self.unplanned.append(UnplannedExit(replica.name, code, datetime.now(UTC)))
+                replica.down_on_purpose = True  # until respawned below
+                asyncio.get_running_loop().call_later(1.0, self._respawn, replica)
+
+    def _respawn(self, replica: Replica) -> None:
+        if not replica.retired and not replica.alive:
+            self.spawn(replica)
+
+    async def stop_all(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+        await asyncio.gather(*(self.retire(name) for name in self.replicas))
+
+    def kill_all(self) -> None:
+        """Last-resort cleanup: nothing the harness started may outlive it."""
+        for replica in self.replicas.values():
+            replica.retired = replica.down_on_purpose = True
+            if replica.proc is not None and replica.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(replica.proc.pid, signal.SIGCONT)
+                replica.proc.kill()
+                replica.proc.wait()
