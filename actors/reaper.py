@@ -50,6 +50,9 @@ class Reaper:
         return pruned
 
     async def reap_once(self) -> int:
+        orphaned = await self.store.cancel_orphaned_runs()
+        if orphaned:
+            log.info("cancelled pending runs of removed jobs", runs=orphaned)
         reaped = await self.store.reap_expired_leases(REAP_BATCH)
         for run_id, job, transition in reaped:
             RUNS_REAPED.labels(transition=transition).inc()

@@ -32,6 +32,7 @@ from actors.domain import (
     schedule_from_definition,
     take,
 )
+from actors.observability import get_logger
 from actors.ports import (
     Completion,
     DispatchMessage,
@@ -41,6 +42,8 @@ from actors.ports import (
     StartedRun,
     StoreUnavailable,
 )
+
+log = get_logger("postgres")
 
 # --- migrations ---------------------------------------------------------------
 
@@ -82,7 +85,8 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
             if version in applied:
                 continue
             async with conn.transaction():
-                await conn.execute(path.read_text(encoding="utf-8"))
+                # A migration may rewrite a big table: no statement timeout here.
+                await conn.execute(path.read_text(encoding="utf-8"), timeout=24 * 3600)
                 await conn.execute(RECORD_MIGRATION, version, path.name)
             applied_now.append(path.name)
     finally:
@@ -142,30 +146,41 @@ SELECT id, name, materialized_until, paused, fingerprint, definition FROM jobs W
 
 # Idempotent by the unique constraint: any number of replicas may materialize
 # the same instants; the second insert of (job, instant) changes nothing.
+#
 # A plan is written only while the job's definition is the one it was made
-# from: a replica still holding an old definition cannot write the old
-# schedule's instants after another replica's reload changed it.
-INSERT_PLANNED_RUNS = """
-INSERT INTO job_runs (job_id, scheduled_at, due_at)
-SELECT u.job_id, u.scheduled_at, u.due_at
-  FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::text[])
-       AS u(job_id, scheduled_at, due_at, fingerprint)
-  JOIN jobs j ON j.id = u.job_id AND j.fingerprint = u.fingerprint AND j.enabled
-ON CONFLICT ON CONSTRAINT job_runs_one_row_per_instant DO NOTHING
-"""
+# from. The guarded UPDATE of the high-water mark runs first, in the same
+# transaction, and row-locks each job whose fingerprint still matches; the
+# insert then writes only for those jobs. A reload's UPSERT of the same job row
+# waits for that lock, so its withdrawal of future runs sees (and deletes) the
+# rows written here; a plan from a superseded definition writes nothing.
 ADVANCE_HIGH_WATER = """
 UPDATE jobs j SET materialized_until = GREATEST(COALESCE(j.materialized_until, u.until), u.until)
   FROM unnest($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, until, fingerprint)
- WHERE j.id = u.id AND j.fingerprint = u.fingerprint
+ WHERE j.id = u.id AND j.fingerprint = u.fingerprint AND j.enabled
+RETURNING j.id
+"""
+INSERT_PLANNED_RUNS = """
+INSERT INTO job_runs (job_id, scheduled_at, due_at)
+SELECT u.job_id, u.scheduled_at, u.due_at
+  FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[])
+       AS u(job_id, scheduled_at, due_at)
+ WHERE u.job_id = ANY ($4::bigint[])
+ON CONFLICT ON CONSTRAINT job_runs_one_row_per_instant DO NOTHING
 """
 
 # --- claim --------------------------------------------------------------------
+
+# Claimed but not yet started, all replicas together: the in-flight bound.
+# Counted in its own statement so that the claim's LIMIT is a plain number the
+# planner can see (a computed LIMIT made it plan for the whole table).
+COUNT_CLAIMED = "SELECT count(*) FROM job_runs WHERE state = 'claimed'"
 
 # One statement claims a disjoint batch. ORDER BY sits inside the locking
 # select: SKIP LOCKED applies to the rows in due order, so the oldest due runs
 # go first; nothing downstream relies on the order of RETURNING. The LIMIT
 # keeps claimed-but-not-started runs under a bound, so no lease can expire
-# while its run waits in the stream.
+# while its run waits in the stream. `exclusive` is cleared: a run left over
+# from when its job was forbid/queue must not count against the overlap index.
 CLAIM_DUE_RUNS = """
 WITH due AS (
     SELECT r.id
@@ -175,11 +190,11 @@ WITH due AS (
        AND j.overlap = 'allow'
      ORDER BY r.due_at
        FOR UPDATE OF r SKIP LOCKED
-     LIMIT LEAST($2::int, GREATEST(0, $4::int - (
-             SELECT count(*) FROM job_runs WHERE state = 'claimed')))
+     LIMIT $2
 )
 UPDATE job_runs r
-   SET state = 'claimed', lease_owner = $1, lease_expires_at = now() + $3::interval,
+   SET state = 'claimed', exclusive = false, lease_owner = $1,
+       lease_expires_at = now() + $3::interval,
        claim_epoch = r.claim_epoch + 1, claimed_at = now(), updated_at = now()
   FROM due, jobs j
  WHERE r.id = due.id AND j.id = r.job_id
@@ -235,37 +250,65 @@ WITH policy AS (
       FROM jobs j
      WHERE j.enabled AND NOT j.paused
 ),
+-- Each branch is one index range per job (job_runs_pending_by_job), so the
+-- cost follows the number of jobs, not the backlog or the horizon.
 verdicts AS (
-    SELECT r.id, 'overlap forbidden: an earlier run was still active' AS reason
-      FROM policy p JOIN job_runs r ON r.job_id = p.id
-     WHERE p.overlap = 'forbid' AND p.active AND r.state = 'pending' AND r.due_at <= now()
+    SELECT x.id, x.attempt, 'overlap forbidden: an earlier run was still active' AS reason
+      FROM policy p
+     CROSS JOIN LATERAL (
+           SELECT r.id, r.attempt FROM job_runs r
+            WHERE r.job_id = p.id AND r.state = 'pending' AND r.scheduled_at <= now()
+              AND r.due_at <= now()
+            ORDER BY r.scheduled_at LIMIT $1) x
+     WHERE p.overlap = 'forbid' AND p.active
     UNION ALL
-    SELECT r.id, 'missed its starting deadline'
-      FROM policy p JOIN job_runs r ON r.job_id = p.id
-     WHERE r.state = 'pending' AND r.trigger = 'schedule' AND r.attempt = 1
-       AND r.scheduled_at < now() - p.start_deadline
+    SELECT x.id, x.attempt, 'missed its starting deadline'
+      FROM policy p
+     CROSS JOIN LATERAL (
+           SELECT r.id, r.attempt FROM job_runs r
+            WHERE r.job_id = p.id AND r.state = 'pending'
+              AND r.scheduled_at < now() - p.start_deadline
+              AND r.trigger = 'schedule' AND r.attempt = 1
+            ORDER BY r.scheduled_at LIMIT $1) x
+     WHERE p.start_deadline IS NOT NULL
     UNION ALL
-    SELECT r.id, 'superseded by a later instant (catchup = latest)'
+    SELECT x.id, x.attempt, 'superseded by a later instant (catchup = latest)'
       FROM policy p
      CROSS JOIN LATERAL (
            SELECT max(n.scheduled_at) AS newest FROM job_runs n
-            WHERE n.job_id = p.id AND n.state = 'pending' AND n.trigger = 'schedule'
-              AND n.due_at <= now()) m
-      JOIN job_runs r ON r.job_id = p.id
-     WHERE p.catchup = 'latest' AND r.state = 'pending' AND r.trigger = 'schedule'
-       AND r.due_at <= now() AND r.scheduled_at < m.newest
+            WHERE n.job_id = p.id AND n.state = 'pending' AND n.scheduled_at <= now()
+              AND n.trigger = 'schedule' AND n.due_at <= now()) m
+     CROSS JOIN LATERAL (
+           SELECT r.id, r.attempt FROM job_runs r
+            WHERE r.job_id = p.id AND r.state = 'pending' AND r.scheduled_at < m.newest
+              AND r.trigger = 'schedule' AND r.due_at <= now()
+            ORDER BY r.scheduled_at LIMIT $1) x
+     WHERE p.catchup = 'latest'
 ),
 verdict AS (
-    SELECT DISTINCT ON (id) id, reason FROM verdicts LIMIT $1
+    SELECT DISTINCT ON (id) id, attempt, reason FROM verdicts LIMIT $1
 )
--- No row locks taken while judging; the UPDATE re-checks the state on the
--- current row version, so a run another replica claimed meanwhile is left alone.
+-- No row locks taken while judging; the UPDATE re-checks the state and the
+-- attempt on the current row version, so a run another replica claimed, or
+-- that came back as a retry, meanwhile is left alone.
 UPDATE job_runs r
    SET state = 'skipped', outcome = 'skipped', error = v.reason, finished_at = now(),
        updated_at = now()
   FROM verdict v
- WHERE r.id = v.id AND v.reason IS NOT NULL AND r.state = 'pending'
+ WHERE r.id = v.id AND r.state = 'pending' AND r.attempt = v.attempt
 RETURNING r.id::text, v.reason
+"""
+
+# Runs of a job removed from the config that came back to pending after the
+# removal (a retry, a reaped lease, a released publish) would wait forever:
+# nothing claims runs of a disabled job. They are cancelled like the others.
+CANCEL_ORPHANED_RUNS = """
+UPDATE job_runs r
+   SET state = 'cancelled', outcome = 'cancelled', error = 'job removed from config',
+       finished_at = now(), updated_at = now()
+  FROM jobs j
+ WHERE j.id = r.job_id AND NOT j.enabled AND r.state = 'pending'
+RETURNING r.id::text
 """
 
 # Guarded by owner and epoch: only the runs this replica claimed under that
@@ -412,7 +455,8 @@ def _is_outage(exc: BaseException) -> bool:
                   | asyncpg.exceptions.InternalClientError):
         return True
     if isinstance(exc, asyncpg.PostgresError):
-        return (getattr(exc, "sqlstate", "") or "")[:2] in _TRANSIENT_CLASSES
+        state = getattr(exc, "sqlstate", "") or ""
+        return state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_STATES
     return False
 
 
@@ -446,8 +490,10 @@ class PostgresRunStore:
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10,
                       ) -> PostgresRunStore:
+        # command_timeout: a half-open connection must fail a statement, not hang
+        # the actor (and its heartbeats) forever.
         pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size,
-                                         init=_init_connection)
+                                         init=_init_connection, command_timeout=60)
         assert pool is not None
         return cls(pool)
 
@@ -508,19 +554,19 @@ class PostgresRunStore:
         job_ids: list[int] = []
         scheduled: list[datetime] = []
         due: list[datetime] = []
-        fingerprints: list[str] = []
         for job, plan in plans:
             for run in plan.runs:
                 job_ids.append(job.id)
                 scheduled.append(run.scheduled_at)
                 due.append(run.due_at)
-                fingerprints.append(job.fingerprint)
         async with self._pool.acquire() as conn, conn.transaction():
+            current = await conn.fetch(ADVANCE_HIGH_WATER, [j.id for j, _ in plans],
+                                       [p.materialized_until for _, p in plans],
+                                       [j.fingerprint for j, _ in plans])
+            if not current or not job_ids:
+                return 0
             status = await conn.execute(INSERT_PLANNED_RUNS, job_ids, scheduled, due,
-                                        fingerprints)
-            await conn.execute(ADVANCE_HIGH_WATER, [j.id for j, _ in plans],
-                               [p.materialized_until for _, p in plans],
-                               [j.fingerprint for j, _ in plans])
+                                        [r["id"] for r in current])
         return int(status.split()[-1])
 
     async def skip_unrunnable(self, limit: int) -> list[tuple[str, str]]:
@@ -531,16 +577,26 @@ class PostgresRunStore:
     async def claim_due_runs(self, owner: str, limit: int, lease: timedelta,
                              max_claimed: int) -> list[ClaimedRun]:
         # No lock around the claim: replicas race, and SKIP LOCKED keeps their
-        # batches disjoint. The in-flight bound is counted from the statement's
-        # snapshot, so R replicas claiming at the same instant can overshoot it
-        # by at most (R - 1) x limit; it bounds queue wait, it is not a quota.
+        # batches disjoint. The in-flight bound is counted just before, so R
+        # replicas claiming at the same instant can overshoot it by at most
+        # (R - 1) x limit; it bounds queue wait, it is not a quota.
         # (A cluster-wide lock would make it exact, and would let one paused
         # replica holding it stop every claim.)
-        rows = list(await self._pool.fetch(CLAIM_DUE_RUNS, owner, limit, lease, max_claimed))
-        # If another replica claimed a run of the same exclusive job first, the
-        # index refuses ours and this statement claims nothing this time.
-        with contextlib.suppress(asyncpg.UniqueViolationError):
+        room = min(limit, max(0, max_claimed - await self._pool.fetchval(COUNT_CLAIMED)))
+        rows = list(await self._pool.fetch(CLAIM_DUE_RUNS, owner, room, lease)) if room else []
+        try:
             rows += await self._pool.fetch(CLAIM_EXCLUSIVE_RUNS, owner, limit, lease)
+        except asyncpg.UniqueViolationError:
+            # Another replica claimed a run of the same exclusive job first; the
+            # index refused ours and this statement claimed nothing this time.
+            pass
+        except Exception:
+            if not rows:
+                raise
+            # The first statement's claims are committed: hand them on now rather
+            # than leave them to wait out their lease.
+            log.warning("exclusive claim failed; passing on the other claims",
+                        exc_info=True)
         return [ClaimedRun(run_id=r["id"], job=r["name"], scheduled_at=r["scheduled_at"],
                            attempt=r["attempt"], epoch=r["claim_epoch"]) for r in rows]
 
@@ -607,6 +663,10 @@ class PostgresRunStore:
                 [c.worker for c in completions],
             )
         return {(r["run_id"], r["claim_epoch"]) for r in rows}
+
+    async def cancel_orphaned_runs(self) -> int:
+        """Cancel pending runs of jobs no longer in the config."""
+        return len(await self._pool.fetch(CANCEL_ORPHANED_RUNS))
 
     async def prune_history(self, older_than: timedelta, batch: int) -> int:
         """Delete up to ``batch`` terminal runs finished before ``now - older_than``."""
@@ -701,6 +761,8 @@ class Operations:
 # operator intervention (shutdown, cannot connect now), insufficient resources,
 # transaction rollback (serialization failure, deadlock).
 _TRANSIENT_CLASSES = ("08", "57", "53", "40")
+# read_only_sql_transaction: what a server that was just demoted in a failover says.
+_TRANSIENT_STATES = ("25006",)
 
 
 @contextlib.contextmanager
@@ -710,15 +772,18 @@ def _rejections() -> Iterator[None]:
         yield
     except asyncpg.PostgresError as exc:
         state = getattr(exc, "sqlstate", "") or ""
-        if state[:2] in _TRANSIENT_CLASSES:
+        if state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_STATES:
             raise
         raise RecordRejected(f"{type(exc).__name__}: {exc}") from exc
 
 
 def _pg_text(value: str | None) -> str | None:
-    # PostgreSQL text cannot hold NUL: a job's binary output would otherwise
-    # fail its completion on every retry and wedge the worker's completions.
-    return None if value is None else value.replace("\x00", "\ufffd")
+    # PostgreSQL text cannot hold NUL, and UTF-8 cannot hold a lone surrogate
+    # (a Python exception message may): either would make the database refuse
+    # the completion on every retry.
+    if value is None:
+        return None
+    return value.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
 
 
 def _started_run(row: asyncpg.Record) -> StartedRun:

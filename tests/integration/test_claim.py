@@ -23,9 +23,9 @@ async def _claim_until_empty(store: PostgresRunStore, owner: str, batch: int,
     claimed: list[ClaimedRun] = []
     while True:
         if statement_only:
-            # The claim statement alone, without the adapter's turn-taking lock:
-            # its row locks (FOR UPDATE SKIP LOCKED) must keep batches disjoint.
-            rows = await store.pool.fetch(CLAIM_DUE_RUNS, owner, batch, LONG_LEASE, 1_000_000)
+            # The claim statement alone: its row locks (FOR UPDATE SKIP LOCKED)
+            # are what keeps racing batches disjoint.
+            rows = await store.pool.fetch(CLAIM_DUE_RUNS, owner, batch, LONG_LEASE)
             runs = [ClaimedRun(r["id"], r["name"], r["scheduled_at"], r["attempt"],
                                r["claim_epoch"]) for r in rows]
         else:

@@ -420,7 +420,7 @@ async def _claim_plan(store: PostgresRunStore) -> Any:
     async with store.pool.acquire() as conn:
         await conn.execute("ANALYZE job_runs")
         text = await conn.fetchval("EXPLAIN (FORMAT JSON) " + CLAIM_DUE_RUNS, "explain",
-                                   500, timedelta(minutes=2), 5000)
+                                   500, timedelta(minutes=2))
     return json.loads(text)
 
 

@@ -27,7 +27,7 @@ async def test_a_connection_killed_mid_statement_is_store_unavailable_and_the_po
             while True:
                 pid = await admin.fetchval(
                     "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND query LIKE '%FOR UPDATE OF r SKIP LOCKED%' AND pid <> pg_backend_pid()")
+                    "AND query LIKE '%FROM job_runs%' AND pid <> pg_backend_pid()")
                 if pid:
                     break
                 await asyncio.sleep(0.02)

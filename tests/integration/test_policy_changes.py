@@ -1,0 +1,49 @@
+"""Changing or removing a job while its runs are in flight leaves nothing stuck."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from actors.adapters.postgres import PostgresRunStore
+from actors.domain import Overlap
+from actors.reaper import Reaper
+from tests.integration.helpers import add_job, insert_due_runs, make_job
+
+pytestmark = pytest.mark.integration
+LEASE = timedelta(minutes=5)
+
+
+async def test_runs_left_exclusive_by_a_queue_job_claim_fine_once_it_allows_overlap(
+        store: PostgresRunStore) -> None:
+    job = replace(make_job(), overlap=Overlap.QUEUE)
+    job_id = await add_job(store, job)
+    await insert_due_runs(store, job_id, 2)
+    # Both were claimed as exclusive at some point and came back to pending
+    # (a retry, a reaped lease): the flag stays on the rows.
+    await store.pool.execute("UPDATE job_runs SET exclusive = true")
+    await store.sync_jobs([replace(job, overlap=Overlap.ALLOW)])
+    claimed = await store.claim_due_runs("me", 10, LEASE, 100)
+    assert len(claimed) == 2
+    assert await store.pool.fetchval(
+        "SELECT count(*) FROM job_runs WHERE state = 'claimed' AND NOT exclusive") == 2
+
+
+async def test_pending_runs_of_a_removed_job_are_cancelled_even_if_they_come_back_later(
+        store: PostgresRunStore) -> None:
+    import asyncio
+
+    job_id = await add_job(store, make_job())
+    ids = await insert_due_runs(store, job_id, 2)
+    claimed = await store.claim_due_runs("me", 1, LEASE, 100)
+    assert len(claimed) == 1
+    await store.sync_jobs([])  # the job is removed from the config
+    states = dict(await store.pool.fetch("SELECT id::text, state FROM job_runs"))
+    assert sorted(states.values()) == ["cancelled", "claimed"]
+    # The claimed one comes back to pending afterwards (its publish failed).
+    assert await store.release_unpublished("me", claimed) == 1
+    await Reaper(store, timedelta(seconds=1), asyncio.Event()).reap_once()
+    states = dict(await store.pool.fetch("SELECT id::text, state FROM job_runs"))
+    assert states == dict.fromkeys(ids, "cancelled")
