@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import json
 import os
@@ -43,6 +44,10 @@ SELECT j.name, j.enabled, j.paused,
 """
 
 
+# How long past the shutdown grace a stop may take before it is forced.
+STOP_MARGIN_S = 15.0
+
+
 class Role(enum.StrEnum):
     ALL = "all"
     SCHEDULER = "scheduler"
@@ -68,9 +73,15 @@ class Replica:
 
     def __post_init__(self) -> None:
         self.jobs: dict[str, Job] = dict(self.config.jobs)
+        self.forced_stop = False
+        self._reloading = asyncio.Lock()
 
     async def reload(self, store: PostgresRunStore) -> bool:
         """Reread the config file; a file with any error changes nothing."""
+        async with self._reloading:  # two SIGHUPs in a row reload one after the other
+            return await self._reload(store)
+
+    async def _reload(self, store: PostgresRunStore) -> bool:
         try:
             loaded = load_config(self.config_path)
             loaded.raise_for_errors()
@@ -83,13 +94,57 @@ class Replica:
         # or on another replica, cannot write the old schedule's instants.
         changes = (await store.sync_jobs(list(loaded.jobs.values()))
                    if self.role in (Role.ALL, Role.SCHEDULER) else {})
+        if loaded.settings != self.config.settings:
+            log.warning("reload applies jobs only; changed [claimd] settings take effect "
+                        "at the next restart", path=str(self.config_path))
         self.jobs = dict(loaded.jobs)
-        self.config = loaded
+        self.config = dataclasses.replace(loaded, settings=self.config.settings)
         CONFIG_JOB_ERRORS.set(0)
         log.info("reloaded", path=str(self.config_path), changes=changes)
         return True
 
     async def run(self) -> None:
+        """Run until SIGTERM/SIGINT (or ``stop_requested``), then stop cleanly.
+
+        The stop is bounded: if in-flight work has not settled within the
+        shutdown grace plus a margin (say the database is down and completions
+        cannot be recorded), everything is cancelled; the leases recover what
+        was left. A second signal forces the stop at once.
+        """
+        main = asyncio.create_task(self._run())
+        loop = asyncio.get_running_loop()
+
+        def on_signal() -> None:
+            if self.stop_requested.is_set():
+                log.warning("second signal: stopping now")
+                self.forced_stop = True
+                main.cancel()
+            self.stop_requested.set()
+
+        # Installed first: a signal during start-up stops the replica cleanly too.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, on_signal)
+        stop = asyncio.create_task(self.stop_requested.wait())
+        try:
+            await asyncio.wait({main, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not main.done():
+                deadline = self.config.settings.shutdown_grace.total_seconds() + STOP_MARGIN_S
+                _, pending = await asyncio.wait({main}, timeout=deadline)
+                if pending:
+                    log.error("stop did not finish in time; cancelling what is left "
+                              "(leases will recover it)", waited_s=deadline)
+                    self.forced_stop = True
+                    main.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await main
+        finally:
+            stop.cancel()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(sig)
+
+    async def _run(self) -> None:
         settings = self.config.settings
         store = await PostgresRunStore.connect(settings.database_url,
                                                max_size=min(20, 4 + settings.worker_concurrency))
@@ -114,25 +169,33 @@ class Replica:
         broker = await JetStreamBroker.connect(settings.nats_url, settings.stream,
                                                settings.subject, name=self.replica_id)
         try:
-            await broker.ensure_stream(settings.duplicate_window)
-            await broker.ensure_consumer(settings.ack_wait, settings.max_deliver,
-                                         max_ack_pending=max(10_000, settings.max_claimed * 2))
+            await self._ensure_channel(broker)
             await self._run_actors(store, broker)
         finally:
             await broker.close()
 
+    async def _ensure_channel(self, broker: JetStreamBroker) -> None:
+        """The stream and the durable consumer, created or updated (idempotent)."""
+        settings = self.config.settings
+        await broker.ensure_stream(settings.duplicate_window,
+                                   max_age=max(settings.lease * 2, settings.duplicate_window))
+        await broker.ensure_consumer(settings.ack_wait, settings.max_deliver,
+                                     max_ack_pending=max(10_000, settings.max_claimed * 2))
+
     async def _run_actors(self, store: PostgresRunStore, broker: JetStreamBroker) -> None:
         settings = self.config.settings
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, self.stop_requested.set)
         reload_tasks: set[asyncio.Task[bool]] = set()
+
+        def reload_done(task: asyncio.Task[bool]) -> None:
+            reload_tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                log.error("reload failed", error=repr(task.exception()))
 
         def on_hup() -> None:
             task = asyncio.ensure_future(self.reload(store))
             reload_tasks.add(task)
-            task.add_done_callback(reload_tasks.discard)
+            task.add_done_callback(reload_done)
 
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGHUP, on_hup)
@@ -196,6 +259,10 @@ class Replica:
                                     ("compensator", compensator.run), ("reaper", reaper.run)):
                     tasks[name] = group.create_task(supervise(name, start), name=name)
             if working:
+                async def resubscribe() -> Any:
+                    await self._ensure_channel(broker)
+                    return await broker.pull_subscription()
+
                 subscription = await broker.pull_subscription()
                 worker = Worker(
                     store, subscription, LocalExecutor(), worker_id=self.replica_id,
@@ -203,7 +270,7 @@ class Replica:
                     heartbeat_interval=settings.lease_settings.heartbeat_interval(),
                     concurrency=settings.worker_concurrency, decode=nats_adapter.decode,
                     delivery_count=nats_adapter.delivery_count, stop=stop_working,
-                    grace=settings.shutdown_grace)
+                    grace=settings.shutdown_grace, resubscribe=resubscribe)
                 tasks["worker"] = group.create_task(supervise("worker", worker.run),
                                                     name="worker")
 

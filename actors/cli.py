@@ -43,7 +43,7 @@ def _run_replica(path: Path, loaded: LoadedConfig, role: Role) -> int:
                     else "a server is unreachable or failed")
             log.error(f"stopping: {what}", error=redact(repr(failure)))
         return 1
-    return 0
+    return 1 if replica.forced_stop else 0
 
 
 def _write_pid_file(path: str | None) -> None:

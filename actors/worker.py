@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -49,6 +49,7 @@ from actors.ports import (
 
 log = get_logger("worker")
 COMPLETION_BATCH = 256
+RESUBSCRIBE_AFTER = 3  # consecutive failed fetches
 
 
 class Delivery(Protocol):
@@ -99,7 +100,8 @@ class Worker:
                  delivery_count: Callable[[Any], int],
                  stop: asyncio.Event, grace: timedelta,
                  faults: WorkerFaults | None = None,
-                 after_record: Callable[[list[_Pending]], None] | None = None) -> None:
+                 after_record: Callable[[list[_Pending]], None] | None = None,
+                 resubscribe: Callable[[], Awaitable[Subscription]] | None = None) -> None:
         self.store = store
         self.sub = subscription
         self.executor = executor
@@ -113,6 +115,7 @@ class Worker:
         self.grace = grace
         self.faults = faults or WorkerFaults.from_env()
         self.after_record = after_record
+        self.resubscribe = resubscribe
         self.in_flight: dict[tuple[str, int], InFlight] = {}
         self.completions: asyncio.Queue[_Pending | None] = asyncio.Queue(maxsize=concurrency * 2)
         self._slot_freed = asyncio.Event()
@@ -144,6 +147,12 @@ class Worker:
                     delay = backoff.next_delay()
                     log.warning("fetch failed", error=repr(exc), delay_s=round(delay, 3))
                     await asyncio.sleep(delay)
+                    if backoff.failures >= RESUBSCRIBE_AFTER and self.resubscribe is not None:
+                        # The stream or consumer may be gone (a broker recreated
+                        # without its data): create them again and bind anew.
+                        with contextlib.suppress(Exception):
+                            self.sub = await self.resubscribe()
+                            log.info("resubscribed to the dispatch stream")
                     continue
                 backoff.reset()
                 await self.handle(messages, group)
@@ -160,11 +169,25 @@ class Worker:
             return
         log.info("draining in-flight runs", runs=len(tasks), grace_s=self.grace.total_seconds())
         _, pending = await asyncio.wait(tasks, timeout=self.grace.total_seconds())
+        if not pending:
+            return
+        cut = [e for e in self.in_flight.values() if e.task in pending]
         for task in pending:
             task.cancel()
-        if pending:
-            log.warning("grace expired; runs left to their leases", runs=len(pending))
-            await asyncio.wait(pending)
+        await asyncio.wait(pending)
+        try:
+            async with asyncio.timeout(5):
+                handed_back = await self.store.interrupt_runs(
+                    self.worker_id, [(e.run_id, e.epoch) for e in cut])
+        except Exception as exc:  # noqa: BLE001 - the leases recover them instead
+            log.warning("grace expired; runs left to their leases", runs=len(cut),
+                        error=repr(exc))
+            return
+        log.warning("grace expired; unfinished runs handed back to pending",
+                    runs=handed_back, run_ids=[e.run_id for e in cut][:20])
+        for entry in cut:
+            # That epoch's message is obsolete: the run will be claimed anew.
+            await _quietly(entry.message.ack())  # type: ignore[attr-defined]
 
     # -- one fetched batch ---------------------------------------------------------------
 
@@ -182,6 +205,12 @@ class Worker:
                 continue
             if self.delivery_count(delivery) > 1:
                 REDELIVERIES.inc()
+            if (message.run_id, message.epoch) in self.in_flight:
+                # Executing here already (the broker redelivered while it ran):
+                # settle this copy; the running one records and acks.
+                DELIVERIES_SKIPPED.labels(reason="executing_here").inc()
+                await _quietly(delivery.ack())
+                continue
             decoded.append((message, delivery))
         if not decoded:
             return

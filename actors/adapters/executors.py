@@ -15,6 +15,7 @@ import importlib
 import inspect
 import os
 import signal
+import threading
 import time
 import traceback
 from collections import deque
@@ -166,6 +167,37 @@ async def _drain(pumping: asyncio.Future[None], limit: float = 2.0) -> None:
         log.warning("output capture failed; the verdict stands without it", error=repr(exc))
 
 
+def _in_daemon_thread(func: Callable[[RunContext], Any], context: RunContext
+                      ) -> asyncio.Future[Any]:
+    """Run a sync job in a daemon thread.
+
+    Not asyncio.to_thread: the default executor's threads are joined when the
+    loop closes, so a sync job that outlived its timeout (Python cannot kill a
+    thread) would keep the process from ever exiting after SIGTERM.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return  # abandoned at its timeout
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def target() -> None:
+        try:
+            result, error = func(context), None
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=target, name=f"claimd-job-{context.run_id}", daemon=True).start()
+    return future
+
+
 def resolve_callable(target: str) -> Callable[..., Any]:
     module_name, _, attr = target.partition(":")
     func = getattr(importlib.import_module(module_name), attr)
@@ -191,7 +223,7 @@ async def run_python(spec: PythonSpec, context: RunContext,
         if inspect.iscoroutinefunction(func):
             await asyncio.wait_for(func(context), timeout.total_seconds())
         else:
-            await asyncio.wait_for(asyncio.to_thread(func, context), timeout.total_seconds())
+            await asyncio.wait_for(_in_daemon_thread(func, context), timeout.total_seconds())
     except TimeoutError:
         return ExecutionResult(Outcome.TIMED_OUT, error=f"timed out after {timeout}",
                                duration=_elapsed(start))

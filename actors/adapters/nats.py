@@ -19,7 +19,7 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
-from nats.js.errors import NotFoundError
+from nats.js.errors import NoStreamResponseError, NotFoundError
 
 from actors.ports import DispatchMessage
 
@@ -118,6 +118,8 @@ class JetStreamBroker:
         self.subject = subject
         self.publish_timeout = publish_timeout
         self.faults = faults or PublishFaults.from_env()
+        self._stream_settings: tuple[timedelta, timedelta | None] | None = None
+        self._consumer_settings: tuple[timedelta, int, int] | None = None
 
     @classmethod
     async def connect(cls, url: str, stream: str, subject: str, *,
@@ -128,13 +130,22 @@ class JetStreamBroker:
         )
         return cls(nc, nc.jetstream(timeout=10), stream, subject)
 
-    async def ensure_stream(self, duplicate_window: timedelta) -> None:
-        """Create or update the stream (idempotent; several replicas may call it)."""
+    async def ensure_stream(self, duplicate_window: timedelta,
+                            max_age: timedelta | None = None) -> None:
+        """Create or update the stream (idempotent; several replicas may call it).
+
+        ``max_age``: a dispatch older than its run's lease is obsolete (the
+        reaper has re-dispatched the run under a new epoch), so messages expire;
+        that also clears messages that exhausted max_deliver, which a work-queue
+        stream would otherwise keep.
+        """
+        self._stream_settings = (duplicate_window, max_age)
         config = api.StreamConfig(
             name=self.stream, subjects=[self.subject],
             retention=api.RetentionPolicy.WORK_QUEUE,
             storage=api.StorageType.FILE,
             duplicate_window=duplicate_window.total_seconds(),
+            max_age=None if max_age is None else max_age.total_seconds(),
             max_msg_size=MAX_MESSAGE_BYTES * 4,
         )
         try:
@@ -148,6 +159,7 @@ class JetStreamBroker:
 
     async def ensure_consumer(self, ack_wait: timedelta, max_deliver: int,
                               max_ack_pending: int) -> None:
+        self._consumer_settings = (ack_wait, max_deliver, max_ack_pending)
         config = api.ConsumerConfig(
             durable_name=CONSUMER, ack_policy=api.AckPolicy.EXPLICIT,
             ack_wait=ack_wait.total_seconds(), max_deliver=max_deliver,
@@ -175,6 +187,16 @@ class JetStreamBroker:
             if isinstance(r, asyncio.CancelledError):
                 raise r
             out.append(r if isinstance(r, BaseException) else None)
+        if self._stream_settings is not None and any(
+                isinstance(r, NoStreamResponseError | NotFoundError) for r in out):
+            # The stream is gone (a broker recreated without its data): put it
+            # back, with the workers' consumer (pull requests name it, so the
+            # workers' subscriptions work again); the failed runs go to the
+            # compensator and are published again.
+            with contextlib.suppress(Exception):
+                await self.ensure_stream(*self._stream_settings)
+                if self._consumer_settings is not None:
+                    await self.ensure_consumer(*self._consumer_settings)
         return out
 
     async def close(self) -> None:

@@ -324,19 +324,48 @@ RETURNING r.id
 
 # --- worker -------------------------------------------------------------------
 
+# A run already running under this worker and epoch is taken up again: the
+# start committed but its result never reached the worker (the connection
+# dropped), and the message came back. The worker never asks for runs it is
+# executing (it settles those deliveries itself), so this cannot run one twice.
 START_RUNS = """
 WITH m AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS m(id, epoch)),
 started AS (
     UPDATE job_runs r
-       SET state = 'running', started_at = now(), lease_owner = $3,
-           lease_expires_at = now() + $4::interval, updated_at = now()
+       SET state = 'running', lease_owner = $3, lease_expires_at = now() + $4::interval,
+           started_at = CASE WHEN r.state = 'claimed' THEN now() ELSE r.started_at END,
+           updated_at = now()
       FROM m
-     WHERE r.id = m.id AND r.claim_epoch = m.epoch AND r.state = 'claimed'
+     WHERE r.id = m.id AND r.claim_epoch = m.epoch
+       AND (r.state = 'claimed' OR (r.state = 'running' AND r.lease_owner = $3))
     RETURNING r.id, r.claim_epoch, r.job_id, r.scheduled_at, r.attempt
 )
 SELECT s.id::text AS id, s.claim_epoch, j.name, s.scheduled_at, s.attempt, j.max_attempts,
        j.definition
   FROM started s JOIN jobs j ON j.id = s.job_id
+"""
+# A clean shutdown whose grace ran out hands its unfinished runs back: pending
+# again at once, the attempt number not used up (a deploy must not turn a
+# max_attempts = 1 run into a failure), the interruption kept in the history.
+INTERRUPT_RUNS = """
+WITH u AS (SELECT * FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)),
+prior AS (
+    SELECT r.id, r.attempt, r.started_at FROM job_runs r JOIN u ON u.id = r.id
+),
+back AS (
+    UPDATE job_runs r
+       SET state = 'pending', due_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+           claimed_at = NULL, started_at = NULL, updated_at = now()
+      FROM u
+     WHERE r.id = u.id AND r.claim_epoch = u.epoch AND r.state = 'running'
+       AND r.lease_owner = $1
+    RETURNING r.id, r.claim_epoch
+)
+INSERT INTO job_run_attempts (run_id, attempt, claim_epoch, worker, started_at, outcome, error)
+SELECT back.id, prior.attempt, back.claim_epoch, $1, prior.started_at, 'interrupted',
+       'the worker stopped before the run finished'
+  FROM back JOIN prior ON prior.id = back.id
+RETURNING run_id::text
 """
 RUN_STATES = """
 SELECT id::text AS id, state, claim_epoch FROM job_runs WHERE id = ANY($1::uuid[])
@@ -636,6 +665,14 @@ class PostgresRunStore:
                 reason = "stale"
             not_started.append(NotStarted(m.run_id, m.epoch, reason, state))
         return started, not_started
+
+    async def interrupt_runs(self, worker: str, runs: Sequence[tuple[str, int]]) -> int:
+        """Hand runs this worker could not finish back to pending (clean shutdown)."""
+        if not runs:
+            return 0
+        rows = await self._pool.fetch(INTERRUPT_RUNS, worker, [r for r, _ in runs],
+                                      [e for _, e in runs])
+        return len(rows)
 
     async def extend_leases(self, worker: str, runs: Sequence[tuple[str, int]],
                             lease: timedelta) -> set[tuple[str, int]]:

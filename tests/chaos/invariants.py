@@ -232,7 +232,9 @@ def _check_run(report: Report, run: RunRow) -> None:
 
 
 def _attempt_problem(run: RunRow, won: list[Any]) -> str | None:
-    numbers = [a["attempt"] for a in run.attempts]
+    # An attempt interrupted by a clean shutdown hands the run back without
+    # using up its number; the next attempt carries the same one.
+    numbers = [a["attempt"] for a in run.attempts if a["outcome"] != "interrupted"]
     if len(set(numbers)) != len(numbers):
         return f"attempt numbers repeat: {sorted(numbers)}"
     if any(a["claim_epoch"] > run.epoch for a in run.attempts):
