@@ -114,6 +114,7 @@ class HttpRunModel(_Strict):
     headers: dict[str, str] = Field(default_factory=dict)
     body: str | None = None
     expect_status: list[int] = Field(default_factory=lambda: [200, 201, 202, 204])
+    secret_headers: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("url")
     @classmethod
@@ -123,10 +124,14 @@ class HttpRunModel(_Strict):
         return value
 
 
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
 class RunModel(_Strict):
     shell: list[str] | str | None = None
     use_shell: bool = False
     env: dict[str, str] = Field(default_factory=dict)
+    secret_env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     python: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     http: HttpRunModel | None = None
@@ -271,14 +276,24 @@ def _executor_from(run: RunModel) -> ExecutorSpec:
             if not run.shell:
                 raise ValueError("shell needs at least the program to run")
             argv = tuple(run.shell)
-        return ShellSpec(argv=argv, env=dict(run.env), cwd=run.cwd, use_shell=run.use_shell)
-    if run.use_shell or run.env or run.cwd:
-        raise ValueError("use_shell, env and cwd apply only to shell jobs")
+        for name, source in run.secret_env.items():
+            if not re.match(ENV_NAME, name) or not re.match(ENV_NAME, source):
+                raise ValueError(f"secret_env maps variable names to variable names; "
+                                 f"{name!r} = {source!r} is not one")
+        return ShellSpec(argv=argv, env=dict(run.env), cwd=run.cwd, use_shell=run.use_shell,
+                         secret_env=dict(run.secret_env))
+    if run.use_shell or run.env or run.cwd or run.secret_env:
+        raise ValueError("use_shell, env, secret_env and cwd apply only to shell jobs")
     if run.python is not None:
         return PythonSpec(target=run.python)
     assert run.http is not None
+    for header, source in run.http.secret_headers.items():
+        if not re.match(ENV_NAME, source):
+            raise ValueError(f"secret_headers maps a header to an environment variable "
+                             f"name; {header!r} = {source!r} is not one")
     return HttpSpec(url=run.http.url, method=run.http.method, headers=dict(run.http.headers),
-                    body=run.http.body, expect_status=tuple(run.http.expect_status))
+                    body=run.http.body, expect_status=tuple(run.http.expect_status),
+                    secret_headers=dict(run.http.secret_headers))
 
 
 def _schedule_from(path: str, name: str, model: JobModel) -> CronSchedule | IntervalSchedule:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import importlib
 import inspect
 import os
@@ -19,7 +20,7 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -110,8 +111,49 @@ async def _pump(read_fd: int, tail: _Tail) -> None:
         transport.close()
 
 
+class MissingSecret(LookupError):
+    """A secret the job names is not in claimd's environment."""
+
+
+def resolve_secrets(mapping: Mapping[str, str]) -> dict[str, str]:
+    """Target name -> value, read from this process's environment at run time."""
+    missing = [source for source in mapping.values() if source not in os.environ]
+    if missing:
+        raise MissingSecret(f"secret variable(s) not set in claimd's environment: "
+                            f"{', '.join(sorted(missing))}")
+    return {target: os.environ[source] for target, source in mapping.items()}
+
+
+def scrub(result: ExecutionResult, secrets: Iterable[str]) -> ExecutionResult:
+    """The result with every secret value replaced by *** in what is recorded."""
+    values = sorted((v for v in secrets if len(v) >= 4), key=len, reverse=True)
+    if not values:
+        return result
+
+    def clean(text: str | None) -> str | None:
+        if text is None:
+            return None
+        for value in values:
+            text = text.replace(value, "***")
+        return text
+
+    return dataclasses.replace(result, error=clean(result.error),
+                               output_tail=clean(result.output_tail))
+
+
 async def run_shell(spec: ShellSpec, context: RunContext, timeout: timedelta,
                     kill_grace: float = KILL_GRACE) -> ExecutionResult:
+    """Run a program; values of ``secret_env`` never reach the recorded output."""
+    try:
+        secrets = resolve_secrets(spec.secret_env)
+    except MissingSecret as exc:
+        return ExecutionResult(Outcome.FAILED, error=str(exc))
+    result = await _run_shell(spec, context, timeout, kill_grace, secrets)
+    return scrub(result, secrets.values())
+
+
+async def _run_shell(spec: ShellSpec, context: RunContext, timeout: timedelta,
+                     kill_grace: float, secrets: dict[str, str]) -> ExecutionResult:
     """Run a program in its own process group; the group dies with the timeout.
 
     The run ends when the leader exits, not when its output closes: output goes
@@ -121,7 +163,7 @@ async def run_shell(spec: ShellSpec, context: RunContext, timeout: timedelta,
     """
     values = context.template_values()
     argv = [_fill(a, values) for a in spec.argv]
-    env = {**os.environ, **spec.env, **context.env()}
+    env = {**os.environ, **spec.env, **secrets, **context.env()}
     start = time.monotonic()
     read_fd, write_fd = os.pipe()
     try:
@@ -238,9 +280,18 @@ async def run_python(spec: PythonSpec, context: RunContext,
 
 async def run_http(spec: HttpSpec, context: RunContext, timeout: timedelta) -> ExecutionResult:
     """Send the request with the run's identity as headers (``Idempotency-Key``)."""
+    try:
+        secrets = resolve_secrets(spec.secret_headers)
+    except MissingSecret as exc:
+        return ExecutionResult(Outcome.FAILED, error=str(exc))
+    return scrub(await _run_http(spec, context, timeout, secrets), secrets.values())
+
+
+async def _run_http(spec: HttpSpec, context: RunContext, timeout: timedelta,
+                    secrets: dict[str, str]) -> ExecutionResult:
     start = time.monotonic()
     values = context.template_values()
-    headers = {**spec.headers, **context.headers()}
+    headers = {**spec.headers, **secrets, **context.headers()}
     body = None if spec.body is None else _fill(spec.body, values)
     try:
         async with aiohttp.ClientSession(

@@ -40,6 +40,10 @@ class ShellSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
     use_shell: bool = False
+    # Job variable -> name of the variable in claimd's own environment that
+    # holds the value. Read by the worker at run time: never stored, never
+    # logged, and scrubbed from the output kept on the run.
+    secret_env: Mapping[str, str] = field(default_factory=dict)
     kind: str = "shell"
 
 
@@ -60,6 +64,7 @@ class HttpSpec:
     headers: Mapping[str, str] = field(default_factory=dict)
     body: str | None = None
     expect_status: tuple[int, ...] = (200, 201, 202, 204)
+    secret_headers: Mapping[str, str] = field(default_factory=dict)  # header -> env var
     kind: str = "http"
 
 
@@ -70,11 +75,13 @@ def executor_to_dict(spec: ExecutorSpec) -> dict[str, Any]:
     """The JSON form stored in ``jobs.definition``; workers execute from it."""
     if isinstance(spec, ShellSpec):
         return {"kind": "shell", "argv": list(spec.argv), "env": dict(spec.env),
-                "cwd": spec.cwd, "use_shell": spec.use_shell}
+                "cwd": spec.cwd, "use_shell": spec.use_shell,
+                "secret_env": dict(spec.secret_env)}
     if isinstance(spec, PythonSpec):
         return {"kind": "python", "target": spec.target}
     return {"kind": "http", "url": spec.url, "method": spec.method,
             "headers": dict(spec.headers), "body": spec.body,
+            "secret_headers": dict(spec.secret_headers),
             "expect_status": list(spec.expect_status)}
 
 
@@ -83,12 +90,14 @@ def executor_from_dict(data: Mapping[str, Any]) -> ExecutorSpec:
     kind = data.get("kind")
     if kind == "shell":
         return ShellSpec(argv=tuple(data["argv"]), env=dict(data.get("env") or {}),
-                         cwd=data.get("cwd"), use_shell=bool(data.get("use_shell")))
+                         cwd=data.get("cwd"), use_shell=bool(data.get("use_shell")),
+                         secret_env=dict(data.get("secret_env") or {}))
     if kind == "python":
         return PythonSpec(target=str(data["target"]))
     if kind == "http":
         return HttpSpec(url=str(data["url"]), method=str(data.get("method", "POST")),
                         headers=dict(data.get("headers") or {}), body=data.get("body"),
+                        secret_headers=dict(data.get("secret_headers") or {}),
                         expect_status=tuple(int(s) for s in data.get("expect_status", (200,))))
     raise ValueError(f"unknown executor kind {kind!r}")
 
