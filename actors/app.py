@@ -167,7 +167,8 @@ class Replica:
                                             keep=[e.job for e in self.config.errors if e.job])
             log.info("jobs synced", jobs=len(self.jobs), changes=changes)
         broker = await JetStreamBroker.connect(settings.nats_url, settings.stream,
-                                               settings.subject, name=self.replica_id)
+                                               settings.subject, name=self.replica_id,
+                                               tls_ca=settings.nats_tls_ca)
         try:
             await self._ensure_channel(broker)
             await self._run_actors(store, broker)

@@ -78,6 +78,7 @@ class _Strict(BaseModel):
 class SettingsModel(_Strict):
     database_url: str = "postgresql://localhost/claimd"
     nats_url: str = "nats://127.0.0.1:4222"
+    nats_tls_ca: str | None = None
     deployment: str = Field(default="claimd", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     lease: Duration = "120s"
     ack_wait: Duration = "5s"
@@ -165,6 +166,7 @@ class Settings:
 
     database_url: str
     nats_url: str
+    nats_tls_ca: str | None
     deployment: str
     lease: timedelta
     ack_wait: timedelta
@@ -237,6 +239,7 @@ def _settings_from(path: str, raw: dict[str, Any], env: dict[str, str]) -> Setti
     settings = Settings(
         database_url=env.get("CLAIMD_DATABASE_URL") or model.database_url,
         nats_url=env.get("CLAIMD_NATS_URL") or model.nats_url,
+        nats_tls_ca=env.get("CLAIMD_NATS_TLS_CA") or model.nats_tls_ca,
         deployment=model.deployment,
         lease=_duration(model.lease),
         ack_wait=_duration(model.ack_wait),

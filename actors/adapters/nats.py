@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import ssl
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -123,10 +124,13 @@ class JetStreamBroker:
 
     @classmethod
     async def connect(cls, url: str, stream: str, subject: str, *,
-                      name: str = "claimd") -> JetStreamBroker:
+                      name: str = "claimd", tls_ca: str | None = None) -> JetStreamBroker:
+        """Connect; ``tls://`` URLs use TLS, verified against ``tls_ca`` when given
+        (else the system's trust store). Credentials go in the URL (user:password@)."""
+        tls = ssl.create_default_context(cafile=tls_ca) if tls_ca else None
         nc = await nats.connect(
             url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-            connect_timeout=5, allow_reconnect=True,
+            connect_timeout=5, allow_reconnect=True, tls=tls,
         )
         return cls(nc, nc.jetstream(timeout=10), stream, subject)
 
