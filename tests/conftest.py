@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import textwrap
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import asyncpg
+import nats
 import pytest
 
 from actors.adapters.nats import JetStreamBroker
@@ -56,9 +58,20 @@ async def store(schema_url: str) -> AsyncIterator[PostgresRunStore]:
 
 
 @pytest.fixture
-def deployment() -> str:
-    """A deployment name of the test's own: its own stream and subject."""
-    return servers.unique_name("t")
+async def deployment(nats_url: str) -> AsyncIterator[str]:
+    """A deployment name of the test's own: its own stream and subject.
+
+    Whatever created the stream (a fixture, an in-process replica, a `claimd`
+    subprocess), it is deleted when the test ends.
+    """
+    name = servers.unique_name("t")
+    yield name
+    nc = await nats.connect(nats_url)
+    try:
+        with contextlib.suppress(Exception):
+            await nc.jetstream().delete_stream(f"CLAIMD_{name}")
+    finally:
+        await nc.close()
 
 
 @pytest.fixture
@@ -71,10 +84,7 @@ async def broker(nats_url: str, deployment: str) -> AsyncIterator[JetStreamBroke
     await b.ensure_stream(timedelta(minutes=2))
     await b.ensure_consumer(timedelta(seconds=2), max_deliver=3, max_ack_pending=10_000)
     yield b
-    try:
-        await b.js.delete_stream(b.stream)
-    finally:
-        await b.close()
+    await b.close()
 
 
 @pytest.fixture

@@ -15,11 +15,10 @@ import signal
 import tempfile
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import asyncpg
-import nats
 import psutil
 import pytest
 
@@ -62,18 +61,6 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., ClaimdProcess]]:
     yield start
     for process in started:
         process.kill()
-
-
-@pytest.fixture
-async def stream_cleanup(nats_url: str, deployment: str) -> AsyncIterator[None]:
-    """Delete the stream the subprocesses created for the test's deployment."""
-    yield
-    nc = await nats.connect(nats_url)
-    try:
-        with contextlib.suppress(Exception):
-            await nc.jetstream().delete_stream(f"CLAIMD_{deployment}")
-    finally:
-        await nc.close()
 
 
 def run_config(path: Path, schema_url: str, nats_url: str, deployment: str, jobs: str,
@@ -157,7 +144,7 @@ def report(title: str, figures: list[JobFigures], elapsed: float,
 
 async def test_run_records_each_due_second_once_and_stops_on_sigterm(
         schema_url: str, nats_url: str, deployment: str, tmp_path: Path,
-        stream_cleanup: None, spawn: Callable[..., ClaimdProcess]) -> None:
+        spawn: Callable[..., ClaimdProcess]) -> None:
     effects = tmp_path / "effects.txt"
     config = run_config(tmp_path / "claimd.toml", schema_url, nats_url, deployment,
                         effect_job("tick", effects))
@@ -178,7 +165,7 @@ async def test_run_records_each_due_second_once_and_stops_on_sigterm(
 
 async def test_two_replicas_share_the_work_without_doubles(
         schema_url: str, nats_url: str, deployment: str, tmp_path: Path,
-        stream_cleanup: None, spawn: Callable[..., ClaimdProcess]) -> None:
+        spawn: Callable[..., ClaimdProcess]) -> None:
     effects = tmp_path / "effects.txt"
     jobs = "".join(effect_job(f"tick{i}", effects) for i in range(3))
     config = run_config(tmp_path / "claimd.toml", schema_url, nats_url, deployment, jobs)
@@ -249,7 +236,7 @@ run = { shell = ["/bin/true"] }
 
 async def test_run_keeps_running_the_good_job_when_another_is_invalid(
         schema_url: str, nats_url: str, deployment: str, tmp_path: Path,
-        stream_cleanup: None, spawn: Callable[..., ClaimdProcess]) -> None:
+        spawn: Callable[..., ClaimdProcess]) -> None:
     effects = tmp_path / "effects.txt"
     jobs = effect_job("good", effects) + effect_job("bad", effects, every="1 fortnight")
     config = run_config(tmp_path / "claimd.toml", schema_url, nats_url, deployment, jobs)

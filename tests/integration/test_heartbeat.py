@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -65,17 +65,6 @@ def _reaped_total() -> float:
         if metric.name == "claimd_runs_reaped":
             total += sum(s.value for s in metric.samples if s.name.endswith("_total"))
     return total
-
-
-@pytest.fixture(autouse=True)
-async def _delete_stream(nats_url: str, deployment: str) -> AsyncIterator[None]:
-    yield
-    nc = await nats.connect(nats_url)
-    try:
-        with contextlib.suppress(Exception):
-            await nc.jetstream().delete_stream(f"CLAIMD_{deployment}")
-    finally:
-        await nc.close()
 
 
 async def _num_redelivered(nats_url: str, deployment: str) -> int:

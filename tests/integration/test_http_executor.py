@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import asyncpg
-import nats
 import pytest
 from aiohttp import web
 
@@ -75,17 +74,6 @@ async def hook_server() -> AsyncIterator[HookServer]:
     finally:
         release.set()
         await runner.cleanup()
-
-
-@pytest.fixture(autouse=True)
-async def _delete_stream(nats_url: str, deployment: str) -> AsyncIterator[None]:
-    yield
-    nc = await nats.connect(nats_url)
-    try:
-        with contextlib.suppress(Exception):
-            await nc.jetstream().delete_stream(f"CLAIMD_{deployment}")
-    finally:
-        await nc.close()
 
 
 def _http_job(name: str, port: int, *, timeout: str = "10s", expect: str = "[201]") -> str:

@@ -10,13 +10,12 @@ import json
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import asyncpg
-import nats
 import psutil
 import pytest
 from structlog.testing import capture_logs
@@ -34,18 +33,6 @@ FAST = {"claim_interval": "50ms", "materialize_interval": "200ms", "reap_interva
 # A short lease so that a heartbeat (every min(lease/4, ack_wait/2)) comes quickly.
 SHORT_LEASE = {"lease": "6s", "ack_wait": "1s", "max_deliver": 2}
 RECORD = "tests.integration.semantics_jobs:record"
-
-
-@pytest.fixture(autouse=True)
-async def _delete_stream(nats_url: str, deployment: str) -> AsyncIterator[None]:
-    """Replicas create the test's stream themselves; remove it afterwards."""
-    yield
-    nc = await nats.connect(nats_url)
-    try:
-        with contextlib.suppress(Exception):
-            await nc.jetstream().delete_stream(f"CLAIMD_{deployment}")
-    finally:
-        await nc.close()
 
 
 async def _synced(store: PostgresRunStore, loaded: LoadedConfig) -> Replica:

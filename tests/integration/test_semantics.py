@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import asyncpg
-import nats
 import psutil
 import pytest
 
@@ -50,18 +49,6 @@ class FakeClock:
 
     def now(self) -> datetime:
         return self.current
-
-
-@pytest.fixture(autouse=True)
-async def _delete_stream(nats_url: str, deployment: str) -> AsyncIterator[None]:
-    """Replicas create the test's stream themselves; remove it afterwards."""
-    yield
-    nc = await nats.connect(nats_url)
-    try:
-        with contextlib.suppress(Exception):
-            await nc.jetstream().delete_stream(f"CLAIMD_{deployment}")
-    finally:
-        await nc.close()
 
 
 async def _rows(store: PostgresRunStore, job: str) -> list[asyncpg.Record]:
