@@ -1,6 +1,6 @@
 """Logs (structlog, JSON, with run_id and job) and Prometheus metrics.
 
-Metric names never say "exactly-once": duplicates are counted, not denied.
+Metric names count duplicates; they never claim there are none.
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ def test_hourly_for_a_whole_year_one_instant_per_existing_slot(zone: str, year: 
     # Exactly one slot a year (spring forward, 02:00) does not exist ...
     assert [g.month for g in gap] == [3]
     assert [g.hour for g in gap] == [2]
-    # ... and it merges with 03:00; every other slot fires exactly once, the
+    # ... and it merges with 03:00; every other slot fires once and only once, the
     # repeated 01:00 or 02:00 included, and nothing else fires.
     assert sorted(local) == local
     assert len(set(local)) == len(local)
