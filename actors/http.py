@@ -1,7 +1,8 @@
-"""HTTP: /metrics, /healthz, /readyz and a small read-only JSON API."""
+"""HTTP: /metrics, /healthz, /readyz, a read-only JSON API and a status page at /."""
 
 from __future__ import annotations
 
+import html
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,11 +30,34 @@ def build_app(ready: ReadyCheck, jobs_summary: Callable[[], Awaitable[list[dict[
     async def jobs(_: web.Request) -> web.Response:
         return web.json_response(await jobs_summary())
 
+    async def status(_: web.Request) -> web.Response:
+        """A page an operator can open: each job, its backlog and last success."""
+        rows = await jobs_summary()
+        checks = await ready()
+        body = "".join(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
+                html.escape(str(r["name"])),
+                "paused" if r["paused"] else ("enabled" if r["enabled"] else "removed"),
+                html.escape(str(r["pending"])), html.escape(str(r["last_success"] or "never")))
+            for r in rows)
+        health = ", ".join(f"{html.escape(k)}: {html.escape(str(v))}"
+                           for k, v in checks.items())
+        page = (
+            "<!doctype html><html><head><meta charset='utf-8'><title>claimd</title>"
+            "<style>body{font-family:sans-serif;margin:2em}td,th{padding:.3em 1em;"
+            "text-align:left;border-bottom:1px solid #ddd}</style></head><body>"
+            f"<h1>claimd</h1><p>{health}</p><table><tr><th>job</th><th>state</th>"
+            f"<th>pending runs</th><th>last success</th></tr>{body}</table>"
+            "<p><a href='/metrics'>metrics</a> · <a href='/api/jobs'>/api/jobs</a></p>"
+            "</body></html>")
+        return web.Response(text=page, content_type="text/html")
+
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/api/jobs", jobs)
+    app.router.add_get("/", status)
     return app
 
 

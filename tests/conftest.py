@@ -93,11 +93,10 @@ def make_config(tmp_path: Path, schema_url: str, nats_url: str, deployment: str
     """Build a LoadedConfig for the test's schema and stream from a jobs TOML snippet."""
 
     def make(jobs_toml: str, **settings: object) -> LoadedConfig:
-        lines = [f'database_url = "{schema_url}"', f'nats_url = "{nats_url}"',
-                 f'deployment = "{deployment}"', 'http = "off"']
-        for key, value in settings.items():
-            lines.append(f"{key} = {value!r}" if not isinstance(value, str)
-                         else f'{key} = "{value}"')
+        values: dict[str, object] = {"database_url": schema_url, "nats_url": nats_url,
+                                     "deployment": deployment, "http": "off", **settings}
+        lines = [f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value!r}"
+                 for key, value in values.items()]
         text = "[claimd]\n" + "\n".join(lines) + "\n\n" + textwrap.dedent(jobs_toml)
         path = tmp_path / "claimd.toml"
         path.write_text(text)

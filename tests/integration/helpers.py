@@ -131,6 +131,7 @@ def counter(name: str, **labels: str) -> float:
 
 
 LONG_LEASE = timedelta(minutes=5)
+REPO = str(Path(__file__).resolve().parents[2])
 
 
 def claimd_command() -> list[str]:
@@ -150,8 +151,7 @@ class Replicas:
         # Only the config file speaks: no CLAIMD_* variable of the test run leaks in.
         clean = {k: v for k, v in os.environ.items() if not k.startswith("CLAIMD_")}
         # Test job functions live in tests/: importable however claimd was installed.
-        repo = str(Path(__file__).resolve().parents[2])
-        clean["PYTHONPATH"] = os.pathsep.join(filter(None, [repo, clean.get("PYTHONPATH")]))
+        clean["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, clean.get("PYTHONPATH")]))
         with (self.log_dir / f"{name}.log").open("wb") as log:
             proc = await asyncio.create_subprocess_exec(
                 *claimd_command(), "--log-level", "WARNING", "run", "--config", str(config),

@@ -1,0 +1,57 @@
+"""The operator's HTTP surface of a running replica: health, readiness, jobs, status page."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from actors.adapters.postgres import PostgresRunStore
+from actors.app import Replica
+from actors.config import LoadedConfig
+from tests.integration.helpers import eventually
+
+pytestmark = pytest.mark.integration
+
+
+async def test_status_page_api_and_probes(make_config: Callable[..., LoadedConfig],
+                                          store: PostgresRunStore, tmp_path: Path) -> None:
+    loaded = make_config("""
+        [jobs.tick]
+        every = "1s"
+        run = { python = "actors.examples:hello" }
+    """, http="127.0.0.1:0", claim_interval="50ms", materialize_interval="200ms")
+    replica = Replica(tmp_path / "claimd.toml", loaded)
+    task = asyncio.create_task(replica.run())
+    try:
+        async def serving() -> bool:
+            return replica.http_port not in (None, 0)
+        await eventually(serving)
+
+        async def succeeded() -> bool:
+            return bool(await store.pool.fetchval(
+                "SELECT count(*) FROM job_runs WHERE state = 'succeeded'"))
+        await eventually(succeeded)
+        base = f"http://127.0.0.1:{replica.http_port}"
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/healthz") as r:
+                assert r.status == 200
+            async with http.get(f"{base}/readyz") as r:
+                assert r.status == 200
+                assert (await r.json())["checks"] == {"postgres": "ok", "nats": "ok"}
+            async with http.get(f"{base}/api/jobs") as r:
+                (job,) = await r.json()
+                assert job["name"] == "tick"
+                assert job["last_success"] is not None
+            async with http.get(f"{base}/") as r:
+                page = await r.text()
+                assert r.content_type == "text/html"
+                assert "<td>tick</td>" in page
+            async with http.get(f"{base}/metrics") as r:
+                assert "claimd_runs_completed_total" in await r.text()
+    finally:
+        replica.stop_requested.set()
+        await asyncio.wait_for(task, 30)
