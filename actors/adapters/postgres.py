@@ -24,7 +24,9 @@ import asyncpg
 from actors.adapters.resources import sql_dir
 from actors.domain import (
     ClaimedRun,
+    ExecutionResult,
     Job,
+    Outcome,
     Plan,
     RetryPolicy,
     RunState,
@@ -641,11 +643,22 @@ class PostgresRunStore:
         ids = [m.run_id for m in messages]
         rows = await self._pool.fetch(START_RUNS, ids, [m.epoch for m in messages],
                                       worker, lease)
-        started = [_started_run(r) for r in rows]
-        got = {(s.run_id, s.epoch) for s in started}
+        started: list[StartedRun] = []
+        unreadable: list[NotStarted] = []
+        for row in rows:
+            try:
+                started.append(_started_run(row))
+            except (KeyError, ValueError, TypeError) as exc:
+                # A definition this build cannot read (written by a newer one?):
+                # fail this attempt on the record, retry it if attempts remain,
+                # and let the rest of the batch run.
+                await self._fail_unreadable(row, worker, exc)
+                unreadable.append(NotStarted(row["id"], row["claim_epoch"], "unreadable",
+                                             RunState.RUNNING))
+        got = {(s.run_id, s.epoch) for s in started} | {(u.run_id, u.epoch) for u in unreadable}
         missing = [m for m in messages if (m.run_id, m.epoch) not in got]
         if not missing:
-            return started, []
+            return started, unreadable
         states = {r["id"]: r for r in await self._pool.fetch(
             RUN_STATES, [m.run_id for m in missing])}
         not_started = []
@@ -664,7 +677,17 @@ class PostgresRunStore:
             else:
                 reason = "stale"
             not_started.append(NotStarted(m.run_id, m.epoch, reason, state))
-        return started, not_started
+        return started, unreadable + not_started
+
+    async def _fail_unreadable(self, row: asyncpg.Record, worker: str,
+                               exc: Exception) -> None:
+        retry = timedelta(seconds=5) if row["attempt"] < row["max_attempts"] else None
+        error = f"stored job definition unreadable by this worker: {exc!r}"[:1000]
+        log.error("job definition unreadable; attempt failed", run_id=row["id"],
+                  job=row["name"], error=error)
+        await self.complete_runs([Completion(
+            row["id"], row["claim_epoch"], ExecutionResult(Outcome.FAILED, error=error),
+            retry, worker)])
 
     async def interrupt_runs(self, worker: str, runs: Sequence[tuple[str, int]]) -> int:
         """Hand runs this worker could not finish back to pending (clean shutdown)."""
