@@ -19,8 +19,11 @@ from actors.observability import LEASES_LOST, get_logger
 log = get_logger("heartbeat")
 
 
-class Progress(Protocol):
+class Settle(Protocol):
+    """What the heartbeat and the completer do with a delivery."""
+
     async def in_progress(self) -> None: ...
+    async def ack(self) -> None: ...
 
 
 @dataclass
@@ -30,7 +33,7 @@ class InFlight:
     run_id: str
     epoch: int
     job: str
-    message: Progress
+    message: Settle
     task: asyncio.Task[None] | None = None
     lease_lost: bool = field(default=False)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from datetime import timedelta
 
 from actors.domain import Job, Plan, job_from_definition, plan_materialization
@@ -62,7 +63,7 @@ class Materializer:
         job = self._parsed.get(state.fingerprint)
         if job is None:
             try:
-                job = job_from_definition(state.name, state.definition)
+                job = job_from_definition(state.name, json.loads(state.definition))
             except Exception as exc:  # noqa: BLE001 - one bad row must not stop the others
                 log.error("stored job definition unreadable; skipped", job=state.name,
                           error=repr(exc))

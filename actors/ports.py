@@ -37,7 +37,7 @@ class JobState:
     materialized_until: datetime | None
     paused: bool
     fingerprint: str
-    definition: dict[str, Any]
+    definition: str  # JSON text; parsed once per fingerprint by its reader
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-import structlog
-
-from actors.domain import Outcome
+from actors.domain import ExecutionResult, Outcome
 from actors.flow import Backoff
-from actors.heartbeat import Heartbeat, InFlight
+from actors.heartbeat import Heartbeat, InFlight, Settle
 from actors.observability import (
     COMPLETIONS_REJECTED,
     DELIVERIES_SKIPPED,
@@ -67,16 +65,11 @@ class Subscription(Protocol):
     async def fetch(self, batch: int = 1, timeout: float | None = 5) -> list[Any]: ...
 
 
-class Poison(Exception):
-    reason: str
-
-
 @dataclass
 class _Pending:
     completion: Completion
-    delivery: Delivery
+    delivery: Settle
     job: str
-    abandoned: bool = False
 
 
 @dataclass
@@ -187,13 +180,13 @@ class Worker:
                     runs=handed_back, run_ids=[e.run_id for e in cut][:20])
         for entry in cut:
             # That epoch's message is obsolete: the run will be claimed anew.
-            await _quietly(entry.message.ack())  # type: ignore[attr-defined]
+            await _quietly(entry.message.ack())
 
     # -- one fetched batch ---------------------------------------------------------------
 
-    async def handle(self, deliveries: list[Any], group: asyncio.TaskGroup) -> None:
+    async def handle(self, deliveries: Sequence[Delivery], group: asyncio.TaskGroup) -> None:
         """Decode, start in one statement, spawn executions; settle what cannot start."""
-        decoded: list[tuple[DispatchMessage, Any]] = []
+        decoded: list[tuple[DispatchMessage, Delivery]] = []
         for delivery in deliveries:
             try:
                 message = self.decode(delivery.data, self.deployment)
@@ -250,13 +243,12 @@ class Worker:
             if entry.lease_lost:
                 # Another attempt may own the run now; record nothing, settle the message.
                 self._forget(entry)
-                await _quietly(entry.message.ack())  # type: ignore[attr-defined]
+                await _quietly(entry.message.ack())
                 return
             self._forget(entry)
             raise
         except Exception as exc:  # noqa: BLE001 - an executor bug fails the run, not the worker
             bound.error("executor raised", error=repr(exc), exc_info=True)
-            from actors.domain import ExecutionResult
             result = ExecutionResult(Outcome.FAILED, error=f"executor error: {exc!r}"[:1000])
         retry = (run.retry_delay if result.outcome is not Outcome.SUCCEEDED
                  and run.attempt < run.max_attempts else None)
@@ -265,7 +257,7 @@ class Worker:
                    duration_s=round(result.duration.total_seconds(), 3),
                    retry_in_s=None if retry is None else retry.total_seconds())
         completion = Completion(run.run_id, run.epoch, result, retry, self.worker_id)
-        await self.completions.put(_Pending(completion, entry.message, run.job))  # type: ignore[arg-type]
+        await self.completions.put(_Pending(completion, entry.message, run.job))
 
     def _forget(self, entry: InFlight) -> None:
         self.in_flight.pop((entry.run_id, entry.epoch), None)
@@ -294,12 +286,14 @@ class Worker:
                 # One bad completion must not block the others: record them
                 # one by one; the ones the database refuses are abandoned.
                 recorded = set()
+                kept = []
                 for pending in batch:
                     try:
                         recorded |= await self._record([pending])
+                        kept.append(pending)
                     except RecordRejected as exc:
                         self._abandon(pending, exc)
-                batch = [p for p in batch if not p.abandoned]
+                batch = kept
             await self._settle(batch, recorded)
 
     async def _record(self, batch: list[_Pending]) -> set[tuple[str, int]]:
@@ -321,7 +315,6 @@ class Worker:
     def _abandon(self, pending: _Pending, exc: Exception) -> None:
         """Give up recording one attempt; its lease expires and the reaper retries the run."""
         c = pending.completion
-        pending.abandoned = True
         COMPLETIONS_REJECTED.inc()
         log.error("completion rejected by the database; the lease will recover the run",
                   run_id=c.run_id, job=pending.job, epoch=c.epoch, error=repr(exc)[:500])
@@ -345,9 +338,8 @@ class Worker:
             else:
                 # The epoch moved on (reaped, cancelled): this execution was a duplicate.
                 FENCED_COMPLETIONS.inc()
-                structlog.get_logger("worker").warning(
-                    "completion fenced: the run moved on", run_id=c.run_id, job=pending.job,
-                    epoch=c.epoch)
+                log.warning("completion fenced: the run moved on", run_id=c.run_id,
+                            job=pending.job, epoch=c.epoch)
             await _quietly(pending.delivery.ack())
             entry = self.in_flight.get(key)
             if entry is not None:

@@ -578,7 +578,7 @@ class PostgresRunStore:
         return {r["name"]: JobState(id=r["id"], name=r["name"],
                                     materialized_until=r["materialized_until"],
                                     paused=r["paused"], fingerprint=r["fingerprint"],
-                                    definition=json.loads(r["definition"])) for r in rows}
+                                    definition=r["definition"]) for r in rows}
 
     async def materialize_many(self, plans: Sequence[tuple[JobState, Plan]]) -> int:
         """Insert every planned run of several jobs and advance their marks, in one go."""

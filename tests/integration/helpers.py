@@ -8,7 +8,8 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from actors.adapters.nats import CONSUMER, JetStreamBroker
 from actors.adapters.postgres import PostgresRunStore
+from actors.app import Replica
 from actors.domain import ClaimedRun, CronSchedule, ExecutorSpec, Job, PythonSpec, RunContext
 from actors.ports import DispatchMessage
 
@@ -188,3 +190,21 @@ async def scrape(port: int, name: str, **labels: str) -> float:
                                            for k, v in labels.items()):
                 return float(sample.value)
     return 0.0
+
+
+@asynccontextmanager
+async def running(*replicas: Replica, stop_timeout: float = 40.0) -> AsyncIterator[None]:
+    """Run in-process replicas for the body of a ``with``; stop them and surface crashes."""
+    tasks = [asyncio.create_task(r.run()) for r in replicas]
+    try:
+        yield
+    finally:
+        for replica in replicas:
+            replica.stop_requested.set()
+        for task in tasks:
+            await asyncio.wait_for(task, stop_timeout)
+
+
+async def succeeded_runs(store: PostgresRunStore) -> int:
+    return int(await store.pool.fetchval(
+        "SELECT count(*) FROM job_runs WHERE state = 'succeeded'"))

@@ -10,11 +10,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from actors.app import Replica
 from actors.domain import RunContext
 
 
@@ -66,16 +63,3 @@ def fails_twice(ctx: RunContext) -> None:
 
 def attempts_of(run_id: str) -> int:
     return _attempts.get(run_id, 0)
-
-
-@asynccontextmanager
-async def running(*replicas: Replica, stop_timeout: float = 40.0) -> AsyncIterator[None]:
-    """Run in-process replicas for the body of a ``with``; stop them and surface crashes."""
-    tasks = [asyncio.create_task(r.run()) for r in replicas]
-    try:
-        yield
-    finally:
-        for replica in replicas:
-            replica.stop_requested.set()
-        for task in tasks:
-            await asyncio.wait_for(task, stop_timeout)

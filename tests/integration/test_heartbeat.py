@@ -26,8 +26,7 @@ from actors.adapters.postgres import Operations, PostgresRunStore
 from actors.app import Replica
 from actors.config import LoadedConfig
 from tests.e2e.helpers import ClaimdProcess, child_env
-from tests.integration.helpers import RARE_CRON, counter, eventually
-from tests.integration.semantics_jobs import running
+from tests.integration.helpers import RARE_CRON, counter, eventually, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

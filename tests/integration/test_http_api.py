@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 from actors.adapters.postgres import PostgresRunStore
 from actors.app import Replica
 from actors.config import LoadedConfig
-from tests.integration.helpers import eventually
+from tests.integration.helpers import eventually, running, succeeded_runs
 
 pytestmark = pytest.mark.integration
 
@@ -25,15 +24,13 @@ async def test_status_page_api_and_probes(make_config: Callable[..., LoadedConfi
         run = { python = "actors.examples:hello" }
     """, http="127.0.0.1:0", claim_interval="50ms", materialize_interval="200ms")
     replica = Replica(tmp_path / "claimd.toml", loaded)
-    task = asyncio.create_task(replica.run())
-    try:
+    async with running(replica):
         async def serving() -> bool:
             return replica.http_port not in (None, 0)
         await eventually(serving)
 
         async def succeeded() -> bool:
-            return bool(await store.pool.fetchval(
-                "SELECT count(*) FROM job_runs WHERE state = 'succeeded'"))
+            return await succeeded_runs(store) > 0
         await eventually(succeeded)
         base = f"http://127.0.0.1:{replica.http_port}"
         async with aiohttp.ClientSession() as http:
@@ -52,6 +49,3 @@ async def test_status_page_api_and_probes(make_config: Callable[..., LoadedConfi
                 assert "<td>tick</td>" in page
             async with http.get(f"{base}/metrics") as r:
                 assert "claimd_runs_completed_total" in await r.text()
-    finally:
-        replica.stop_requested.set()
-        await asyncio.wait_for(task, 30)

@@ -22,8 +22,7 @@ from aiohttp import web
 from actors.adapters.postgres import Operations, PostgresRunStore
 from actors.app import Replica
 from actors.config import LoadedConfig
-from tests.integration.helpers import RARE_CRON, eventually
-from tests.integration.semantics_jobs import running
+from tests.integration.helpers import RARE_CRON, eventually, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

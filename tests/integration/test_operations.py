@@ -23,8 +23,8 @@ from structlog.testing import capture_logs
 from actors.adapters.postgres import CLAIM_DUE_RUNS, Operations, PostgresRunStore, UnknownJob
 from actors.app import Replica
 from actors.config import LoadedConfig
-from tests.integration.helpers import RARE_CRON, counter, eventually
-from tests.integration.semantics_jobs import executed_run_ids, running
+from tests.integration.helpers import RARE_CRON, counter, eventually, running
+from tests.integration.semantics_jobs import executed_run_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

@@ -27,12 +27,8 @@ from actors.app import Replica
 from actors.config import LoadedConfig
 from actors.domain import Catchup, CronSchedule, IntervalSchedule, Job, PythonSpec
 from actors.materializer import Materializer
-from tests.integration.helpers import RARE_CRON, counter, eventually
-from tests.integration.semantics_jobs import (
-    executed_run_ids,
-    executions,
-    running,
-)
+from tests.integration.helpers import RARE_CRON, counter, eventually, running
+from tests.integration.semantics_jobs import executed_run_ids, executions
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

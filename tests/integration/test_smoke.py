@@ -2,37 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
+from actors.adapters.postgres import PostgresRunStore
 from actors.app import Replica
 from actors.config import LoadedConfig
+from tests.integration.helpers import eventually, running, succeeded_runs
 
 pytestmark = pytest.mark.integration
 
 
 async def test_replica_runs_a_due_job_once(make_config: Callable[..., LoadedConfig],
-                                           store, tmp_path) -> None:  # type: ignore[no-untyped-def]
+                                           store: PostgresRunStore, tmp_path: Path) -> None:
     loaded = make_config("""
         [jobs.tick]
         every = "1s"
         run = { python = "actors.examples:hello" }
     """, claim_interval="50ms", materialize_interval="200ms")
-    replica = Replica(tmp_path / "claimd.toml", loaded)
-    task = asyncio.create_task(replica.run())
-    try:
-        async with asyncio.timeout(20):
-            while True:
-                done = await store.pool.fetchval(
-                    "SELECT count(*) FROM job_runs WHERE state = 'succeeded'")
-                if done >= 2:
-                    break
-                await asyncio.sleep(0.1)
-    finally:
-        replica.stop_requested.set()
-        await asyncio.wait_for(task, 30)
+    async with running(Replica(tmp_path / "claimd.toml", loaded)):
+        async def two_succeeded() -> bool:
+            return await succeeded_runs(store) >= 2
+        await eventually(two_succeeded)
     doubles = await store.pool.fetchval(
         "SELECT count(*) FROM (SELECT job_id, scheduled_at FROM job_runs "
         "GROUP BY 1, 2 HAVING count(*) > 1) d")
