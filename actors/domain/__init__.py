@@ -1,9 +1,10 @@
 """The pure core of claimd: jobs, runs, schedules, policies and the lease invariant.
 
-Imports only the standard library and pure-computation libraries (croniter,
-zoneinfo); an import-linter contract keeps it so.
+Imports only the standard library (zoneinfo included; cron expressions are
+parsed by our own actors.domain.cron); an import-linter contract keeps it so.
 """
 
+from actors.domain.cron import CronExpression, parse_cron
 from actors.domain.durations import format_duration, parse_duration
 from actors.domain.errors import (
     ClaimdError,
@@ -45,6 +46,7 @@ __all__ = [
     "Catchup",
     "ClaimdError",
     "ClaimedRun",
+    "CronExpression",
     "CronSchedule",
     "ExecutionResult",
     "ExecutorSpec",
@@ -72,6 +74,7 @@ __all__ = [
     "executor_to_dict",
     "format_duration",
     "job_from_definition",
+    "parse_cron",
     "parse_duration",
     "plan_materialization",
     "schedule_from_definition",

@@ -2,7 +2,8 @@
 
 The DST rule (documented in the README):
 
-* Cron expressions are evaluated on the job's local wall clock (IANA zone).
+* Cron expressions (read by :mod:`actors.domain.cron`) are evaluated on the
+  job's local wall clock (IANA zone).
 * A wall-clock time that does not exist (spring forward) fires once, at the
   next instant that exists (the end of the gap). Several slots in one gap fire
   once between them.
@@ -18,12 +19,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadCronError, CroniterBadDateError, croniter
-
+from actors.domain.cron import CronExpression, parse_cron
 from actors.domain.errors import InvalidSchedule
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -77,31 +77,21 @@ def local_to_instant(naive: datetime, zone: ZoneInfo) -> datetime:
 
 @dataclass(frozen=True)
 class CronSchedule:
-    """A five-field cron expression evaluated in an IANA time zone."""
+    """A five-field cron expression evaluated in an IANA time zone.
+
+    The expression is read by :mod:`actors.domain.cron` (crontab(5) rules, not
+    croniter's); this class adds the zone and the DST rule.
+    """
 
     expression: str
     timezone: str = "UTC"
 
     def __post_init__(self) -> None:
         zone = load_zone(self.timezone)
-        if not croniter.is_valid(self.expression):
-            raise InvalidSchedule(f"invalid cron expression {self.expression!r}")
-        if len(self.expression.split()) != 5:
-            raise InvalidSchedule(
-                f"cron expression {self.expression!r} must have five fields "
-                "(minute hour day-of-month month day-of-week)"
-            )
-        # An expression can be well formed and never fire ("0 0 30 2 *"): find
-        # out now, at load, rather than in a materializer loop.
-        start = datetime(2000, 1, 1)
-        try:
-            nxt = croniter(self.expression, start, max_years_between_matches=8).get_next(datetime)
-        except (CroniterBadDateError, CroniterBadCronError) as exc:
-            raise InvalidSchedule(
-                f"cron expression {self.expression!r} never fires (no matching date)"
-            ) from exc
-        if nxt is None:  # pragma: no cover - croniter raises instead
-            raise InvalidSchedule(f"cron expression {self.expression!r} never fires")
+        # parse_cron refuses what claimd does not fire (L, W, #, ?, seconds,
+        # @reboot, bad ranges) and what never fires ("0 0 30 2 *"), at load
+        # rather than in a materializer loop.
+        object.__setattr__(self, "_cron", parse_cron(self.expression))
         object.__setattr__(self, "_zone", zone)
 
     @property
@@ -109,19 +99,29 @@ class CronSchedule:
         zone: ZoneInfo = object.__getattribute__(self, "_zone")
         return zone
 
+    @property
+    def cron(self) -> CronExpression:
+        """The parsed expression: the values each field allows and the day rule."""
+        cron: CronExpression = object.__getattribute__(self, "_cron")
+        return cron
+
     def fire_times(self, after: datetime, until: datetime) -> Iterator[datetime]:
         _require_aware(after)
         _require_aware(until)
         zone = self.zone
-        # Iterate on the naive local wall clock so that croniter never sees a
-        # DST offset; map each slot to an instant with the rule above.
-        start_local = after.astimezone(zone).replace(tzinfo=None)
+        # Iterate on the naive local wall clock, then map each slot to an
+        # instant with the DST rule above (gap -> its end, repeated -> first).
         # Start two hours early: the slot just after `after` may sit in a
         # repeated hour whose first occurrence is before `after` in naive terms.
-        it = croniter(self.expression, start_local - timedelta(hours=2))
+        start_local = after.astimezone(zone).replace(tzinfo=None) - timedelta(hours=2)
+        # No slot two days past `until`'s wall clock can map to an instant at or
+        # before `until` (UTC offsets differ by at most 26 hours), so stop there
+        # rather than search on for a sparse expression's next slot.
+        until_day = until.astimezone(zone).date()
+        last_day = until_day + timedelta(days=2) if until_day < date.max - timedelta(days=2) \
+            else date.max
         last: datetime | None = None
-        while True:
-            naive = it.get_next(datetime)
+        for naive in self.cron.slots_after(start_local, last_day):
             instant = local_to_instant(naive, zone)
             if instant > until:
                 return

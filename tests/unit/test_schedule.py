@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, available_timezones
 
 import pytest
-from croniter import croniter
+from cronsim import CronSim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -236,8 +236,8 @@ def test_interval_refuses_zero_negative_and_sub_millisecond(every: timedelta) ->
     ("* * *", "UTC", "invalid cron expression"),
     ("every day", "UTC", "invalid cron expression 'every day'"),
     ("", "UTC", "invalid cron expression ''"),
-    ("* * * * * *", "UTC", "must have five fields"),
-    ("@daily", "UTC", "must have five fields"),
+    ("* * * * * *", "UTC", "a seconds or year field is not supported"),
+    ("@reboot", "UTC", "@reboot is not supported"),
     ("0 2 * * *", "Mars/Olympus", "unknown time zone 'Mars/Olympus'"),
     ("0 2 * * *", "europe/berlin_typo", "unknown time zone"),
     ("0 2 * * *", "", "unknown time zone ''"),
@@ -296,6 +296,11 @@ def _is_gap_end(instant: datetime, zone: ZoneInfo) -> bool:
     return now - before > timedelta(microseconds=1)
 
 
+def _cronsim_matches(expr: str, wall: datetime) -> bool:
+    """cronsim (an evaluator we did not write) says ``wall`` is one of ``expr``'s slots."""
+    return bool(next(CronSim(expr, wall - timedelta(minutes=1))) == wall)
+
+
 def _exists(naive: datetime, zone: ZoneInfo) -> bool:
     return naive.replace(tzinfo=zone).astimezone(UTC).astimezone(zone).replace(
         tzinfo=None) == naive
@@ -327,14 +332,14 @@ def test_cron_properties(zone_name: str, expr: str, start: datetime, hours: int,
     local = [t.astimezone(zone).replace(tzinfo=None) for t in got]
     assert len(set(local)) == len(local), "two instants share one wall-clock time"
     for t, wall in zip(got, local, strict=True):
-        assert croniter.match(expr, wall) or _is_gap_end(t, zone), (t, wall)
+        assert _cronsim_matches(expr, wall) or _is_gap_end(t, zone), (t, wall)
 
     # Completeness: every existing wall-clock slot whose first occurrence lies
     # in the window fired.
     fired = set(got)
-    it = croniter(expr, after.astimezone(zone).replace(tzinfo=None) - timedelta(hours=4))
+    it = CronSim(expr, after.astimezone(zone).replace(tzinfo=None) - timedelta(hours=4))
     last_local = until.astimezone(zone).replace(tzinfo=None) + timedelta(hours=4)
-    while (slot := it.get_next(datetime)) <= last_local:
+    while (slot := next(it)) <= last_local:
         if _exists(slot, zone):
             instant = slot.replace(tzinfo=zone, fold=0).astimezone(UTC)
             if after < instant <= until:
