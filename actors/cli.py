@@ -7,7 +7,7 @@ import asyncio
 import os
 import signal
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
 import asyncpg
@@ -17,7 +17,7 @@ from actors.adapters.postgres import Operations, PostgresRunStore, UnknownJob
 from actors.adapters.resources import config_dir
 from actors.app import Replica, Role
 from actors.config import ConfigError, LoadedConfig, load_config
-from actors.domain import CronSchedule, take
+from actors.domain import CronSchedule, job_from_definition, take
 from actors.observability import configure_logging, get_logger, redact
 from actors.supervisor import ActorGaveUp
 
@@ -170,6 +170,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
+    """Validate a config and print what the scheduler will really fire for each job.
+
+    Each job goes through the same round trip as in a running replica (its
+    stored definition, read back by job_from_definition, as the materializer
+    does), so the instants printed come from the code that writes the rows.
+    """
     try:
         loaded = load_config(args.file)
     except ConfigError as exc:
@@ -178,11 +184,17 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     start = datetime.fromisoformat(args.from_time) if args.from_time else datetime.now(UTC)
     if start.tzinfo is None:
         start = start.replace(tzinfo=UTC)
-    for name, job in sorted(loaded.jobs.items()):
-        zone = job.schedule.zone if isinstance(job.schedule, CronSchedule) else UTC
-        print(f"{name}: {job.schedule.describe()}")
+    for name, configured in sorted(loaded.jobs.items()):
+        schedule = job_from_definition(name, configured.definition()).schedule
+        zone: tzinfo
+        if isinstance(schedule, CronSchedule):
+            zone = schedule.zone
+            print(f"{name}: {schedule.describe()}: {schedule.cron.explain()}")
+        else:
+            zone = UTC
+            print(f"{name}: {schedule.describe()}")
         far = start.replace(year=start.year + 10)
-        for instant in take(job.schedule.fire_times(start, far), args.count):
+        for instant in take(schedule.fire_times(start, far), args.count):
             print(f"  {instant.isoformat()}  {instant.astimezone(zone).isoformat()}")
     for error in loaded.errors:
         print(f"error: {error}", file=sys.stderr)

@@ -86,7 +86,8 @@ class _Field:
 
     @property
     def span(self) -> int:
-        return self.high - self.low + 1
+        """How many distinct values the field has (day-of-week: 7, its 7 is Sunday again)."""
+        return 7 if self.name == "day-of-week" else self.high - self.low + 1
 
 
 MINUTE = _Field("minute", 0, 59, {})
@@ -145,7 +146,7 @@ class CronExpression:
     def explain(self) -> str:
         """What the expression fires at, field by field, with the day rule spelled out."""
         days_full = len(self.days) == DAY_OF_MONTH.span
-        weekdays_full = len(self.weekdays) == 7
+        weekdays_full = len(self.weekdays) == DAY_OF_WEEK.span
         days, weekdays = _compact(self.days, DAY_OF_MONTH), _compact(self.weekdays, DAY_OF_WEEK)
         rule = ""
         if self.either_day and (days_full or weekdays_full):
@@ -264,8 +265,7 @@ def _step(field: _Field, text: str) -> int:
     if step == 0:
         raise _FieldError("a step of 0 is not allowed")
     if step > field.span:
-        raise _FieldError(f"the step {step} is larger than the field "
-                          f"({field.span} values, {field.low}-{field.high})")
+        raise _FieldError(f"the step {step} is larger than the field ({field.span} values)")
     return step
 
 
@@ -324,8 +324,7 @@ def _cron_weekday(day: date) -> int:
 def _compact(values: frozenset[int] | tuple[int, ...], field: _Field) -> str:
     """``{0, 1, 2, 3, 30}`` -> ``'0-3,30'``; every value of the field -> ``'*'``."""
     ordered = sorted(values)
-    full = 7 if field is DAY_OF_WEEK else field.span
-    if len(ordered) == full:
+    if len(ordered) == field.span:
         return "*"
     runs: list[str] = []
     start = prev = ordered[0]
