@@ -1,12 +1,14 @@
 """Cron expressions: our own small parser and matcher, with crontab(5) as the reference.
 
 Why not croniter: croniter 5 and later read a single-value range ``N-N`` as
-``*`` (``0 9-9 * * *`` fires every hour instead of once a day), and its reading
-of the day-of-month/day-of-week rule for fields such as ``*/7`` has changed
-between versions. A scheduler must fire what the expression says whatever
-version a user's resolver picks, so claimd parses and matches cron itself: a
-few hundred lines, pure, tested against an independent evaluator (cronsim) in
-a differential property test. croniter is no longer a dependency.
+``*`` (``0 9-9 * * *`` fires every hour instead of once a day), and croniter
+7.0.0 applies the day-of-month/day-of-week rule unlike cron for fields that
+start with ``*`` (``0 0 */2 * 0`` fires on odd days OR Sundays; cron: odd days
+that are Sundays). Normalising its input would still leave us depending on how
+each version reads the rest. A scheduler must fire what the expression says
+whatever version a user's resolver picks, so claimd parses and matches cron
+itself: a few hundred lines, pure, tested against an independent evaluator
+(cronsim) in a differential property test. croniter is no longer a dependency.
 
 The accepted syntax (the README's "Cron rules" says the same):
 
@@ -29,11 +31,11 @@ The accepted syntax (the README's "Cron rules" says the same):
 Refused, each with an InvalidSchedule naming the field and the problem:
 ``L``, ``W``, ``#``, ``?`` (Quartz extensions with no crontab(5) meaning), a
 seconds or year field (six or seven fields), ``@reboot`` (a distributed
-scheduler has no boot), a step on a single value (``5/15``: Vixie cron drops
-the step, croniter and cronsim read ``5-59/15``; we refuse rather than pick
-one), out-of-range values, reversed ranges (``5-3``), step 0 or a step larger
-than the field, empty list items, and expressions that can never fire
-(``0 0 30 2 *``).
+scheduler has no boot), a step on a single value (``5/15``: Vixie cron
+silently drops the step, cronie refuses it, croniter and cronsim read
+``5-59/15``; we refuse rather than pick one), out-of-range values, reversed
+ranges (``5-3``), step 0 or a step larger than the field, empty list items,
+and expressions that can never fire (``0 0 30 2 *``).
 
 Fire times are found by skipping field by field (month, then day, then the
 precomputed hour and minute lists), never by testing minute after minute, so
