@@ -183,7 +183,7 @@ def cronsim_fires(expr: str, after: datetime, zone: ZoneInfo, until: datetime) -
     return out
 
 
-@settings(max_examples=4000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spelled=expressions(), zone_name=st.sampled_from(ZONES),
        start=st.datetimes(min_value=datetime(1990, 1, 1), max_value=datetime(2045, 12, 31)))
 def test_claimd_and_cronsim_fire_at_the_same_instants(spelled: tuple[str, str], zone_name: str,
