@@ -2,7 +2,9 @@
 
 Guarded by owner and epoch, so it can never release a run another replica
 claimed since. If the database is down too, it retries with backoff; if this
-process dies first, the lease expires and the reaper does the same work.
+process dies first, the lease expires and the reaper does the same work. Any
+other error is a bug: it reaches the supervisor (retrying it forever would
+stall the dispatcher behind a full queue), and the claim leases recover the runs.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 from actors.domain import ClaimedRun
 from actors.flow import Backoff
 from actors.observability import RUNS_RELEASED, get_logger
-from actors.ports import RunStore
+from actors.ports import Outage, RunStore
 
 log = get_logger("compensator")
 
@@ -29,7 +31,7 @@ class Compensator:
         while True:
             try:
                 released = await self.store.release_unpublished(self.owner, runs)
-            except Exception as exc:  # noqa: BLE001 - retried; the lease is the backstop
+            except Outage as exc:  # retried; the lease is the backstop
                 delay = self.backoff.next_delay()
                 log.warning("release failed; retrying", runs=len(runs), delay_s=round(delay, 3),
                             error=repr(exc))

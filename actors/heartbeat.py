@@ -3,6 +3,12 @@
 One task per worker extends the leases of all its running runs in one
 statement per beat. A run whose extension is refused (reaped, cancelled) has
 lost its lease: its execution is cancelled, since a newer attempt may run.
+
+A beat that fails because the database is away is retried at the next beat
+(the lease has slack). Any other failure is a bug and is raised: the worker
+stops with it, its executions are cancelled and the supervisor restarts it.
+Going on without heartbeats would let the leases lapse under executions that
+keep running, so another worker would run them a second time.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ class Settle(Protocol):
 
     async def in_progress(self) -> None: ...
     async def ack(self) -> None: ...
+    async def term(self) -> None: ...
 
 
 @dataclass
@@ -42,12 +49,21 @@ ExtendLeases = Callable[[Sequence[tuple[str, int]]], Awaitable[set[tuple[str, in
 
 
 class Heartbeat:
+    """Extends the leases of ``in_flight`` every ``interval`` until ``stop``.
+
+    ``outage`` is the exception type that means "the server is away" (the
+    worker passes ``ports.Outage``; this module sits beside the ports and does
+    not import them).
+    """
+
     def __init__(self, extend: ExtendLeases, in_flight: dict[tuple[str, int], InFlight],
-                 interval: timedelta, stop: asyncio.Event) -> None:
+                 interval: timedelta, stop: asyncio.Event, *,
+                 outage: type[Exception]) -> None:
         self.extend = extend
         self.in_flight = in_flight
         self.interval = interval
         self.stop = stop
+        self.outage = outage
 
     async def beat(self) -> None:
         entries = list(self.in_flight.values())
@@ -75,5 +91,5 @@ class Heartbeat:
                 await asyncio.wait_for(self.stop.wait(), self.interval.total_seconds())
             try:
                 await self.beat()
-            except Exception as exc:  # noqa: BLE001 - next beat retries; the lease has slack
+            except self.outage as exc:  # the next beat retries; the lease has slack
                 log.warning("heartbeat failed", error=repr(exc))

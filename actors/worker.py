@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -40,6 +41,7 @@ from actors.ports import (
     Completion,
     DispatchMessage,
     Executor,
+    Outage,
     RecordRejected,
     RunStore,
     StartedRun,
@@ -48,6 +50,7 @@ from actors.ports import (
 log = get_logger("worker")
 COMPLETION_BATCH = 256
 RESUBSCRIBE_AFTER = 3  # consecutive failed fetches
+ABANDONED_KEPT = 10_000  # (run, epoch) keys remembered so a redelivery is never run again
 
 
 class Delivery(Protocol):
@@ -110,13 +113,16 @@ class Worker:
         self.after_record = after_record
         self.resubscribe = resubscribe
         self.in_flight: dict[tuple[str, int], InFlight] = {}
+        # Attempts whose completion could not be recorded, left to their leases.
+        # Kept across restarts of the actor (same object, same worker id).
+        self._abandoned: OrderedDict[tuple[str, int], None] = OrderedDict()
         self.completions: asyncio.Queue[_Pending | None] = asyncio.Queue(maxsize=concurrency * 2)
         self._slot_freed = asyncio.Event()
         self._recorded_batches = 0
         self._hb_stop = asyncio.Event()
         self.heartbeat = Heartbeat(
             lambda runs: self.store.extend_leases(self.worker_id, runs, self.lease),
-            self.in_flight, heartbeat_interval, self._hb_stop)
+            self.in_flight, heartbeat_interval, self._hb_stop, outage=Outage)
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -136,7 +142,7 @@ class Worker:
                     messages = await self.sub.fetch(min(free, 256), timeout=1.0)
                 except TimeoutError:
                     continue
-                except Exception as exc:  # noqa: BLE001 - broker trouble: back off, go on
+                except Exception as exc:  # noqa: BLE001 - fetch only talks to the broker: an outage
                     delay = backoff.next_delay()
                     log.warning("fetch failed", error=repr(exc), delay_s=round(delay, 3))
                     await asyncio.sleep(delay)
@@ -172,9 +178,12 @@ class Worker:
             async with asyncio.timeout(5):
                 handed_back = await self.store.interrupt_runs(
                     self.worker_id, [(e.run_id, e.epoch) for e in cut])
-        except Exception as exc:  # noqa: BLE001 - the leases recover them instead
-            log.warning("grace expired; runs left to their leases", runs=len(cut),
-                        error=repr(exc))
+        except Exception as exc:  # noqa: BLE001 - stopping anyway; the leases recover them
+            # Not re-raised even when it is a bug: the supervisor would restart the
+            # worker in the middle of the stop. Logged at the level of what it is.
+            level = "warning" if isinstance(exc, Outage | TimeoutError) else "error"
+            getattr(log, level)("grace expired; runs left to their leases", runs=len(cut),
+                                error=repr(exc))
             return
         log.warning("grace expired; unfinished runs handed back to pending",
                     runs=handed_back, run_ids=[e.run_id for e in cut][:20])
@@ -204,17 +213,29 @@ class Worker:
                 DELIVERIES_SKIPPED.labels(reason="executing_here").inc()
                 await _quietly(delivery.ack())
                 continue
+            if (message.run_id, message.epoch) in self._abandoned:
+                # Ran here, but its completion could not be recorded (the term was
+                # lost). Starting it would run it again under the same epoch, since
+                # the run is still ours and running, and renew the lease that must
+                # lapse; the reaper hands it to a newer epoch instead.
+                DELIVERIES_SKIPPED.labels(reason="abandoned_here").inc()
+                await _quietly(delivery.term())
+                continue
             decoded.append((message, delivery))
         if not decoded:
             return
         try:
             started, not_started = await self.store.start_runs(
                 self.worker_id, [m for m, _ in decoded], self.lease)
-        except Exception as exc:  # noqa: BLE001 - the broker will redeliver
-            log.warning("start failed; messages will be redelivered", error=repr(exc),
-                        runs=len(decoded))
+        except Exception as exc:
+            # Nothing started: the broker redelivers. An outage is waited out
+            # here; anything else is a bug the supervisor must see.
             for _, delivery in decoded:
                 await _quietly(delivery.nak(delay=1.0))
+            if not isinstance(exc, Outage):
+                raise
+            log.warning("start failed; messages will be redelivered", error=repr(exc),
+                        runs=len(decoded))
             return
         by_key = {(m.run_id, m.epoch): d for m, d in decoded}
         for skipped in not_started:
@@ -267,7 +288,16 @@ class Worker:
     # -- completions ----------------------------------------------------------------------
 
     async def _complete_loop(self) -> None:
-        """Record verdicts in batches, then ack each message whose run was recorded."""
+        """Record verdicts in batches, then ack each message whose run was recorded.
+
+        Errors by kind: an outage is waited out (``_record`` retries; the lease
+        has slack, and while the database is away the heartbeat cannot renew it
+        either). Anything else is about some runs of the batch: the batch is
+        recorded one by one, and the runs that still fail are abandoned to their
+        leases. A refusal of the data (RecordRejected) is that run's alone; any
+        other error is a bug, re-raised once the rest is settled, so that the
+        supervisor counts it against the worker's crash budget.
+        """
         done = False
         while not done:
             first = await self.completions.get()
@@ -280,47 +310,65 @@ class Worker:
                     done = True
                     break
                 batch.append(item)
+            bug: Exception | None = None
             try:
                 recorded = await self._record(batch)
-            except RecordRejected:
-                # One bad completion must not block the others: record them
-                # one by one; the ones the database refuses are abandoned.
+            except Exception:  # noqa: BLE001 - not an outage: find the runs it is about
                 recorded = set()
                 kept = []
                 for pending in batch:
                     try:
                         recorded |= await self._record([pending])
                         kept.append(pending)
-                    except RecordRejected as exc:
-                        self._abandon(pending, exc)
+                    except Exception as exc:  # noqa: BLE001 - abandoned; bugs re-raised below
+                        await self._abandon(pending, exc)
+                        if bug is None and not isinstance(exc, RecordRejected):
+                            bug = exc
                 batch = kept
             await self._settle(batch, recorded)
+            if bug is not None:
+                raise bug
 
     async def _record(self, batch: list[_Pending]) -> set[tuple[str, int]]:
-        """complete_runs, retried while the database is unreachable (the lease has slack)."""
+        """complete_runs, retried while the database is unreachable; other errors raise."""
         backoff = Backoff(initial=0.1, maximum=5.0)
         while True:
             try:
                 # Shielded: a completion that reached the database must be acted on.
                 return await asyncio.shield(
                     self.store.complete_runs([p.completion for p in batch]))
-            except RecordRejected:
-                raise
-            except Exception as exc:  # noqa: BLE001 - transient: retried with backoff
+            except Outage as exc:
                 delay = backoff.next_delay()
                 log.warning("complete failed; retrying", runs=len(batch), error=repr(exc),
                             delay_s=round(delay, 3))
                 await asyncio.sleep(delay)
 
-    def _abandon(self, pending: _Pending, exc: Exception) -> None:
-        """Give up recording one attempt; its lease expires and the reaper retries the run."""
+    async def _abandon(self, pending: _Pending, exc: Exception) -> None:
+        """Give up recording one attempt; its lease lapses and the reaper recovers the run.
+
+        The run leaves the in-flight set, so the heartbeat no longer extends its
+        lease. Its message is terminated, not acked (nothing was recorded) and
+        not left to be redelivered: a redelivery to this worker would start the
+        run again under the same epoch (it is still ours and running) and renew
+        its lease. The run's recovery never depended on the message: the reaper
+        returns it to pending and the next claim dispatches it under a new epoch.
+        """
         c = pending.completion
+        key = (c.run_id, c.epoch)
         COMPLETIONS_REJECTED.inc()
-        log.error("completion rejected by the database; the lease will recover the run",
+        refused = isinstance(exc, RecordRejected)
+        log.error("completion rejected by the database; the lease will recover the run"
+                  if refused else
+                  "completion could not be recorded (unexpected error); "
+                  "the lease will recover the run",
                   run_id=c.run_id, job=pending.job, epoch=c.epoch, error=repr(exc)[:500])
-        entry = self.in_flight.get((c.run_id, c.epoch))
+        self._abandoned[key] = None
+        while len(self._abandoned) > ABANDONED_KEPT:
+            self._abandoned.popitem(last=False)
+        entry = self.in_flight.get(key)
         if entry is not None:
             self._forget(entry)  # stop heartbeating it, so its lease can expire
+        await _quietly(pending.delivery.term())
 
     async def _settle(self, batch: list[_Pending], recorded: set[tuple[str, int]]) -> None:
         self._recorded_batches += 1

@@ -1,0 +1,174 @@
+"""Errors by kind inside the actors: outages are waited out, anything else is raised.
+
+Fakes of the ports, for the actors' own logic; the distributed behaviour (a run
+whose completion fails is recovered by its lease) is proved on the real servers
+in tests/integration/test_completion_rejected.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import pytest
+
+from actors.compensator import Compensator
+from actors.domain import ClaimedRun
+from actors.heartbeat import Heartbeat, InFlight
+from actors.ports import DispatchMessage, RunStore, StoreUnavailable
+from actors.worker import Worker
+
+
+class Delivery:
+    """A broker message that records how it was settled."""
+
+    def __init__(self, data: bytes = b"m") -> None:
+        self.data = data
+        self.settled: list[str] = []
+
+    async def ack(self) -> None:
+        self.settled.append("ack")
+
+    async def term(self) -> None:
+        self.settled.append("term")
+
+    async def nak(self, delay: float | None = None) -> None:
+        self.settled.append("nak")
+
+    async def in_progress(self) -> None:
+        self.settled.append("in_progress")
+
+
+async def _beats_until(heartbeat: Heartbeat, calls: list[int], count: int) -> None:
+    task = asyncio.create_task(heartbeat.run())
+    try:
+        async with asyncio.timeout(10):
+            while len(calls) < count and not task.done():
+                await asyncio.sleep(0.001)
+    finally:
+        heartbeat.stop.set()
+    await task
+
+
+async def test_a_heartbeat_waits_out_an_outage_and_goes_on_beating() -> None:
+    calls: list[int] = []
+
+    async def extend(runs: Any) -> set[tuple[str, int]]:
+        calls.append(len(runs))
+        if len(calls) <= 3:
+            raise StoreUnavailable("connection refused")
+        return {("r", 1)}
+
+    in_flight = {("r", 1): InFlight("r", 1, "job", Delivery())}
+    heartbeat = Heartbeat(extend, in_flight, timedelta(milliseconds=1), asyncio.Event(),
+                          outage=StoreUnavailable)
+    await _beats_until(heartbeat, calls, 5)
+    assert len(calls) >= 5
+
+
+async def test_a_heartbeat_that_fails_for_another_reason_raises_to_its_owner() -> None:
+    calls: list[int] = []
+
+    async def extend(runs: Any) -> set[tuple[str, int]]:
+        calls.append(len(runs))
+        raise RuntimeError("bug in the heartbeat")
+
+    in_flight = {("r", 1): InFlight("r", 1, "job", Delivery())}
+    heartbeat = Heartbeat(extend, in_flight, timedelta(milliseconds=1), asyncio.Event(),
+                          outage=StoreUnavailable)
+    with pytest.raises(RuntimeError, match="bug in the heartbeat"):
+        async with asyncio.timeout(10):
+            await heartbeat.run()
+    assert calls == [1]
+
+
+class ReleasingStore:
+    def __init__(self, failures: list[Exception]) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    async def release_unpublished(self, owner: str, runs: Any) -> int:
+        self.calls += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        return len(runs)
+
+
+def _claimed() -> ClaimedRun:
+    return ClaimedRun(run_id="r", epoch=1, job="job", scheduled_at=datetime.now(UTC), attempt=1)
+
+
+async def test_the_compensator_waits_out_an_outage_but_raises_a_bug() -> None:
+    runs = (_claimed(),)
+    outage = ReleasingStore([StoreUnavailable("down"), StoreUnavailable("down")])
+    compensator = Compensator(cast(RunStore, outage), "me", asyncio.Queue())
+    compensator.backoff.initial = compensator.backoff.maximum = 0.001
+    assert await compensator.release(runs) == 1
+    assert outage.calls == 3
+
+    bug = ReleasingStore([RuntimeError("bug")])
+    compensator = Compensator(cast(RunStore, bug), "me", asyncio.Queue())
+    with pytest.raises(RuntimeError, match="bug"):
+        await compensator.release(runs)
+    assert bug.calls == 1
+
+
+class StartingStore:
+    """start_runs only: records what it was asked, fails as told."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.asked: list[list[DispatchMessage]] = []
+
+    async def start_runs(self, worker: str, messages: list[DispatchMessage],
+                         lease: timedelta) -> tuple[list[Any], list[Any]]:
+        self.asked.append(list(messages))
+        if self.error is not None:
+            raise self.error
+        return [], []
+
+
+def _message(run_id: str = "r", epoch: int = 1) -> DispatchMessage:
+    return DispatchMessage(run_id=run_id, epoch=epoch, job="job",
+                           scheduled_at=datetime.now(UTC), attempt=1, deployment="d")
+
+
+def _worker(store: StartingStore, messages: dict[bytes, DispatchMessage]) -> Worker:
+    return Worker(cast(RunStore, store), cast(Any, None), cast(Any, None), worker_id="w",
+                  deployment="d", lease=timedelta(seconds=30),
+                  heartbeat_interval=timedelta(seconds=1), concurrency=4,
+                  decode=lambda data, _: messages[data], delivery_count=lambda _: 1,
+                  stop=asyncio.Event(), grace=timedelta(seconds=1))
+
+
+async def test_a_redelivered_message_of_an_abandoned_attempt_is_terminated_not_run_again(
+        ) -> None:
+    store = StartingStore()
+    worker = _worker(store, {b"old": _message("r", 1), b"new": _message("r", 2)})
+    worker._abandoned[("r", 1)] = None  # its completion could not be recorded here
+    old, new = Delivery(b"old"), Delivery(b"new")
+    async with asyncio.TaskGroup() as group:
+        await worker.handle([old, new], group)
+    assert old.settled == ["term"]
+    # Only the newer epoch (the reaper's re-dispatch) is asked to start.
+    assert [[(m.run_id, m.epoch) for m in asked] for asked in store.asked] == [[("r", 2)]]
+
+
+async def test_a_start_that_fails_in_an_outage_naks_and_goes_on() -> None:
+    store = StartingStore(StoreUnavailable("down"))
+    worker = _worker(store, {b"m": _message()})
+    delivery = Delivery(b"m")
+    async with asyncio.TaskGroup() as group:
+        await worker.handle([delivery], group)
+    assert delivery.settled == ["nak"]
+
+
+async def test_a_start_that_fails_for_another_reason_naks_and_raises() -> None:
+    store = StartingStore(RuntimeError("bug in start"))
+    worker = _worker(store, {b"m": _message()})
+    delivery = Delivery(b"m")
+    with pytest.raises(RuntimeError, match="bug in start"):
+        # No group: nothing starts, so nothing is spawned into one.
+        await worker.handle([delivery], cast(asyncio.TaskGroup, None))
+    assert delivery.settled == ["nak"]
