@@ -127,6 +127,38 @@ class Worker:
     # -- the loop ------------------------------------------------------------------------
 
     async def run(self) -> None:
+        """Fetch, start, execute, record, ack until ``stop``; then drain within the grace."""
+        try:
+            await self._run()
+        except BaseException:
+            self._after_crash()
+            raise
+
+    def _after_crash(self) -> None:
+        """Forget the runs a crashed loop can no longer finish, so nothing keeps them alive.
+
+        The supervisor reruns this same worker. Its executions were cancelled
+        (one cancelled before it began never cleaned up after itself) and the
+        batch being recorded was dropped: those runs leave the in-flight set, so
+        the heartbeat stops extending their leases; their redelivery or the
+        reaper recovers them. Verdicts still queued are kept and recorded on
+        the restart, still heartbeated until then.
+        """
+        queued = []
+        while not self.completions.empty():
+            queued.append(self.completions.get_nowait())
+        for item in queued:
+            self.completions.put_nowait(item)
+        waiting = {(p.completion.run_id, p.completion.epoch) for p in queued if p is not None}
+        lost = [e for key, e in self.in_flight.items() if key not in waiting
+                and (e.task is None or e.task.done())]
+        for entry in lost:
+            self._forget(entry)
+        if lost:
+            log.warning("worker loop crashed; its unfinished runs are left to their leases",
+                        runs=len(lost), run_ids=[e.run_id for e in lost][:20])
+
+    async def _run(self) -> None:
         backoff = Backoff(initial=0.2, maximum=5.0)
         async with asyncio.TaskGroup() as group:
             completer = group.create_task(self._complete_loop())

@@ -14,10 +14,10 @@ from typing import Any, cast
 import pytest
 
 from actors.compensator import Compensator
-from actors.domain import ClaimedRun
+from actors.domain import ClaimedRun, ExecutionResult, Outcome
 from actors.heartbeat import Heartbeat, InFlight
-from actors.ports import DispatchMessage, RunStore, StoreUnavailable
-from actors.worker import Worker
+from actors.ports import Completion, DispatchMessage, RunStore, StoreUnavailable
+from actors.worker import Worker, _Pending
 
 
 class Delivery:
@@ -172,3 +172,21 @@ async def test_a_start_that_fails_for_another_reason_naks_and_raises() -> None:
         # No group: nothing starts, so nothing is spawned into one.
         await worker.handle([delivery], cast(asyncio.TaskGroup, None))
     assert delivery.settled == ["nak"]
+
+
+async def test_after_a_crash_only_the_runs_with_a_verdict_waiting_stay_heartbeated() -> None:
+    worker = _worker(StartingStore(), {})
+    never_began = asyncio.create_task(asyncio.sleep(0))
+    never_began.cancel()  # cancelled before its first step: its cleanup never ran
+    finished = asyncio.create_task(asyncio.sleep(0))
+    await asyncio.wait([never_began, finished])
+    for run_id, task in (("lost", never_began), ("recorded-later", finished),
+                         ("batch-dropped", finished)):
+        worker.in_flight[(run_id, 1)] = InFlight(run_id, 1, "job", Delivery(), task)
+    verdict = Completion("recorded-later", 1, ExecutionResult(Outcome.SUCCEEDED), None, "w")
+    worker.completions.put_nowait(_Pending(verdict, Delivery(), "job"))
+
+    worker._after_crash()
+
+    assert set(worker.in_flight) == {("recorded-later", 1)}
+    assert worker.completions.qsize() == 1
