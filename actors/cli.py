@@ -13,7 +13,15 @@ from pathlib import Path
 import asyncpg
 
 from actors.adapters.embedded import start_nats, start_postgres
-from actors.adapters.postgres import Operations, PostgresRunStore, UnknownJob
+from actors.adapters.postgres import (
+    BACKFILL_CHUNK,
+    BACKFILL_MAX_RUNS,
+    BackfillProgress,
+    BackfillTooLarge,
+    Operations,
+    PostgresRunStore,
+    UnknownJob,
+)
 from actors.adapters.resources import config_dir
 from actors.app import Replica, Role
 from actors.config import ConfigError, LoadedConfig, load_config
@@ -82,9 +90,51 @@ def _database_url(args: argparse.Namespace) -> str:
     return url
 
 
-def _parse_time(text: str) -> datetime:
-    value = datetime.fromisoformat(text)
+class UsageError(ValueError):
+    """A command's arguments cannot be acted on; the message names the argument."""
+
+
+def _parse_time(text: str, argument: str = "time") -> datetime:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{argument} {text!r} is not an ISO 8601 time "
+                         "(e.g. 2026-03-01T00:00:00+00:00; no offset means UTC)") from None
     return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
+def _print_backfill_progress(done: BackfillProgress) -> None:
+    """One stderr line per chunk of a backfill longer than one chunk."""
+    if done.instants <= BACKFILL_CHUNK or done.through is None:
+        return
+    print(f"backfill {done.job}: {done.covered:,}/{done.instants:,} instants "
+          f"(through {done.through.isoformat()}), {done.added:,} added", file=sys.stderr)
+
+
+async def _backfill(ops: Operations, args: argparse.Namespace) -> str:
+    start = _parse_time(args.start, "--from")
+    end = _parse_time(args.end, "--to")
+    if start > end:
+        raise UsageError(f"--from {start.isoformat()} is after --to {end.isoformat()}")
+    try:
+        done = await ops.backfill(args.job, start, end, max_runs=args.max_runs,
+                                  progress=_print_backfill_progress)
+    except BackfillTooLarge as exc:
+        raise UsageError(f"{exc} (from {start.isoformat()} to {end.isoformat()}); "
+                         "nothing added: split the range or raise --max-runs") from None
+    return (f"backfilled {args.job}: {done.instants:,} instants from {start.isoformat()} "
+            f"to {end.isoformat()}: {done.added:,} runs added, "
+            f"{done.existing:,} already had a run")
 
 
 async def _operate(args: argparse.Namespace) -> str:
@@ -99,7 +149,7 @@ async def _operate(args: argparse.Namespace) -> str:
             await ops.resume(args.job)
             return f"resumed {args.job}"
         if args.command == "trigger":
-            at = _parse_time(args.at) if args.at else datetime.now(UTC)
+            at = _parse_time(args.at, "--at") if args.at else datetime.now(UTC)
             run_id = await ops.trigger(args.job, at)
             return (f"triggered {args.job}: run {run_id} at {at.isoformat()}" if run_id
                     else f"{args.job} already has a run at {at.isoformat()}; nothing added")
@@ -107,8 +157,7 @@ async def _operate(args: argparse.Namespace) -> str:
             ok = await ops.cancel(args.run_id)
             return f"cancelled {args.run_id}" if ok else f"{args.run_id} is not pending/running"
         if args.command == "backfill":
-            n = await ops.backfill(args.job, _parse_time(args.start), _parse_time(args.end))
-            return f"backfilled {args.job}: {n} runs added"
+            return await _backfill(ops, args)
         raise AssertionError(args.command)
     finally:
         await pool.close()
@@ -117,7 +166,7 @@ async def _operate(args: argparse.Namespace) -> str:
 def cmd_operate(args: argparse.Namespace) -> int:
     try:
         print(asyncio.run(_operate(args)))
-    except UnknownJob as exc:
+    except (UnknownJob, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -247,9 +296,21 @@ def build_parser() -> argparse.ArgumentParser:
     trig.add_argument("--at", help="the instant (ISO 8601; default now)")
     operator("cancel", "cancel a pending or running run").add_argument("run_id")
     back = operator("backfill", "one run per missed instant in a range (idempotent)")
+    back.description = (
+        "Add one run for each instant of JOB's schedule from --from to --to (both "
+        "included) that has no run yet; instants that have one are left alone, so "
+        f"running it again adds nothing. Written {BACKFILL_CHUNK:,} instants per "
+        "statement, with progress on stderr; an interrupted backfill is finished by "
+        "running it again. Exit status: 0 done; 2 refused, nothing added (unknown "
+        "job, a time that is not ISO 8601, --from after --to, or more instants than "
+        "--max-runs).")
     back.add_argument("job")
-    back.add_argument("--from", dest="start", required=True)
-    back.add_argument("--to", dest="end", required=True)
+    back.add_argument("--from", dest="start", required=True,
+                      help="first instant (ISO 8601; no offset means UTC)")
+    back.add_argument("--to", dest="end", required=True, help="last instant (ISO 8601)")
+    back.add_argument("--max-runs", type=_positive_int, default=BACKFILL_MAX_RUNS,
+                      help=f"refuse a range of more instants than this "
+                           f"(default {BACKFILL_MAX_RUNS:,})")
 
     mig = sub.add_parser("migrate", help="apply the schema migrations")
     mig.add_argument("--database-url")

@@ -84,7 +84,8 @@ POISON_MESSAGES = Counter("claimd_poison_messages_total",
                           ["reason"])
 COMPLETIONS_REJECTED = Counter(
     "claimd_completions_rejected_total",
-    "Completions the database refused (not a connection problem); left to the reaper")
+    "Completions not recorded for a reason other than an outage (refused, or an error); "
+    "left to the lease and the reaper")
 LEASES_LOST = Counter("claimd_leases_lost_total",
                       "Running runs whose lease extension was refused (reaped or cancelled)")
 ACTOR_OUTAGES = Counter("claimd_actor_outages_total",

@@ -15,6 +15,7 @@ import json
 import os
 import re
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -25,11 +26,13 @@ from actors.adapters.resources import sql_dir
 from actors.domain import (
     ClaimedRun,
     ExecutionResult,
+    IntervalSchedule,
     Job,
     Outcome,
     Plan,
     RetryPolicy,
     RunState,
+    Schedule,
     executor_from_dict,
     schedule_from_definition,
     take,
@@ -776,6 +779,62 @@ class UnknownJob(LookupError):
     """An operator action named a job the config file never declared."""
 
 
+# A backfill writes its rows in statements of this many instants: a long range
+# is many short statements (bounded memory, no lock held for minutes), and one
+# interrupted half-way is finished by running it again (the rows are idempotent).
+BACKFILL_CHUNK = 10_000
+# What one backfill may add unless told otherwise: a range typed wrong (years of
+# a job every second) is refused before anything is written.
+BACKFILL_MAX_RUNS = 1_000_000
+
+
+@dataclass(frozen=True)
+class BackfillProgress:
+    """How far a backfill has come: after each chunk, and (covered == instants) at the end."""
+
+    job: str
+    instants: int  # instants of the schedule in the range
+    covered: int  # instants written or found already written so far
+    added: int  # rows inserted so far
+    through: datetime | None  # the last instant covered
+
+    @property
+    def existing(self) -> int:
+        """Instants covered that already had a row (any trigger), so were left alone."""
+        return self.covered - self.added
+
+
+class BackfillTooLarge(ValueError):
+    """A backfill range holds more instants than allowed; nothing was written."""
+
+    def __init__(self, job: str, instants: int, exact: bool, limit: int) -> None:
+        self.job, self.instants, self.exact, self.limit = job, instants, exact, limit
+        count = f"{instants:,}" if exact else f"more than {limit:,}"
+        super().__init__(f"backfill of {job!r} covers {count} instants, over the limit of "
+                         f"{limit:,} runs per backfill")
+
+
+def _count_instants(schedule: Schedule, after: datetime, until: datetime,
+                    ceiling: int) -> tuple[int, bool]:
+    """Instants in ``(after, until]``: (count, exact); counting stops past ``ceiling``.
+
+    An interval schedule is counted by arithmetic (exact, whatever the size);
+    any other is walked, and a count past the ceiling is a lower bound.
+    """
+    if isinstance(schedule, IntervalSchedule):
+        us = timedelta(microseconds=1)
+        step = schedule.every // us
+        first = (after - schedule.anchor) // us // step + 1  # k * step > after
+        last = (until - schedule.anchor) // us // step  # k * step <= until
+        return max(0, last - first + 1), True
+    count = 0
+    for _ in schedule.fire_times(after, until):
+        count += 1
+        if count > ceiling:
+            return count, False
+    return count, True
+
+
 class Operations:
     """What an operator can do to jobs and runs. Nothing here can define a command."""
 
@@ -802,13 +861,31 @@ class Operations:
         ids = await self._pool.fetch(INSERT_RUNS_AT, row["id"], [at], "manual")
         return ids[0]["id"] if ids else None
 
-    async def backfill(self, job: str, start: datetime, end: datetime) -> int:
-        """One run per instant of the schedule in ``[start, end]`` that has no row yet."""
+    async def backfill(self, job: str, start: datetime, end: datetime, *,
+                       max_runs: int = BACKFILL_MAX_RUNS, chunk: int = BACKFILL_CHUNK,
+                       progress: Callable[[BackfillProgress], None] | None = None,
+                       ) -> BackfillProgress:
+        """One run per instant of the schedule in ``[start, end]`` that has no row yet.
+
+        The whole range, however long, in statements of ``chunk`` instants each
+        (``progress`` is told after each one); or BackfillTooLarge, before
+        anything is written, when the range holds more than ``max_runs`` instants.
+        """
         row = await self._job(job)
         schedule = schedule_from_definition(json.loads(row["definition"])["schedule"])
-        instants = take(schedule.fire_times(start - timedelta(microseconds=1), end))
-        inserted = await self._pool.fetch(INSERT_RUNS_AT, row["id"], instants, "backfill")
-        return len(inserted)
+        after = start - timedelta(microseconds=1)  # fire_times excludes its start
+        total, exact = _count_instants(schedule, after, end, max_runs)
+        if total > max_runs:
+            raise BackfillTooLarge(job, total, exact, max_runs)
+        done = BackfillProgress(job, total, 0, 0, None)
+        instants = schedule.fire_times(after, end)
+        while batch := take(instants, chunk):
+            inserted = await self._pool.fetch(INSERT_RUNS_AT, row["id"], batch, "backfill")
+            done = BackfillProgress(job, total, done.covered + len(batch),
+                                    done.added + len(inserted), batch[-1])
+            if progress is not None:
+                progress(done)
+        return done
 
     async def cancel(self, run_id: str, reason: str = "cancelled by operator") -> bool:
         return await self._pool.fetchval(CANCEL_RUN, run_id, reason) is not None

@@ -20,7 +20,14 @@ import psutil
 import pytest
 from structlog.testing import capture_logs
 
-from actors.adapters.postgres import CLAIM_DUE_RUNS, Operations, PostgresRunStore, UnknownJob
+from actors.adapters.postgres import (
+    CLAIM_DUE_RUNS,
+    BackfillProgress,
+    BackfillTooLarge,
+    Operations,
+    PostgresRunStore,
+    UnknownJob,
+)
 from actors.app import Replica
 from actors.config import LoadedConfig
 from tests.integration.helpers import RARE_CRON, counter, eventually, running
@@ -181,8 +188,9 @@ async def test_backfill_creates_exactly_the_missing_instants_and_they_run(
     # One instant of the range already has a row.
     existing = await ops.trigger("every-ten", instants[2])
     assert existing is not None
-    assert await ops.backfill("every-ten", start, end) == 6
-    assert await ops.backfill("every-ten", start, end) == 0
+    done = await ops.backfill("every-ten", start, end)
+    assert (done.instants, done.added, done.existing) == (7, 6, 1)
+    assert (await ops.backfill("every-ten", start, end)).added == 0
     rows = await store.pool.fetch(
         "SELECT id::text AS id, scheduled_at, trigger FROM job_runs "
         "WHERE scheduled_at BETWEEN $1 AND $2 ORDER BY scheduled_at",
@@ -201,7 +209,36 @@ async def test_backfill_creates_exactly_the_missing_instants_and_they_run(
     assert await _count(store, "every-ten", f"{in_range} AND r.state = 'succeeded'",
                         start, end) == 7
     assert {r["id"] for r in rows} <= executed_run_ids("every-ten")
-    assert await ops.backfill("every-ten", start, end) == 0
+    assert (await ops.backfill("every-ten", start, end)).added == 0
+
+
+async def test_backfill_writes_a_long_range_chunk_by_chunk_and_refuses_past_its_limit(
+        store: PostgresRunStore, make_config: Callable[..., LoadedConfig]) -> None:
+    loaded = make_config(f"""
+        [jobs.minutely]
+        cron = "* * * * *"
+        run = {{ python = "{RECORD}" }}
+    """)
+    await store.sync_jobs(list(loaded.jobs.values()))
+    ops = Operations(store.pool)
+    start = datetime(2021, 6, 1, tzinfo=UTC)
+    end = start + timedelta(minutes=99)  # 100 instants
+    await ops.trigger("minutely", start + timedelta(minutes=50))
+    seen: list[BackfillProgress] = []
+    done = await ops.backfill("minutely", start, end, chunk=30, progress=seen.append)
+    assert [(p.covered, p.added, p.through) for p in seen] == [
+        (30, 30, start + timedelta(minutes=29)), (60, 59, start + timedelta(minutes=59)),
+        (90, 89, start + timedelta(minutes=89)), (100, 99, end)]
+    assert (done.instants, done.added, done.existing) == (100, 99, 1)
+    assert await _count(store, "minutely") == 100
+
+    # A cron schedule is counted by walking it, up to the limit: "more than".
+    with pytest.raises(BackfillTooLarge, match="covers more than 99 instants") as refused:
+        await ops.backfill("minutely", start, end + timedelta(days=365), max_runs=99)
+    assert (refused.value.exact, refused.value.limit) == (False, 99)
+    assert await _count(store, "minutely") == 100
+    exact = await ops.backfill("minutely", start, end, max_runs=100)
+    assert (exact.instants, exact.added) == (100, 0)
 
 
 # --- cancel -------------------------------------------------------------------------------
