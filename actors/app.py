@@ -12,7 +12,6 @@ import signal
 import socket
 import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from actors.adapters.executors import LocalExecutor
 from actors.adapters.nats import JetStreamBroker
 from actors.adapters.postgres import PostgresRunStore
 from actors.claimer import Claimer
+from actors.clock import DatabaseClock
 from actors.compensator import Compensator
 from actors.config import ConfigError, ConfigErrors, LoadedConfig, load_config
 from actors.dispatcher import Dispatcher
@@ -52,11 +52,6 @@ class Role(enum.StrEnum):
     ALL = "all"
     SCHEDULER = "scheduler"
     WORKER = "worker"
-
-
-class SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 @dataclass
@@ -240,10 +235,14 @@ class Replica:
         scheduling = self.role in (Role.ALL, Role.SCHEDULER)
         working = self.role in (Role.ALL, Role.WORKER)
 
+        # One clock, the database's: the materializer reads it every tick (and
+        # so measures this replica's skew); the worker's lag metrics use it.
+        clock = DatabaseClock(store)
+
         async with asyncio.TaskGroup() as group:
             tasks: dict[str, asyncio.Task[None]] = {}
             if scheduling:
-                materializer = Materializer(store, SystemClock(),
+                materializer = Materializer(store, clock,
                                             settings.horizon, settings.materialize_interval,
                                             stop_claiming)
                 claimer = Claimer(store, self.replica_id, to_dispatch, gate,
@@ -271,9 +270,16 @@ class Replica:
                     heartbeat_interval=settings.lease_settings.heartbeat_interval(),
                     concurrency=settings.worker_concurrency, decode=nats_adapter.decode,
                     delivery_count=nats_adapter.delivery_count, stop=stop_working,
-                    grace=settings.shutdown_grace, resubscribe=resubscribe)
+                    grace=settings.shutdown_grace, resubscribe=resubscribe, clock=clock)
                 tasks["worker"] = group.create_task(supervise("worker", worker.run),
                                                     name="worker")
+            if not scheduling:
+                # No materializer reads the database's clock here: measure the skew anyway.
+                async def measure_skew() -> None:
+                    await clock.run(stop_working, settings.materialize_interval)
+
+                tasks["clock"] = group.create_task(supervise("clock", measure_skew),
+                                                   name="clock")
 
             await self.stop_requested.wait()
             log.info("stopping: no new claims; finishing in-flight work",

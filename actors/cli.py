@@ -149,7 +149,9 @@ async def _operate(args: argparse.Namespace) -> str:
             await ops.resume(args.job)
             return f"resumed {args.job}"
         if args.command == "trigger":
-            at = _parse_time(args.at, "--at") if args.at else datetime.now(UTC)
+            # Without --at the instant is the database's now(), not this host's clock.
+            at = (_parse_time(args.at, "--at") if args.at
+                  else await PostgresRunStore(pool).database_now())
             run_id = await ops.trigger(args.job, at)
             return (f"triggered {args.job}: run {run_id} at {at.isoformat()}" if run_id
                     else f"{args.job} already has a run at {at.isoformat()}; nothing added")

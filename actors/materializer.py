@@ -5,6 +5,10 @@ once and the second insert of an instant changes nothing. It plans from the
 definitions stored in ``jobs`` (what the last sync or reload wrote), never from
 a replica's own copy of the config file, so replicas that reloaded at
 different moments still plan the same instants.
+
+It plans on the database's clock, read once per tick, never on the replica's
+own: with a replica minutes ahead or behind, the instants it calls past or
+future, and where a new job starts, are the same as on every other replica.
 """
 
 from __future__ import annotations
@@ -16,27 +20,41 @@ from datetime import timedelta
 
 from actors.domain import Job, Plan, job_from_definition, plan_materialization
 from actors.observability import RUNS_MATERIALIZED, RUNS_MISSED, get_logger
-from actors.ports import Clock, JobState, RunStore
+from actors.ports import DatabaseTime, JobState, RunStore
 
 log = get_logger("materializer")
+
+
+# The least lateness an instant may have when first planned and still be on
+# time rather than missed: a job's first tick after it was added, or a tick
+# that came a little late, must not drop instants under catchup latest/none.
+MIN_ON_TIME = timedelta(seconds=5)
 
 
 class Materializer:
     """Writes the rows the schedules say are due, every tick."""
 
-    def __init__(self, store: RunStore, clock: Clock, horizon: timedelta,
-                 interval: timedelta, stop: asyncio.Event) -> None:
+    def __init__(self, store: RunStore, clock: DatabaseTime, horizon: timedelta,
+                 interval: timedelta, stop: asyncio.Event, *,
+                 guard_stale_plans: bool = True) -> None:
+        """``clock`` is the database's (tests may move a fake one, and then turn
+        ``guard_stale_plans`` off: the database's own now() cannot agree with it)."""
         self.store = store
         self._parsed: dict[str, Job] = {}  # fingerprint -> job: parse each definition once
         self.clock = clock
         self.horizon = horizon
         self.interval = interval
         self.stop = stop
+        self.on_time = max(MIN_ON_TIME, 2 * interval)
+        self.guard_stale_plans = guard_stale_plans
 
     async def tick(self) -> int:
         """Materialize once; returns the number of rows inserted."""
+        # One clock for the whole tick, the database's, read before the jobs:
+        # a plan made from it and written a moment later is never ahead of
+        # the database, so it never drops an instant a fresher plan keeps.
+        now = await self.clock.read()
         states = await self.store.active_jobs()
-        now = self.clock.now()
         plans: list[tuple[JobState, Plan]] = []
         for name, state in states.items():
             if state.paused:
@@ -44,7 +62,8 @@ class Materializer:
             job = self._job(state)
             if job is None:
                 continue
-            plan = plan_materialization(job, state.materialized_until, now, self.horizon)
+            plan = plan_materialization(job, state.materialized_until, now, self.horizon,
+                                        first_seen=state.created_at, on_time=self.on_time)
             if plan.missed:
                 RUNS_MISSED.labels(job=name).inc(plan.missed)
                 log.warning("missed instants dropped by catch-up policy", job=name,
@@ -53,7 +72,10 @@ class Materializer:
                 plans.append((state, plan))
         if not plans:
             return 0
-        inserted = await self.store.materialize_many(plans)
+        # A plan that reaches the database later than its on-time tolerance
+        # writes nothing (it would keep instants that are missed by then).
+        fresh_until = now + self.on_time if self.guard_stale_plans else None
+        inserted = await self.store.materialize_many(plans, fresh_until)
         RUNS_MATERIALIZED.inc(inserted)
         if inserted:
             log.debug("materialized", runs=inserted, jobs=len(plans))

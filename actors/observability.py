@@ -93,7 +93,11 @@ ACTOR_OUTAGES = Counter("claimd_actor_outages_total",
 ACTOR_RESTARTS = Counter("claimd_actor_restarts_total", "Actor crashes restarted", ["actor"])
 CONFIG_JOB_ERRORS = Gauge("claimd_config_job_errors", "Jobs in the config file that are invalid")
 RUNS_IN_FLIGHT = Gauge("claimd_worker_runs_in_flight", "Runs executing on this worker")
-SCHEDULE_LAG = Histogram("claimd_start_lag_seconds", "Start time minus scheduled time",
+CLOCK_SKEW = Gauge("claimd_clock_skew_seconds",
+                   "This replica's wall clock minus the database's (positive: ahead), "
+                   "corrected for half the round trip; claimd decides on the database's clock")
+SCHEDULE_LAG = Histogram("claimd_start_lag_seconds",
+                         "Start time minus scheduled time, on the database's clock",
                          buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300))
 RUN_DURATION = Histogram("claimd_run_duration_seconds", "Execution time of attempts", ["job"],
                          buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 60, 300, 1800, 3600))

@@ -38,6 +38,7 @@ class JobState:
     paused: bool
     fingerprint: str
     definition: str  # JSON text; parsed once per fingerprint by its reader
+    created_at: datetime | None = None  # the database's clock: where a new job's plan starts
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,10 @@ class RunStore(Protocol):
     """The only thing that knows the database."""
 
     async def sync_jobs(self, jobs: Sequence[Job], keep: Sequence[str] = ()) -> dict[str, str]: ...
+    async def database_now(self) -> datetime: ...
     async def active_jobs(self) -> dict[str, JobState]: ...
-    async def materialize_many(self, plans: Sequence[tuple[JobState, Plan]]) -> int: ...
+    async def materialize_many(self, plans: Sequence[tuple[JobState, Plan]],
+                               fresh_until: datetime | None = None) -> int: ...
     async def skip_unrunnable(self, limit: int) -> list[tuple[str, str]]: ...
     async def claim_due_runs(self, owner: str, limit: int, lease: timedelta,
                              max_claimed: int) -> list[ClaimedRun]: ...
@@ -158,6 +161,16 @@ class Clock(Protocol):
     """Wall-clock time, injectable so that schedules are tested without waiting."""
 
     def now(self) -> datetime: ...
+
+
+class DatabaseTime(Protocol):
+    """The database's clock: the one every decision about time is made on.
+
+    Read once per tick (one round trip) and passed into the pure domain, so
+    replicas whose own clocks disagree still plan the same rows.
+    """
+
+    async def read(self) -> datetime: ...
 
 
 Callback = Callable[..., Awaitable[Any]]

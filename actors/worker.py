@@ -38,6 +38,7 @@ from actors.observability import (
     get_logger,
 )
 from actors.ports import (
+    Clock,
     Completion,
     DispatchMessage,
     Executor,
@@ -97,8 +98,11 @@ class Worker:
                  stop: asyncio.Event, grace: timedelta,
                  faults: WorkerFaults | None = None,
                  after_record: Callable[[list[_Pending]], None] | None = None,
-                 resubscribe: Callable[[], Awaitable[Subscription]] | None = None) -> None:
+                 resubscribe: Callable[[], Awaitable[Subscription]] | None = None,
+                 clock: Clock | None = None) -> None:
         self.store = store
+        # Lag is measured on the database's clock (estimated locally), not the host's.
+        self.clock = clock
         self.sub = subscription
         self.executor = executor
         self.worker_id = worker_id
@@ -286,7 +290,8 @@ class Worker:
 
     async def _execute(self, run: StartedRun, entry: InFlight) -> None:
         RUNS_STARTED.labels(job=run.job).inc()
-        lag = (datetime.now(UTC) - run.scheduled_at).total_seconds()
+        now = self.clock.now() if self.clock is not None else datetime.now(UTC)
+        lag = (now - run.scheduled_at).total_seconds()
         SCHEDULE_LAG.observe(max(0.0, lag))
         bound = log.bind(run_id=run.run_id, job=run.job, attempt=run.attempt, epoch=run.epoch)
         bound.info("run started")

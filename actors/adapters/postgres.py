@@ -144,8 +144,11 @@ UPDATE job_runs r SET state = 'cancelled', outcome = 'cancelled', error = 'job r
 RETURNING r.id
 """
 ACTIVE_JOBS = """
-SELECT id, name, materialized_until, paused, fingerprint, definition FROM jobs WHERE enabled
+SELECT id, name, materialized_until, paused, fingerprint, definition, created_at
+  FROM jobs WHERE enabled
 """
+# The one clock: every replica plans on the database's now(), never its own.
+DATABASE_NOW = "SELECT now()"
 
 # --- materialize --------------------------------------------------------------
 
@@ -158,10 +161,16 @@ SELECT id, name, materialized_until, paused, fingerprint, definition FROM jobs W
 # insert then writes only for those jobs. A reload's UPSERT of the same job row
 # waits for that lock, so its withdrawal of future runs sees (and deletes) the
 # rows written here; a plan from a superseded definition writes nothing.
+#
+# A plan is also written only while it is fresh on the database's clock ($4:
+# the now() it was planned at plus its on-time tolerance). A plan that waited
+# longer (a stalled replica) would keep as "late" instants that every fresh
+# plan counts as missed; it writes nothing, and the next tick plans again.
 ADVANCE_HIGH_WATER = """
 UPDATE jobs j SET materialized_until = GREATEST(COALESCE(j.materialized_until, u.until), u.until)
   FROM unnest($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, until, fingerprint)
  WHERE j.id = u.id AND j.fingerprint = u.fingerprint AND j.enabled
+   AND ($4::timestamptz IS NULL OR now() <= $4::timestamptz)
 RETURNING j.id
 """
 INSERT_PLANNED_RUNS = """
@@ -576,15 +585,25 @@ class PostgresRunStore:
                 changes[r["name"]] = "removed"
         return changes
 
+    async def database_now(self) -> datetime:
+        """The database's clock (``now()``): what every decision about time is made on."""
+        value: datetime = await self._pool.fetchval(DATABASE_NOW)
+        return value
+
     async def active_jobs(self) -> dict[str, JobState]:
         rows = await self._pool.fetch(ACTIVE_JOBS)
         return {r["name"]: JobState(id=r["id"], name=r["name"],
                                     materialized_until=r["materialized_until"],
                                     paused=r["paused"], fingerprint=r["fingerprint"],
-                                    definition=r["definition"]) for r in rows}
+                                    definition=r["definition"], created_at=r["created_at"])
+                for r in rows}
 
-    async def materialize_many(self, plans: Sequence[tuple[JobState, Plan]]) -> int:
-        """Insert every planned run of several jobs and advance their marks, in one go."""
+    async def materialize_many(self, plans: Sequence[tuple[JobState, Plan]],
+                               fresh_until: datetime | None = None) -> int:
+        """Insert every planned run of several jobs and advance their marks, in one go.
+
+        With ``fresh_until``, nothing is written once the database's now() is past it.
+        """
         job_ids: list[int] = []
         scheduled: list[datetime] = []
         due: list[datetime] = []
@@ -596,7 +615,7 @@ class PostgresRunStore:
         async with self._pool.acquire() as conn, conn.transaction():
             current = await conn.fetch(ADVANCE_HIGH_WATER, [j.id for j, _ in plans],
                                        [p.materialized_until for _, p in plans],
-                                       [j.fingerprint for j, _ in plans])
+                                       [j.fingerprint for j, _ in plans], fresh_until)
             if not current or not job_ids:
                 return 0
             status = await conn.execute(INSERT_PLANNED_RUNS, job_ids, scheduled, due,

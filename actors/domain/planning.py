@@ -1,7 +1,9 @@
 """Which instants the materializer writes, given what it wrote before.
 
-Pure: the caller passes ``now`` from its clock, so catch-up after downtime is
-tested by moving a clock, not by waiting.
+Pure: the caller passes ``now``, so catch-up after downtime is tested by moving
+a clock, not by waiting. In claimd ``now`` is always the database's clock (read
+once per tick) and a new job's ``first_seen`` is the database's record of when
+the job was added: replicas whose own clocks disagree then plan the same rows.
 """
 
 from __future__ import annotations
@@ -31,32 +33,42 @@ class Plan:
 
 
 def plan_materialization(
-    job: Job, materialized_until: datetime | None, now: datetime, horizon: timedelta
+    job: Job, materialized_until: datetime | None, now: datetime, horizon: timedelta, *,
+    first_seen: datetime | None = None, on_time: timedelta = timedelta(0),
 ) -> Plan:
     """Instants after ``materialized_until`` up to ``now + horizon``, per catch-up policy.
 
-    A job seen for the first time starts at ``now``: claimd does not invent a
-    history for it (use backfill for that). Instants already in the past after
-    downtime are kept according to ``job.catchup`` within ``job.catchup_window``.
+    A job never planned before starts at ``first_seen`` (when the database
+    recorded it; never later than ``now``), else at ``now``: claimd does not
+    invent a history for it (use backfill for that), nor drop the instants that
+    fell due between its creation and its first plan. An instant at most
+    ``on_time`` before ``now`` is late, not missed: it is planned whatever the
+    policy, as a tick that comes a little late must not lose it. Older past
+    instants (downtime) are kept according to ``job.catchup`` within
+    ``job.catchup_window``.
     """
     until = now + horizon
-    after = now if materialized_until is None else materialized_until
+    if materialized_until is not None:
+        after = materialized_until
+    else:
+        after = now if first_seen is None else min(first_seen, now)
     if after >= until:
         return Plan(runs=[], materialized_until=after, missed=0)
+    missed_before = now - on_time
     instants = take(job.schedule.fire_times(after, until))
-    past = [t for t in instants if t < now]
-    future = [t for t in instants if t >= now]
+    past = [t for t in instants if t < missed_before]
+    on_schedule = [t for t in instants if t >= missed_before]
     kept_past = _apply_catchup(job, past, now)
     if job.catchup is Catchup.LATEST and kept_past and len(instants) >= MAX_INSTANTS_PER_PLAN:
         # A capped plan is one chunk of a long catch-up: its latest past
         # instant is not the latest overall while a later past instant exists.
-        later = take(job.schedule.fire_times(instants[-1], now), 1)
-        if later and later[0] < now:
+        later = take(job.schedule.fire_times(instants[-1], missed_before), 1)
+        if later and later[0] < missed_before:
             kept_past = []
     runs = [
         PlannedRun(scheduled_at=t, due_at=t + deterministic_offset(f"{job.name}@{t.isoformat()}",
                                                                    job.jitter))
-        for t in [*kept_past, *future]
+        for t in [*kept_past, *on_schedule]
     ]
     # If the plan hit the instant cap, the high-water mark is the last instant
     # planned, so the next tick continues from there instead of skipping.

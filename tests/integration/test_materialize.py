@@ -9,6 +9,7 @@ import asyncpg
 import pytest
 
 from actors.adapters.postgres import PostgresRunStore
+from actors.clock import DatabaseClock
 from actors.domain import IntervalSchedule, Job, PythonSpec, plan_materialization
 from actors.materializer import Materializer
 from tests.integration.helpers import add_job
@@ -20,7 +21,9 @@ HORIZON = timedelta(seconds=30)
 
 
 class FixedClock:
-    def now(self) -> datetime:
+    """The database's clock, faked: it says NOW (the job rows are dated NOW too)."""
+
+    async def read(self) -> datetime:
         return NOW
 
 
@@ -31,7 +34,7 @@ def _every_second() -> Job:
 
 def _materializer(store: PostgresRunStore, job: Job) -> Materializer:
     return Materializer(store, FixedClock(), HORIZON,
-                        timedelta(seconds=1), asyncio.Event())
+                        timedelta(seconds=1), asyncio.Event(), guard_stale_plans=False)
 
 
 async def _rows_per_instant(store: PostgresRunStore) -> dict[datetime, int]:
@@ -44,6 +47,8 @@ async def test_materializer_manual_insert_and_replay_leave_one_row_per_instant(
         store: PostgresRunStore, schema_url: str) -> None:
     job = _every_second()
     job_id = await add_job(store, job)
+    # The fake clock stands for the database's: the job was first seen at its NOW.
+    await store.pool.execute("UPDATE jobs SET created_at = $1", NOW)
     expected = plan_materialization(job, None, NOW, HORIZON)
     instants = [r.scheduled_at for r in expected.runs]
     assert len(instants) == 30
@@ -98,12 +103,8 @@ async def test_a_plan_from_a_superseded_definition_writes_nothing(
     assert await store.materialize_many([(stale, plan)]) == 0
     assert await store.pool.fetchval("SELECT count(*) FROM job_runs") == 0
     # The current definition plans and writes as usual (the sync reset the
-    # job's mark to the database's now, so plan on the real clock here).
-    class WallClock:
-        def now(self) -> datetime:
-            return datetime.now(UTC)
-
-    assert await Materializer(store, WallClock(), HORIZON, timedelta(seconds=1),
+    # job's mark to the database's now, so plan on the database's clock here).
+    assert await Materializer(store, DatabaseClock(store), HORIZON, timedelta(seconds=1),
                               asyncio.Event()).tick() > 0
     spacing = await store.pool.fetchval(
         "SELECT min(d) FROM (SELECT scheduled_at - lag(scheduled_at) OVER (ORDER BY scheduled_at)"

@@ -1,0 +1,95 @@
+"""The one clock: PostgreSQL's. Read it, measure how far this replica's clock is off.
+
+Every decision about time that replicas must agree on (which instants are due,
+which are missed, where a new job starts, deadlines, leases) is made on the
+database's ``now()``: in the statement itself, or read once per tick here and
+passed into the pure domain. A replica's own wall clock may be minutes off (an
+NTP outage, a VM resumed from suspend, a badly set host); it drives only local
+timers, which run on the monotonic clock. This module measures the difference,
+exports it (``claimd_clock_skew_seconds``) and warns when it is large.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from actors.observability import CLOCK_SKEW, get_logger
+from actors.ports import Clock
+
+log = get_logger("clock")
+
+# Beyond this the replica's clock is worth an operator's look; claimd itself
+# keeps working whatever the skew, since it never decides on the local clock.
+SKEW_WARNING = timedelta(seconds=2)
+# At most one warning per this long: the gauge carries the value every tick.
+WARN_EVERY = timedelta(minutes=1)
+
+
+class DatabaseNow(Protocol):
+    """What the clock needs from the store (``RunStore.database_now``)."""
+
+    async def database_now(self) -> datetime: ...
+
+
+class SystemClock:
+    """The replica's own wall clock: for local use only (logs, estimates)."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+class DatabaseClock:
+    """The database's clock as this replica sees it.
+
+    ``read()`` is one round trip that returns the database's ``now()`` and
+    measures the skew: the local wall clock at the midpoint of the round trip
+    minus the database's time. ``now()`` estimates the database's time from the
+    local clock and the last skew measured, for metrics such as start lag that
+    are taken between reads; it never decides anything replicas must agree on.
+    """
+
+    def __init__(self, store: DatabaseNow, *, local: Clock | None = None,
+                 warn_above: timedelta = SKEW_WARNING, warn_every: timedelta = WARN_EVERY,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.local = local or SystemClock()
+        self.warn_above = warn_above.total_seconds()
+        self.warn_every = warn_every.total_seconds()
+        self.monotonic = monotonic
+        self.skew = timedelta(0)
+        self._warned_at: float | None = None
+
+    async def read(self) -> datetime:
+        """The database's now(); measures and exports this replica's skew."""
+        sent_wall = self.local.now()
+        sent = self.monotonic()
+        db_now = await self.store.database_now()
+        round_trip = self.monotonic() - sent
+        self.skew = sent_wall + timedelta(seconds=round_trip / 2) - db_now
+        skew_s = self.skew.total_seconds()
+        CLOCK_SKEW.set(skew_s)
+        if abs(skew_s) > self.warn_above:
+            now = self.monotonic()
+            if self._warned_at is None or now - self._warned_at >= self.warn_every:
+                self._warned_at = now
+                log.warning("clock skew: this replica's clock disagrees with the database's; "
+                            "claimd decides on the database's clock, fix the host's time sync",
+                            skew_s=round(skew_s, 3), round_trip_s=round(round_trip, 4),
+                            threshold_s=self.warn_above)
+        return db_now
+
+    def now(self) -> datetime:
+        """The database's time, estimated locally (metrics only)."""
+        return self.local.now() - self.skew
+
+    async def run(self, stop: asyncio.Event, interval: timedelta) -> None:
+        """Measure every ``interval`` (for replicas with no materializer reading it)."""
+        while not stop.is_set():
+            await self.read()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval.total_seconds())
