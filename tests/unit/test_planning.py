@@ -193,3 +193,45 @@ def test_no_jitter_means_due_at_the_instant() -> None:
     plan = plan_materialization(make_job(), None, NOW, timedelta(hours=1))
     assert all(r.due_at == r.scheduled_at for r in plan.runs)
     assert len(plan.runs) == 60
+
+
+# -- one clock: where a new job starts, what is late and what is missed -----------------
+
+SECOND = timedelta(seconds=1)
+
+
+def test_a_new_job_starts_where_the_database_first_saw_it() -> None:
+    """Instants between the job's creation and its first plan are planned, not lost."""
+    job = make_job(every=SECOND, catchup=Catchup.NONE)
+    created = NOW - timedelta(seconds=3, milliseconds=500)
+    plan = plan_materialization(job, None, NOW, HORIZON, first_seen=created,
+                                on_time=timedelta(seconds=5))
+    times = scheduled(plan.runs)
+    assert times[:4] == [NOW - 3 * SECOND, NOW - 2 * SECOND, NOW - SECOND, NOW]
+    assert min(times) > created  # nothing before the job existed
+    assert plan.missed == 0
+
+
+def test_first_seen_is_never_later_than_now() -> None:
+    job = make_job(every=SECOND)
+    plan = plan_materialization(job, None, NOW, HORIZON, first_seen=NOW + timedelta(hours=1))
+    assert scheduled(plan.runs)[0] == NOW + SECOND
+
+
+def test_late_by_less_than_on_time_is_kept_older_is_missed() -> None:
+    """Under catchup = none an instant a little late is run; one from downtime is not."""
+    job = make_job(every=SECOND, catchup=Catchup.NONE)
+    on_time = timedelta(seconds=5)
+    plan = plan_materialization(job, NOW - timedelta(seconds=20), NOW, HORIZON, on_time=on_time)
+    past = [t for t in scheduled(plan.runs) if t < NOW]
+    assert past == [NOW - timedelta(seconds=s) for s in range(5, 0, -1)]
+    assert plan.missed == 14  # NOW-19s .. NOW-6s
+
+
+def test_latest_keeps_the_on_time_instants_and_the_newest_missed_one() -> None:
+    job = make_job(every=SECOND, catchup=Catchup.LATEST)
+    plan = plan_materialization(job, NOW - timedelta(seconds=20), NOW, HORIZON,
+                                on_time=timedelta(seconds=2))
+    past = [t for t in scheduled(plan.runs) if t < NOW]
+    assert past == [NOW - 3 * SECOND, NOW - 2 * SECOND, NOW - SECOND]
+    assert plan.missed == 16
