@@ -12,7 +12,12 @@ from pathlib import Path
 
 import asyncpg
 
-from actors.adapters.embedded import start_nats, start_postgres
+from actors.adapters.embedded import (
+    EmbeddedUnavailable,
+    require_embedded,
+    start_nats,
+    start_postgres,
+)
 from actors.adapters.postgres import (
     BACKFILL_CHUNK,
     BACKFILL_MAX_RUNS,
@@ -175,6 +180,11 @@ def cmd_operate(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    try:
+        require_embedded()
+    except EmbeddedUnavailable as exc:
+        print(f"error: claimd dev: {exc}", file=sys.stderr)
+        return 2
     config = Path(args.config) if args.config else config_dir() / "jobs.toml"
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)

