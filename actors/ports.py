@@ -84,7 +84,7 @@ class NotStarted:
 
     run_id: str
     epoch: int
-    reason: str  # terminal | owned | stale | unknown | not_due
+    reason: str  # terminal | owned | stale | unknown | unreadable | skipped
     state: RunState | None
 
 

@@ -37,7 +37,7 @@ from actors.domain import (
     schedule_from_definition,
     take,
 )
-from actors.observability import get_logger
+from actors.observability import RUNS_SKIPPED, get_logger
 from actors.ports import (
     Completion,
     DispatchMessage,
@@ -99,6 +99,30 @@ async def migrate(conn: asyncpg.Connection) -> list[str]:
     return applied_now
 
 
+# --- row locks: one order ------------------------------------------------------
+#
+# Every statement below that changes several job_runs rows either locks them
+# with SKIP LOCKED (the claims, the skip pass, the reaper, pruning) or locks
+# them first in one order, by id, in a MATERIALIZED CTE
+# (`SELECT ... ORDER BY id FOR NO KEY UPDATE`) that the UPDATE then joins.
+# Without that, each UPDATE locks rows in whatever order its plan visits them
+# (the order of the id array, or of the table): the heartbeat (in-flight
+# order) and the completion batch (finish order) of one worker then lock the
+# same rows in opposite orders, PostgreSQL finds the cycle after
+# deadlock_timeout and aborts one of them, and the completion pipeline stalls.
+# With one order, two statements that share rows can only wait, never cycle.
+# SKIP LOCKED never waits for a row lock, so a statement using it cannot be
+# part of a cycle whatever its order (the claims keep ORDER BY due_at, the
+# reaper ORDER BY lease_expires_at: oldest first).
+#
+# The lock CTE names the rows by id only; the guards (state, epoch, owner)
+# stay in the UPDATE's WHERE, which READ COMMITTED re-evaluates on the latest
+# row version, the one the CTE locked. (A guard in the CTE too would make the
+# planner estimate its size from stale state statistics, often one row, and
+# then pick a nested loop over the whole leased set for the UPDATE.) The
+# UPDATE must join the CTE: a row it changes is then always one the CTE
+# locked first, in order.
+
 # --- jobs ---------------------------------------------------------------------
 
 UPSERT_JOB = """
@@ -122,9 +146,16 @@ RETURNING id, (xmax = 0) AS inserted,
 # A changed schedule: future pending runs of the old schedule are withdrawn and
 # the materializer starts again from now.
 WITHDRAW_FUTURE_RUNS = """
-WITH gone AS (
-    DELETE FROM job_runs
+WITH doomed AS MATERIALIZED (
+    SELECT id FROM job_runs
      WHERE job_id = $1 AND state = 'pending' AND trigger = 'schedule' AND scheduled_at > now()
+     ORDER BY id
+       FOR UPDATE
+),
+gone AS (
+    DELETE FROM job_runs r USING doomed d
+     WHERE r.id = d.id AND r.state = 'pending' AND r.trigger = 'schedule'
+       AND r.scheduled_at > now()
     RETURNING 1
 )
 UPDATE jobs SET materialized_until = now() WHERE id = $1
@@ -137,10 +168,16 @@ WITH off AS (
     UPDATE jobs SET enabled = false, updated_at = now()
      WHERE enabled AND NOT (name = ANY($1::text[]))
     RETURNING id
+),
+doomed AS MATERIALIZED (
+    SELECT r.id FROM job_runs r
+     WHERE r.job_id IN (SELECT id FROM off) AND r.state = 'pending'
+     ORDER BY r.id
+       FOR NO KEY UPDATE
 )
 UPDATE job_runs r SET state = 'cancelled', outcome = 'cancelled', error = 'job removed from config',
        finished_at = now(), updated_at = now()
-  FROM off WHERE r.job_id = off.id AND r.state = 'pending'
+  FROM doomed d WHERE r.id = d.id AND r.state = 'pending'
 RETURNING r.id
 """
 ACTIVE_JOBS = """
@@ -189,15 +226,73 @@ ON CONFLICT ON CONSTRAINT job_runs_one_row_per_instant DO NOTHING
 # planner can see (a computed LIMIT made it plan for the whole table).
 COUNT_CLAIMED = "SELECT count(*) FROM job_runs WHERE state = 'claimed'"
 
+# Why a due run `r` of job `j` must not run, or NULL when it may: the one
+# definition of the start deadline and the `latest` supersede rule, judged in
+# the claim, at the start and in the skip pass, always on the row as locked.
+#
+# - A first attempt of a scheduled run not started by scheduled_at +
+#   start_deadline. A retry is the same instant trying again; a trigger or a
+#   backfill is an operator asking for a (past) instant to run now.
+# - With catchup = latest, a scheduled run once a newer scheduled instant of
+#   the job is due (pending and due, or already claimed, running or
+#   finished): only the newest instant matters. Counting the newer runs that
+#   have moved on, not only the pending ones, is what makes it hold when a
+#   replica claimed the newer one a moment before this judgement.
+#
+# Both read only the row, its job and (for `latest`) one index range of the
+# job's instants between this one and now: the cost follows the candidates
+# judged, not the backlog. A constant spliced into the statements below,
+# never input.
+_MUST_NOT_RUN = """CASE
+    WHEN r.trigger = 'schedule' AND r.attempt = 1
+         AND r.scheduled_at < now() - j.start_deadline
+    THEN 'missed its starting deadline'
+    WHEN j.catchup = 'latest' AND r.trigger = 'schedule' AND EXISTS (
+         SELECT 1 FROM job_runs n
+          WHERE n.job_id = r.job_id AND n.trigger = 'schedule'
+            AND n.scheduled_at > r.scheduled_at AND n.scheduled_at <= now()
+            AND (n.state IN ('claimed', 'running', 'succeeded', 'failed')
+                 OR (n.state = 'pending' AND n.due_at <= now())))
+    THEN 'superseded by a later instant (catchup = latest)'
+END"""
+
+# What both claims do with the batch they locked: claim the runs that may
+# run; record the others skipped, with the reason, in the same statement (so
+# a run whose deadline passed after the skip pass is never claimed, and is
+# not left to be judged again by every claim). A skipped run keeps its epoch:
+# it was never claimed. One UPDATE with CASEs rather than one per outcome:
+# the planner cannot estimate a filter on the verdict, and guessed one row.
+_CLAIM_OR_SKIP = """
+UPDATE job_runs r
+   SET state = CASE WHEN due.skip IS NULL THEN 'claimed' ELSE 'skipped' END,
+       exclusive = CASE WHEN due.skip IS NULL THEN %(exclusive)s ELSE r.exclusive END,
+       lease_owner = CASE WHEN due.skip IS NULL THEN $1::text END,
+       lease_expires_at = CASE WHEN due.skip IS NULL THEN now() + $3::interval END,
+       claim_epoch = r.claim_epoch + CASE WHEN due.skip IS NULL THEN 1 ELSE 0 END,
+       claimed_at = CASE WHEN due.skip IS NULL THEN now() END,
+       outcome = CASE WHEN due.skip IS NULL THEN r.outcome ELSE 'skipped' END,
+       error = COALESCE(due.skip, r.error),
+       finished_at = CASE WHEN due.skip IS NULL THEN r.finished_at ELSE now() END,
+       updated_at = now()
+  FROM due, jobs j
+ WHERE r.id = due.id AND j.id = r.job_id AND r.state = 'pending'
+RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch, due.skip
+"""
+
 # One statement claims a disjoint batch. ORDER BY sits inside the locking
 # select: SKIP LOCKED applies to the rows in due order, so the oldest due runs
 # go first; nothing downstream relies on the order of RETURNING. The LIMIT
 # keeps claimed-but-not-started runs under a bound, so no lease can expire
 # while its run waits in the stream. `exclusive` is cleared: a run left over
 # from when its job was forbid/queue must not count against the overlap index.
+# The scan stays on the pending index in due order; the policy verdict is
+# computed on each locked row (re-evaluated on its latest version when it
+# changed since the statement's snapshot).
+# SKIP LOCKED: the claim never waits for a row lock, so it cannot deadlock
+# with the statements that lock rows in id order.
 CLAIM_DUE_RUNS = """
 WITH due AS (
-    SELECT r.id
+    SELECT r.id, """ + _MUST_NOT_RUN + """ AS skip
       FROM job_runs r
       JOIN jobs j ON j.id = r.job_id
      WHERE r.state = 'pending' AND r.due_at <= now() AND j.enabled AND NOT j.paused
@@ -205,21 +300,16 @@ WITH due AS (
      ORDER BY r.due_at
        FOR UPDATE OF r SKIP LOCKED
      LIMIT $2
-)
-UPDATE job_runs r
-   SET state = 'claimed', exclusive = false, lease_owner = $1,
-       lease_expires_at = now() + $3::interval,
-       claim_epoch = r.claim_epoch + 1, claimed_at = now(), updated_at = now()
-  FROM due, jobs j
- WHERE r.id = due.id AND j.id = r.job_id
-RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch
-"""
+)""" + _CLAIM_OR_SKIP % {"exclusive": "false"}
 
 # Runs of forbid/queue jobs: at most one per job, and only when none of the
 # job's runs is claimed or running. The partial unique index
 # job_runs_one_active_exclusive is what makes this hold across replicas: a
 # racing replica's statement fails on it (and claims nothing) instead of
-# claiming a second run.
+# claiming a second run. A job's next run that must not run is recorded
+# skipped instead; the next one is claimed on the next pass.
+# SKIP LOCKED as above: the only wait this statement can have is on that
+# unique index, for another claim of a run of the same job, which then fails.
 CLAIM_EXCLUSIVE_RUNS = """
 WITH next_per_job AS (
     SELECT n.id
@@ -235,27 +325,21 @@ WITH next_per_job AS (
 ),
 due AS (
     -- Driven from the (few) candidates, not from the due backlog.
-    SELECT r.id FROM job_runs r
+    SELECT r.id, """ + _MUST_NOT_RUN + """ AS skip
+      FROM job_runs r
+      JOIN jobs j ON j.id = r.job_id
      WHERE r.id = ANY (ARRAY(SELECT id FROM next_per_job)) AND r.state = 'pending'
      ORDER BY r.due_at
        FOR UPDATE OF r SKIP LOCKED
      LIMIT $2
-)
-UPDATE job_runs r
-   SET state = 'claimed', exclusive = true, lease_owner = $1,
-       lease_expires_at = now() + $3::interval,
-       claim_epoch = r.claim_epoch + 1, claimed_at = now(), updated_at = now()
-  FROM due, jobs j
- WHERE r.id = due.id AND j.id = r.job_id
-RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch
-"""
+)""" + _CLAIM_OR_SKIP % {"exclusive": "true"}
 
 # Due runs that must not run are recorded skipped, with the reason, before
-# each claim: a first attempt past its job's start deadline; with catchup =
-# latest, any due run that a newer due run of the same job supersedes; with
-# overlap = forbid, a due run while another run of the job is active. The
-# deadline and catch-up apply to scheduled runs only: a trigger or backfill
-# is an operator asking for those (past) instants to run now.
+# each claim: what _MUST_NOT_RUN says (start deadline, catchup = latest), and,
+# with overlap = forbid, a due run while another run of the job is active.
+# The claims and the start judge the first two again, on the row as they lock
+# it; this pass records the bulk (a backlog after an outage) a bounded number
+# per job at a time, so that the claims rarely meet such a run.
 SKIP_UNRUNNABLE = """
 WITH policy AS (
     SELECT j.id, j.overlap, j.catchup, j.start_deadline,
@@ -264,74 +348,98 @@ WITH policy AS (
       FROM jobs j
      WHERE j.enabled AND NOT j.paused
 ),
--- Each branch is one index range per job (job_runs_pending_by_job), so the
--- cost follows the number of jobs, not the backlog or the horizon.
-verdicts AS (
-    SELECT x.id, x.attempt, 'overlap forbidden: an earlier run was still active' AS reason
+-- Each branch nominates candidates from one index range per job
+-- (job_runs_pending_by_job, job_runs_job_scheduled), so the cost follows the
+-- number of jobs, not the backlog or the horizon.
+nominated AS (
+    SELECT x.id, 'overlap forbidden: an earlier run was still active' AS reason
       FROM policy p
      CROSS JOIN LATERAL (
-           SELECT r.id, r.attempt FROM job_runs r
+           SELECT r.id FROM job_runs r
             WHERE r.job_id = p.id AND r.state = 'pending' AND r.scheduled_at <= now()
               AND r.due_at <= now()
             ORDER BY r.scheduled_at LIMIT $1) x
      WHERE p.overlap = 'forbid' AND p.active
     UNION ALL
-    SELECT x.id, x.attempt, 'missed its starting deadline'
+    SELECT x.id, NULL
       FROM policy p
      CROSS JOIN LATERAL (
-           SELECT r.id, r.attempt FROM job_runs r
+           SELECT r.id FROM job_runs r
             WHERE r.job_id = p.id AND r.state = 'pending'
               AND r.scheduled_at < now() - p.start_deadline
               AND r.trigger = 'schedule' AND r.attempt = 1
             ORDER BY r.scheduled_at LIMIT $1) x
      WHERE p.start_deadline IS NOT NULL
     UNION ALL
-    SELECT x.id, x.attempt, 'superseded by a later instant (catchup = latest)'
+    SELECT x.id, NULL
       FROM policy p
      CROSS JOIN LATERAL (
            SELECT max(n.scheduled_at) AS newest FROM job_runs n
-            WHERE n.job_id = p.id AND n.state = 'pending' AND n.scheduled_at <= now()
-              AND n.trigger = 'schedule' AND n.due_at <= now()) m
+            WHERE n.job_id = p.id AND n.trigger = 'schedule' AND n.scheduled_at <= now()
+              AND (n.state IN ('claimed', 'running', 'succeeded', 'failed')
+                   OR (n.state = 'pending' AND n.due_at <= now()))) m
      CROSS JOIN LATERAL (
-           SELECT r.id, r.attempt FROM job_runs r
+           SELECT r.id FROM job_runs r
             WHERE r.job_id = p.id AND r.state = 'pending' AND r.scheduled_at < m.newest
               AND r.trigger = 'schedule' AND r.due_at <= now()
             ORDER BY r.scheduled_at LIMIT $1) x
      WHERE p.catchup = 'latest'
 ),
-verdict AS (
-    SELECT DISTINCT ON (id) id, attempt, reason FROM verdicts LIMIT $1
+-- The verdict is given on the row as locked (its current version), so a run
+-- another replica claimed, or that came back as a retry, meanwhile is judged
+-- as it is now. SKIP LOCKED: a run someone else is changing is left to the
+-- next pass, and this statement never waits (nor deadlocks).
+verdict AS MATERIALIZED (
+    SELECT r.id, COALESCE(""" + _MUST_NOT_RUN + """, c.reason) AS reason
+      FROM (SELECT DISTINCT ON (id) id, reason FROM nominated
+             ORDER BY id, reason NULLS LAST LIMIT $1) c
+      JOIN job_runs r ON r.id = c.id
+      JOIN jobs j ON j.id = r.job_id
+     WHERE r.state = 'pending'
+     ORDER BY r.id
+       FOR NO KEY UPDATE OF r SKIP LOCKED
 )
--- No row locks taken while judging; the UPDATE re-checks the state and the
--- attempt on the current row version, so a run another replica claimed, or
--- that came back as a retry, meanwhile is left alone.
 UPDATE job_runs r
    SET state = 'skipped', outcome = 'skipped', error = v.reason, finished_at = now(),
        updated_at = now()
   FROM verdict v
- WHERE r.id = v.id AND r.state = 'pending' AND r.attempt = v.attempt
+ WHERE r.id = v.id AND v.reason IS NOT NULL AND r.state = 'pending'
 RETURNING r.id::text, v.reason
-"""
+"""  # noqa: S608 - spliced from a constant, never from input
 
 # Runs of a job removed from the config that came back to pending after the
 # removal (a retry, a reaped lease, a released publish) would wait forever:
 # nothing claims runs of a disabled job. They are cancelled like the others.
 CANCEL_ORPHANED_RUNS = """
+WITH orphaned AS MATERIALIZED (
+    SELECT r.id FROM job_runs r
+      JOIN jobs j ON j.id = r.job_id
+     WHERE NOT j.enabled AND r.state = 'pending'
+     ORDER BY r.id
+       FOR NO KEY UPDATE OF r
+)
 UPDATE job_runs r
    SET state = 'cancelled', outcome = 'cancelled', error = 'job removed from config',
        finished_at = now(), updated_at = now()
-  FROM jobs j
- WHERE j.id = r.job_id AND NOT j.enabled AND r.state = 'pending'
+  FROM orphaned o
+ WHERE r.id = o.id AND r.state = 'pending'
 RETURNING r.id::text
 """
 
 # Guarded by owner and epoch: only the runs this replica claimed under that
 # epoch, and still only claimed, go back to pending.
 RELEASE_UNPUBLISHED = """
+WITH u AS (SELECT * FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)),
+locked AS MATERIALIZED (
+    SELECT r.id FROM job_runs r
+     WHERE r.id = ANY ($2::uuid[])
+     ORDER BY r.id
+       FOR NO KEY UPDATE
+)
 UPDATE job_runs r
    SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, claimed_at = NULL,
        updated_at = now()
-  FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)
+  FROM u JOIN locked l ON l.id = u.id
  WHERE r.id = u.id AND r.claim_epoch = u.epoch AND r.lease_owner = $1 AND r.state = 'claimed'
 RETURNING r.id
 """
@@ -342,35 +450,61 @@ RETURNING r.id
 # start committed but its result never reached the worker (the connection
 # dropped), and the message came back. The worker never asks for runs it is
 # executing (it settles those deliveries itself), so this cannot run one twice.
+#
+# A claimed run is judged again here, on the row as locked: one that waited
+# in the stream past its starting deadline, or that a newer instant
+# superseded meanwhile, is recorded skipped instead of started (returned with
+# `skipped` set; the worker acks its message as changing nothing). A run
+# already running is not judged again: its start was decided.
 START_RUNS = """
 WITH m AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS m(id, epoch)),
-started AS (
+locked AS MATERIALIZED (
+    SELECT r.id, CASE WHEN r.state = 'claimed' THEN """ + _MUST_NOT_RUN + """ END AS skip
+      FROM job_runs r
+      JOIN jobs j ON j.id = r.job_id
+     WHERE r.id = ANY ($1::uuid[])
+     ORDER BY r.id
+       FOR NO KEY UPDATE OF r
+),
+moved AS (
     UPDATE job_runs r
-       SET state = 'running', lease_owner = $3, lease_expires_at = now() + $4::interval,
-           started_at = CASE WHEN r.state = 'claimed' THEN now() ELSE r.started_at END,
+       SET state = CASE WHEN l.skip IS NULL THEN 'running' ELSE 'skipped' END,
+           lease_owner = CASE WHEN l.skip IS NULL THEN $3::text END,
+           lease_expires_at = CASE WHEN l.skip IS NULL THEN now() + $4::interval END,
+           started_at = CASE WHEN l.skip IS NULL AND r.state = 'claimed' THEN now()
+                             ELSE r.started_at END,
+           claimed_at = CASE WHEN l.skip IS NULL THEN r.claimed_at END,
+           outcome = CASE WHEN l.skip IS NULL THEN r.outcome ELSE 'skipped' END,
+           error = COALESCE(l.skip, r.error),
+           finished_at = CASE WHEN l.skip IS NULL THEN r.finished_at ELSE now() END,
            updated_at = now()
-      FROM m
+      FROM m JOIN locked l ON l.id = m.id
      WHERE r.id = m.id AND r.claim_epoch = m.epoch
        AND (r.state = 'claimed' OR (r.state = 'running' AND r.lease_owner = $3))
-    RETURNING r.id, r.claim_epoch, r.job_id, r.scheduled_at, r.attempt
+    RETURNING r.id, r.claim_epoch, r.job_id, r.scheduled_at, r.attempt, l.skip
 )
 SELECT s.id::text AS id, s.claim_epoch, j.name, s.scheduled_at, s.attempt, j.max_attempts,
-       j.definition
-  FROM started s JOIN jobs j ON j.id = s.job_id
-"""
+       j.definition, s.skip AS skipped
+  FROM moved s JOIN jobs j ON j.id = s.job_id
+"""  # noqa: S608 - spliced from a constant, never from input
 # A clean shutdown whose grace ran out hands its unfinished runs back: pending
 # again at once, the attempt number not used up (a deploy must not turn a
 # max_attempts = 1 run into a failure), the interruption kept in the history.
+# `prior` locks the rows (in id order) and keeps the attempt and start time
+# as they were before the update.
 INTERRUPT_RUNS = """
 WITH u AS (SELECT * FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)),
-prior AS (
-    SELECT r.id, r.attempt, r.started_at FROM job_runs r JOIN u ON u.id = r.id
+prior AS MATERIALIZED (
+    SELECT r.id, r.attempt, r.started_at FROM job_runs r
+     WHERE r.id = ANY ($2::uuid[])
+     ORDER BY r.id
+       FOR NO KEY UPDATE
 ),
 back AS (
     UPDATE job_runs r
        SET state = 'pending', due_at = now(), lease_owner = NULL, lease_expires_at = NULL,
            claimed_at = NULL, started_at = NULL, updated_at = now()
-      FROM u
+      FROM u JOIN prior ON prior.id = u.id
      WHERE r.id = u.id AND r.claim_epoch = u.epoch AND r.state = 'running'
        AND r.lease_owner = $1
     RETURNING r.id, r.claim_epoch
@@ -384,25 +518,37 @@ RETURNING run_id::text
 RUN_STATES = """
 SELECT id::text AS id, state, claim_epoch FROM job_runs WHERE id = ANY($1::uuid[])
 """
+# The heartbeat: the same worker's running rows as its completions, so the
+# same lock order (see "row locks" above).
 EXTEND_LEASES = """
+WITH u AS (SELECT * FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)),
+locked AS MATERIALIZED (
+    SELECT r.id FROM job_runs r
+     WHERE r.id = ANY ($2::uuid[])
+     ORDER BY r.id
+       FOR NO KEY UPDATE
+)
 UPDATE job_runs r SET lease_expires_at = now() + $4::interval, updated_at = now()
-  FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)
+  FROM u JOIN locked l ON l.id = u.id
  WHERE r.id = u.id AND r.claim_epoch = u.epoch AND r.state = 'running' AND r.lease_owner = $1
 RETURNING r.id::text, r.claim_epoch
 """
 
 # Completions of many concurrent runs in one statement. Guarded by epoch and
-# state: a zombie whose lease was reaped (epoch moved on) records nothing. The
-# sibling CTE `prior` reads the row as it was (one snapshot for the whole
-# statement), so the attempt row keeps the attempt number and start time.
+# state: a zombie whose lease was reaped (epoch moved on) records nothing.
+# `prior` locks the rows (in id order, see "row locks" above) and keeps the
+# attempt number and start time as they were, for the attempt row.
 COMPLETE_RUNS = """
 WITH c AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[], $5::text[],
                          $6::text[], $7::float8[], $8::text[])
         AS c(id, epoch, outcome, exit_code, error, tail, retry_s, worker)
 ),
-prior AS (
-    SELECT r.id, r.attempt, r.started_at FROM job_runs r JOIN c ON c.id = r.id
+prior AS MATERIALIZED (
+    SELECT r.id, r.attempt, r.started_at FROM job_runs r
+     WHERE r.id = ANY ($1::uuid[])
+     ORDER BY r.id
+       FOR NO KEY UPDATE
 ),
 done AS (
     UPDATE job_runs r
@@ -420,7 +566,7 @@ done AS (
            lease_owner = NULL, lease_expires_at = NULL, claimed_at = NULL,
            outcome = c.outcome, exit_code = c.exit_code, error = c.error,
            output_tail = c.tail, updated_at = now()
-      FROM c
+      FROM c JOIN prior ON prior.id = c.id
      WHERE r.id = c.id AND r.claim_epoch = c.epoch AND r.state = 'running'
     RETURNING r.id, r.claim_epoch
 )
@@ -442,19 +588,20 @@ COMPLETE_RUNS_UNFENCED = COMPLETE_RUNS.replace(
 # A lease that expired while claimed means the run never started: back to
 # pending, same attempt. One that expired while running lost its worker: the
 # attempt is over (recorded as lease_expired), and the run is retried or, at
-# the job's attempt limit, failed.
+# the job's attempt limit, failed. SKIP LOCKED: the reaper never waits for a
+# row lock (see "row locks" above); what it judges is the row as it locked it.
 REAP_EXPIRED_LEASES = """
 WITH expired AS (
-    SELECT id FROM job_runs
+    SELECT id, job_id, state, attempt, claim_epoch, lease_owner, started_at FROM job_runs
      WHERE state IN ('claimed', 'running') AND lease_expires_at < now()
      ORDER BY lease_expires_at
        FOR UPDATE SKIP LOCKED
      LIMIT $1
 ),
 prior AS (
-    SELECT r.id, r.state, r.attempt, r.claim_epoch, r.lease_owner, r.started_at,
+    SELECT e.id, e.state, e.attempt, e.claim_epoch, e.lease_owner, e.started_at,
            j.max_attempts, j.name
-      FROM job_runs r JOIN expired USING (id) JOIN jobs j ON j.id = r.job_id
+      FROM expired e JOIN jobs j ON j.id = e.job_id
 ),
 reaped AS (
     UPDATE job_runs r
@@ -636,22 +783,23 @@ class PostgresRunStore:
         # (A cluster-wide lock would make it exact, and would let one paused
         # replica holding it stop every claim.)
         room = min(limit, max(0, max_claimed - await self._pool.fetchval(COUNT_CLAIMED)))
-        rows = list(await self._pool.fetch(CLAIM_DUE_RUNS, owner, room, lease)) if room else []
+        claimed = _claimed_or_skipped(
+            await self._pool.fetch(CLAIM_DUE_RUNS, owner, room, lease) if room else [])
         try:
-            rows += await self._pool.fetch(CLAIM_EXCLUSIVE_RUNS, owner, limit, lease)
+            claimed += _claimed_or_skipped(
+                await self._pool.fetch(CLAIM_EXCLUSIVE_RUNS, owner, limit, lease))
         except asyncpg.UniqueViolationError:
             # Another replica claimed a run of the same exclusive job first; the
             # index refused ours and this statement claimed nothing this time.
             pass
         except Exception:
-            if not rows:
+            if not claimed:
                 raise
             # The first statement's claims are committed: hand them on now rather
             # than leave them to wait out their lease.
             log.warning("exclusive claim failed; passing on the other claims",
                         exc_info=True)
-        return [ClaimedRun(run_id=r["id"], job=r["name"], scheduled_at=r["scheduled_at"],
-                           attempt=r["attempt"], epoch=r["claim_epoch"]) for r in rows]
+        return claimed
 
     async def release_unpublished(self, owner: str, runs: Sequence[ClaimedRun]) -> int:
         rows = await self._pool.fetch(RELEASE_UNPUBLISHED, owner, [r.run_id for r in runs],
@@ -666,8 +814,16 @@ class PostgresRunStore:
         rows = await self._pool.fetch(START_RUNS, ids, [m.epoch for m in messages],
                                       worker, lease)
         started: list[StartedRun] = []
-        unreadable: list[NotStarted] = []
+        refused: list[NotStarted] = []
         for row in rows:
+            if row["skipped"] is not None:
+                # Judged again at the start and found unrunnable (it waited in
+                # the stream past its deadline, or was superseded): recorded
+                # skipped; the delivery changed nothing.
+                _record_skip(row["id"], row["name"], row["skipped"], "start")
+                refused.append(NotStarted(row["id"], row["claim_epoch"], "skipped",
+                                          RunState.SKIPPED))
+                continue
             try:
                 started.append(_started_run(row))
             except (KeyError, ValueError, TypeError) as exc:
@@ -675,12 +831,12 @@ class PostgresRunStore:
                 # fail this attempt on the record, retry it if attempts remain,
                 # and let the rest of the batch run.
                 await self._fail_unreadable(row, worker, exc)
-                unreadable.append(NotStarted(row["id"], row["claim_epoch"], "unreadable",
-                                             RunState.RUNNING))
-        got = {(s.run_id, s.epoch) for s in started} | {(u.run_id, u.epoch) for u in unreadable}
+                refused.append(NotStarted(row["id"], row["claim_epoch"], "unreadable",
+                                          RunState.RUNNING))
+        got = {(s.run_id, s.epoch) for s in started} | {(u.run_id, u.epoch) for u in refused}
         missing = [m for m in messages if (m.run_id, m.epoch) not in got]
         if not missing:
-            return started, unreadable
+            return started, refused
         states = {r["id"]: r for r in await self._pool.fetch(
             RUN_STATES, [m.run_id for m in missing])}
         not_started = []
@@ -699,7 +855,7 @@ class PostgresRunStore:
             else:
                 reason = "stale"
             not_started.append(NotStarted(m.run_id, m.epoch, reason, state))
-        return started, unreadable + not_started
+        return started, refused + not_started
 
     async def _fail_unreadable(self, row: asyncpg.Record, worker: str,
                                exc: Exception) -> None:
@@ -783,14 +939,16 @@ UPDATE job_runs SET state = 'cancelled', outcome = 'cancelled', error = $2,
 RETURNING id::text
 """
 # Retention: terminal history older than the cut-off, a small batch at a time
-# so that pruning never holds many locks or a long transaction.
+# so that pruning never holds many locks or a long transaction. SKIP LOCKED:
+# replicas pruning at once take disjoint batches and never wait on each other.
 PRUNE_HISTORY = """
 DELETE FROM job_runs WHERE id IN (
     SELECT id FROM job_runs
      WHERE finished_at < now() - $1::interval
        AND state IN ('succeeded', 'failed', 'skipped', 'cancelled')
      ORDER BY finished_at
-     LIMIT $2)
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED)
 """
 
 
@@ -931,6 +1089,23 @@ def _rejections() -> Iterator[None]:
         if state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_STATES:
             raise
         raise RecordRejected(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _record_skip(run_id: str, job: str, reason: str, where: str) -> None:
+    RUNS_SKIPPED.inc()
+    log.info("run skipped", run_id=run_id, job=job, reason=reason, judged_at=where)
+
+
+def _claimed_or_skipped(rows: Sequence[asyncpg.Record]) -> list[ClaimedRun]:
+    """The runs a claim statement claimed; those it recorded skipped are logged and counted."""
+    claimed = []
+    for r in rows:
+        if r["skip"] is not None:
+            _record_skip(r["id"], r["name"], r["skip"], "claim")
+            continue
+        claimed.append(ClaimedRun(run_id=r["id"], job=r["name"], scheduled_at=r["scheduled_at"],
+                                  attempt=r["attempt"], epoch=r["claim_epoch"]))
+    return claimed
 
 
 def _pg_text(value: str | None) -> str | None:
