@@ -17,8 +17,10 @@ from typing import Any
 
 from actors.adapters import nats as nats_adapter
 from actors.adapters.executors import LocalExecutor
+from actors.adapters.history import Actor, record_action
 from actors.adapters.nats import JetStreamBroker
 from actors.adapters.postgres import PostgresRunStore
+from actors.api import OperatorApi
 from actors.claimer import Claimer
 from actors.clock import DatabaseClock
 from actors.compensator import Compensator
@@ -29,6 +31,7 @@ from actors.flow import BrokerGate, ClaimedBatch
 from actors.http import build_app, serve
 from actors.materializer import Materializer
 from actors.observability import CONFIG_JOB_ERRORS, get_logger, redact
+from actors.operator import OperatorService
 from actors.reaper import Reaper
 from actors.supervisor import supervise
 from actors.worker import Worker
@@ -74,7 +77,15 @@ class Replica:
     async def reload(self, store: PostgresRunStore) -> bool:
         """Reread the config file; a file with any error changes nothing."""
         async with self._reloading:  # two SIGHUPs in a row reload one after the other
-            return await self._reload(store)
+            ok = await self._reload(store)
+        try:  # the record `claimd reload` waits for; a reload never fails for want of it
+            await record_action(
+                store.pool, Actor("sighup", "signal", self.replica_id), "reload",
+                arguments={"pid": os.getpid(), "path": str(self.config_path)}, ok=ok,
+                result="reloaded" if ok else "refused: the file has errors; jobs unchanged")
+        except Exception as exc:  # noqa: BLE001
+            log.warning("reload not recorded", error=redact(repr(exc)))
+        return ok
 
     async def _reload(self, store: PostgresRunStore) -> bool:
         try:
@@ -212,7 +223,8 @@ class Replica:
 
         runner = None
         if settings.http_port >= 0:
-            runner, self.http_port = await serve(build_app(ready, jobs_summary),
+            api = OperatorApi(OperatorService(store.pool), settings.api_tokens)
+            runner, self.http_port = await serve(build_app(ready, jobs_summary, api),
                                                  settings.http_host, settings.http_port)
         log.info("replica started", replica=self.replica_id, role=self.role.value,
                  http=(f"{settings.http_host}:{self.http_port}" if runner else "off"),

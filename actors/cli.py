@@ -1,32 +1,24 @@
-"""The `claimd` command: dev, run, migrate, check-config, reload and operator actions."""
+"""The `claimd` command: dev, run, migrate, check-config; the operator's commands
+(jobs, runs, show, audit, actions, pause, resume, trigger, cancel, backfill, reload)
+live in actors.operator_cli."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import os
-import signal
 import sys
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
-import asyncpg
-
+from actors import operator_cli
 from actors.adapters.embedded import (
     EmbeddedUnavailable,
     require_embedded,
     start_nats,
     start_postgres,
 )
-from actors.adapters.postgres import (
-    BACKFILL_CHUNK,
-    BACKFILL_MAX_RUNS,
-    BackfillProgress,
-    BackfillTooLarge,
-    Operations,
-    PostgresRunStore,
-    UnknownJob,
-)
+from actors.adapters.postgres import PostgresRunStore
 from actors.adapters.resources import config_dir
 from actors.app import Replica, Role
 from actors.config import ConfigError, LoadedConfig, load_config
@@ -70,115 +62,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return _run_replica(Path(args.config), loaded, Role(args.role))
 
 
-def cmd_reload(args: argparse.Namespace) -> int:
-    """Send SIGHUP: the replica rereads its config; a file with errors changes nothing."""
-    if args.config:
-        loaded = _load(args.config)
-        if loaded.errors:
-            for error in loaded.errors:
-                print(f"error: {error}", file=sys.stderr)
-            print("not reloaded: the running replica would refuse this file", file=sys.stderr)
-            return 2
-    pid = args.pid if args.pid else int(Path(args.pid_file).read_text().strip())
-    os.kill(pid, signal.SIGHUP)
-    print(f"sent SIGHUP to {pid}")
-    return 0
-
-
-def _database_url(args: argparse.Namespace) -> str:
-    url = getattr(args, "database_url", None) or os.environ.get("CLAIMD_DATABASE_URL")
-    if url is None and getattr(args, "config", None):
-        url = _load(args.config).settings.database_url
-    if url is None:
-        print("error: give --database-url, CLAIMD_DATABASE_URL or --config", file=sys.stderr)
-        raise SystemExit(2)
-    return url
-
-
-class UsageError(ValueError):
-    """A command's arguments cannot be acted on; the message names the argument."""
-
-
-def _parse_time(text: str, argument: str = "time") -> datetime:
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"{argument} {text!r} is not an ISO 8601 time "
-                         "(e.g. 2026-03-01T00:00:00+00:00; no offset means UTC)") from None
-    return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text.replace("_", "").replace(",", ""))
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return value
-
-
-def _print_backfill_progress(done: BackfillProgress) -> None:
-    """One stderr line per chunk of a backfill longer than one chunk."""
-    if done.instants <= BACKFILL_CHUNK or done.through is None:
-        return
-    print(f"backfill {done.job}: {done.covered:,}/{done.instants:,} instants "
-          f"(through {done.through.isoformat()}), {done.added:,} added", file=sys.stderr)
-
-
-async def _backfill(ops: Operations, args: argparse.Namespace) -> str:
-    start = _parse_time(args.start, "--from")
-    end = _parse_time(args.end, "--to")
-    if start > end:
-        raise UsageError(f"--from {start.isoformat()} is after --to {end.isoformat()}")
-    try:
-        done = await ops.backfill(args.job, start, end, max_runs=args.max_runs,
-                                  progress=_print_backfill_progress)
-    except BackfillTooLarge as exc:
-        raise UsageError(f"{exc} (from {start.isoformat()} to {end.isoformat()}); "
-                         "nothing added: split the range or raise --max-runs") from None
-    return (f"backfilled {args.job}: {done.instants:,} instants from {start.isoformat()} "
-            f"to {end.isoformat()}: {done.added:,} runs added, "
-            f"{done.existing:,} already had a run")
-
-
-async def _operate(args: argparse.Namespace) -> str:
-    pool = await asyncpg.create_pool(_database_url(args), min_size=1, max_size=2)
-    assert pool is not None
-    ops = Operations(pool)
-    try:
-        if args.command == "pause":
-            await ops.pause(args.job)
-            return f"paused {args.job}"
-        if args.command == "resume":
-            await ops.resume(args.job)
-            return f"resumed {args.job}"
-        if args.command == "trigger":
-            # Without --at the instant is the database's now(), not this host's clock.
-            at = (_parse_time(args.at, "--at") if args.at
-                  else await PostgresRunStore(pool).database_now())
-            run_id = await ops.trigger(args.job, at)
-            return (f"triggered {args.job}: run {run_id} at {at.isoformat()}" if run_id
-                    else f"{args.job} already has a run at {at.isoformat()}; nothing added")
-        if args.command == "cancel":
-            ok = await ops.cancel(args.run_id)
-            return f"cancelled {args.run_id}" if ok else f"{args.run_id} is not pending/running"
-        if args.command == "backfill":
-            return await _backfill(ops, args)
-        raise AssertionError(args.command)
-    finally:
-        await pool.close()
-
-
-def cmd_operate(args: argparse.Namespace) -> int:
-    try:
-        print(asyncio.run(_operate(args)))
-    except (UnknownJob, UsageError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
 def cmd_dev(args: argparse.Namespace) -> int:
     try:
         require_embedded()
@@ -204,7 +87,16 @@ def cmd_dev(args: argparse.Namespace) -> int:
         print(f"claimd dev: postgres {postgres.url}  nats {nats.url}  "
               f"http http://{loaded.settings.http_host}:{loaded.settings.http_port}/metrics",
               file=sys.stderr)
-        return _run_replica(config, loaded, Role.ALL)
+        # Operator commands run in this directory find this instance through it.
+        settings = loaded.settings
+        endpoints = operator_cli.record_dev_endpoints(
+            data_dir, postgres.url, nats.url,
+            f"http://{settings.http_host}:{settings.http_port}" if settings.http_port > 0
+            else None)
+        try:
+            return _run_replica(config, loaded, Role.ALL)
+        finally:
+            operator_cli.forget_dev_endpoints(endpoints)
     finally:
         nats.stop()
         postgres.stop()
@@ -266,7 +158,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="claimd", description=__doc__)
+    parser = operator_cli.OneLineParser(
+        prog="claimd", description=__doc__, formatter_class=argparse.RawTextHelpFormatter,
+        epilog=f"exit status of the operator's commands{operator_cli.EXIT_CODES}")
     parser.add_argument("--log-level", default=os.environ.get("CLAIMD_LOG_LEVEL", "INFO"))
     parser.add_argument("--console-logs", action="store_true",
                         help="human-readable logs instead of JSON lines")
@@ -287,42 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--pid-file", help="write the pid here (for `claimd reload`)")
     run.set_defaults(func=cmd_run)
 
-    rel = sub.add_parser("reload", help="make a running replica reread its config (SIGHUP)")
-    target = rel.add_mutually_exclusive_group(required=True)
-    target.add_argument("--pid", type=int)
-    target.add_argument("--pid-file")
-    rel.add_argument("--config", help="check this file first; refuse to signal if it is bad")
-    rel.set_defaults(func=cmd_reload)
-
-    def operator(name: str, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("--config", help="read database_url from this config file")
-        p.add_argument("--database-url")
-        p.set_defaults(func=cmd_operate)
-        return p
-
-    operator("pause", "stop materializing and claiming a job's runs").add_argument("job")
-    operator("resume", "undo pause").add_argument("job")
-    trig = operator("trigger", "run a job now (one run per instant still)")
-    trig.add_argument("job")
-    trig.add_argument("--at", help="the instant (ISO 8601; default now)")
-    operator("cancel", "cancel a pending or running run").add_argument("run_id")
-    back = operator("backfill", "one run per missed instant in a range (idempotent)")
-    back.description = (
-        "Add one run for each instant of JOB's schedule from --from to --to (both "
-        "included) that has no run yet; instants that have one are left alone, so "
-        f"running it again adds nothing. Written {BACKFILL_CHUNK:,} instants per "
-        "statement, with progress on stderr; an interrupted backfill is finished by "
-        "running it again. Exit status: 0 done; 2 refused, nothing added (unknown "
-        "job, a time that is not ISO 8601, --from after --to, or more instants than "
-        "--max-runs).")
-    back.add_argument("job")
-    back.add_argument("--from", dest="start", required=True,
-                      help="first instant (ISO 8601; no offset means UTC)")
-    back.add_argument("--to", dest="end", required=True, help="last instant (ISO 8601)")
-    back.add_argument("--max-runs", type=_positive_int, default=BACKFILL_MAX_RUNS,
-                      help=f"refuse a range of more instants than this "
-                           f"(default {BACKFILL_MAX_RUNS:,})")
+    operator_cli.register(sub)
 
     mig = sub.add_parser("migrate", help="apply the schema migrations")
     mig.add_argument("--database-url")

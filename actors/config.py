@@ -94,6 +94,11 @@ class SettingsModel(_Strict):
     shutdown_grace: Duration = "30s"
     duplicate_window: Duration = "2m"
     history_retention: Duration = "30d"
+    # Bearer tokens for the API's actions: a file of lines "NAME TOKEN" (or one
+    # bare token), and/or the name of an environment variable holding one.
+    # Without either the API is read-only.
+    api_token_file: str | None = None
+    api_token_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
     @field_validator("lease", "ack_wait", "claim_interval", "materialize_interval",
                      "reap_interval", "horizon", "shutdown_grace", "duplicate_window",
@@ -183,6 +188,10 @@ class Settings:
     shutdown_grace: timedelta
     duplicate_window: timedelta
     history_retention: timedelta
+    api_token_file: str | None = None
+    api_token_env: str | None = None
+    # (name, token) pairs; the name is who the API records as the actor.
+    api_tokens: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @property
     def lease_settings(self) -> LeaseSettings:
@@ -256,12 +265,58 @@ def _settings_from(path: str, raw: dict[str, Any], env: dict[str, str]) -> Setti
         shutdown_grace=_duration(model.shutdown_grace),
         duplicate_window=_duration(model.duplicate_window),
         history_retention=_duration(model.history_retention),
+        api_token_file=model.api_token_file,
+        api_token_env=model.api_token_env,
+        api_tokens=_api_tokens(path, model, env),
     )
     try:
         check_lease_invariant(settings.lease_settings)
     except ClaimdError as exc:
         raise ConfigError(path, str(exc), field_name="claimd.lease") from None
     return settings
+
+
+MIN_TOKEN_LENGTH = 16
+
+
+def _api_tokens(path: str, model: SettingsModel, env: dict[str, str]
+                ) -> tuple[tuple[str, str], ...]:
+    """The API tokens the settings name, read now so that a bad one stops the load."""
+    tokens: list[tuple[str, str]] = []
+
+    def add(name: str, token: str, field_name: str) -> None:
+        if len(token) < MIN_TOKEN_LENGTH:
+            # The message names the token's name, never the token.
+            raise ConfigError(path, f"the API token named {name!r} is shorter than "
+                              f"{MIN_TOKEN_LENGTH} characters (make one with "
+                              "`openssl rand -hex 32`)", field_name=field_name)
+        tokens.append((name, token))
+
+    if model.api_token_file:
+        field_name = "claimd.api_token_file"
+        try:
+            text = Path(model.api_token_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise ConfigError(path, f"cannot read {model.api_token_file}: {reason}",
+                              field_name=field_name) from None
+        lines = [line.split() for line in text.splitlines()
+                 if line.strip() and not line.lstrip().startswith("#")]
+        for number, parts in enumerate(lines, 1):
+            if len(parts) == 1 and len(lines) == 1:
+                parts = ["api", parts[0]]
+            if len(parts) != 2:
+                raise ConfigError(path, f"{model.api_token_file} line {number}: expected "
+                                  "NAME TOKEN (or a file holding one bare token)",
+                                  field_name=field_name)
+            add(parts[0], parts[1], field_name)
+    if model.api_token_env:
+        value = env.get(model.api_token_env, "").strip()
+        if not value:
+            raise ConfigError(path, f"the environment variable {model.api_token_env} is not "
+                              "set or empty", field_name="claimd.api_token_env")
+        add("api", value, "claimd.api_token_env")
+    return tuple(tokens)
 
 
 def _executor_from(run: RunModel) -> ExecutorSpec:

@@ -9,11 +9,15 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from actors.api import OperatorApi
+
 ReadyCheck = Callable[[], Awaitable[dict[str, Any]]]
 
 
-def build_app(ready: ReadyCheck, jobs_summary: Callable[[], Awaitable[list[dict[str, Any]]]]
-              ) -> web.Application:
+def build_app(ready: ReadyCheck, jobs_summary: Callable[[], Awaitable[list[dict[str, Any]]]],
+              api: OperatorApi | None = None) -> web.Application:
+    """The replica's HTTP surface; with ``api``, the operator API and /openapi.json too."""
+
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -56,7 +60,10 @@ def build_app(ready: ReadyCheck, jobs_summary: Callable[[], Awaitable[list[dict[
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    app.router.add_get("/api/jobs", jobs)
+    if api is None:
+        app.router.add_get("/api/jobs", jobs)
+    else:
+        api.add_routes(app)  # /api/jobs with more fields, the same ones included
     app.router.add_get("/", status)
     return app
 

@@ -1,0 +1,247 @@
+"""PostgreSQL: what happened (runs, attempts, gaps) and who did what (operator actions).
+
+The read side an operator uses, and the two writes that keep history without
+silent holes: the gaps a plan drops (written in the plan's own transaction)
+and the operator actions. Every statement is a named, parameterised constant.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from actors.domain import RunState
+from actors.domain.history import Gap, RunRecord
+
+TERMINAL = ["succeeded", "failed", "skipped", "cancelled"]
+
+# --- written by the materializer, in the transaction that writes the plan ------
+
+# A gap is written only for jobs whose plan is current (the ids the guarded
+# high-water update returned, which also row-locks them), and only where no
+# gap of the job overlaps it yet: two replicas that planned from the same mark
+# take the lock one after the other, so the second sees the first's gap. The
+# instants that one's range has and the other's lacks were future instants to
+# the other, which wrote them as rows.
+RECORD_GAPS = """
+INSERT INTO job_run_gaps (job_id, from_at, to_at, count, reason)
+SELECT u.job_id, u.from_at, u.to_at, u.count, u.reason
+  FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[], $4::bigint[], $5::text[])
+       AS u(job_id, from_at, to_at, count, reason)
+ WHERE u.job_id = ANY ($6::bigint[])
+   AND NOT EXISTS (SELECT 1 FROM job_run_gaps g
+                    WHERE g.job_id = u.job_id AND g.from_at <= u.to_at AND g.to_at >= u.from_at)
+"""
+# The first plan of a job (or of its changed schedule) says where it began:
+# instants before that were never due.
+RECORD_PLANNED_SINCE = """
+UPDATE jobs j SET planned_since = u.since
+  FROM unnest($1::bigint[], $2::timestamptz[]) AS u(id, since)
+ WHERE j.id = u.id AND j.planned_since IS NULL
+"""
+
+
+async def record_gaps(conn: asyncpg.Connection, current: Sequence[int],
+                      gaps: Sequence[tuple[int, Gap]]) -> None:
+    """Write the gaps of the plans being written (``current``: the job ids still current)."""
+    if not gaps:
+        return
+    await conn.execute(RECORD_GAPS, [job for job, _ in gaps], [g.first for _, g in gaps],
+                       [g.last for _, g in gaps], [g.count for _, g in gaps],
+                       [g.reason for _, g in gaps], list(current))
+
+
+async def record_planned_since(conn: asyncpg.Connection,
+                               starts: Sequence[tuple[int, datetime]]) -> None:
+    """Note where the first plan of each job began (no-op for jobs that have one)."""
+    if starts:
+        await conn.execute(RECORD_PLANNED_SINCE, [j for j, _ in starts],
+                           [t for _, t in starts])
+
+
+# --- reads ---------------------------------------------------------------------
+
+DB_NOW = "SELECT now()"
+
+# One row per job; each figure is one index range of that job's rows.
+# The backlog is what is due and not started (pending or claimed, due_at past),
+# apart from the look-ahead the materializer writes ahead of time.
+JOBS_OVERVIEW = """
+SELECT j.id, j.name, j.definition, j.enabled, j.paused, j.created_at,
+       COALESCE(j.planned_since, j.created_at) AS due_since,
+       COALESCE(j.definition -> 'schedule' ->> 'timezone', 'UTC') AS timezone,
+       b.backlog, b.oldest_due, a.ahead, x.running,
+       lt.id::text AS last_run_id, lt.state AS last_state, lt.outcome AS last_outcome,
+       lt.error AS last_error, lt.scheduled_at AS last_scheduled_at,
+       lt.finished_at AS last_finished_at,
+       ls.finished_at AS last_success, f.failures_24h
+  FROM jobs j
+  LEFT JOIN LATERAL (SELECT count(*) AS backlog, min(r.due_at) AS oldest_due FROM job_runs r
+                      WHERE r.job_id = j.id AND r.state IN ('pending', 'claimed')
+                        AND r.due_at <= now()) b ON true
+  LEFT JOIN LATERAL (SELECT count(*) AS ahead FROM job_runs r
+                      WHERE r.job_id = j.id AND r.state = 'pending' AND r.due_at > now()) a ON true
+  LEFT JOIN LATERAL (SELECT count(*) AS running FROM job_runs r
+                      WHERE r.job_id = j.id AND r.state = 'running') x ON true
+  LEFT JOIN LATERAL (SELECT r.id, r.state, r.outcome, r.error, r.scheduled_at, r.finished_at
+                       FROM job_runs r
+                      WHERE r.job_id = j.id AND r.state = ANY ($2::text[])
+                      ORDER BY r.scheduled_at DESC LIMIT 1) lt ON true
+  LEFT JOIN LATERAL (SELECT r.finished_at FROM job_runs r
+                      WHERE r.job_id = j.id AND r.state = 'succeeded'
+                      ORDER BY r.scheduled_at DESC LIMIT 1) ls ON true
+  LEFT JOIN LATERAL (SELECT count(*) AS failures_24h FROM job_runs r
+                      WHERE r.job_id = j.id AND r.state = 'failed'
+                        AND r.scheduled_at > now() - interval '24 hours') f ON true
+ WHERE ($1::text IS NULL OR j.name = $1)
+ ORDER BY j.name
+"""
+# Newest first, a page at a time: the cursor is the last row's (scheduled_at, id).
+RUNS_PAGE = """
+SELECT r.id::text AS id, j.name AS job,
+       COALESCE(j.definition -> 'schedule' ->> 'timezone', 'UTC') AS timezone,
+       r.scheduled_at, r.due_at, r.state, r.trigger, r.attempt, r.claim_epoch, r.lease_owner,
+       r.lease_expires_at, r.claimed_at, r.started_at, r.finished_at, r.outcome, r.exit_code,
+       r.error, r.created_at, r.updated_at
+  FROM job_runs r JOIN jobs j ON j.id = r.job_id
+ WHERE ($1::bigint IS NULL OR r.job_id = $1)
+   AND ($2::text[] IS NULL OR r.state = ANY ($2))
+   AND ($3::timestamptz IS NULL OR r.scheduled_at >= $3)
+   AND ($4::timestamptz IS NULL OR r.scheduled_at <= $4)
+   AND ($5::timestamptz IS NULL OR (r.scheduled_at, r.id) < ($5, $6::uuid))
+ ORDER BY r.scheduled_at DESC, r.id DESC
+ LIMIT $7
+"""
+RUN_DETAIL = """
+SELECT r.id::text AS id, j.name AS job,
+       COALESCE(j.definition -> 'schedule' ->> 'timezone', 'UTC') AS timezone,
+       r.scheduled_at, r.due_at, r.state, r.trigger, r.attempt, r.claim_epoch, r.lease_owner,
+       r.lease_expires_at, r.claimed_at, r.started_at, r.finished_at, r.outcome, r.exit_code,
+       r.error, r.created_at, r.updated_at,
+       r.output_tail, now() AS now
+  FROM job_runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1::uuid
+"""
+RUN_ATTEMPTS = """
+SELECT attempt, claim_epoch, worker, started_at, finished_at, outcome, exit_code, error
+  FROM job_run_attempts WHERE run_id = $1::uuid ORDER BY finished_at, claim_epoch
+"""
+JOB_BY_NAME = """
+SELECT j.id, j.name, j.definition, j.enabled, j.paused,
+       COALESCE(j.planned_since, j.created_at) AS due_since,
+       COALESCE(j.definition -> 'schedule' ->> 'timezone', 'UTC') AS timezone, now() AS now
+  FROM jobs j WHERE j.name = $1
+"""
+AUDIT_RUNS = """
+SELECT id::text AS id, scheduled_at, state, trigger, attempt, error, lease_expires_at
+  FROM job_runs WHERE job_id = $1 AND scheduled_at BETWEEN $2 AND $3
+ ORDER BY scheduled_at LIMIT $4
+"""
+AUDIT_GAPS = """
+SELECT from_at, to_at, count, reason FROM job_run_gaps
+ WHERE job_id = $1 AND from_at <= $3 AND to_at >= $2 ORDER BY from_at
+"""
+RECORD_ACTION = """
+INSERT INTO operator_actions (actor, via, origin, action, job, run_id, arguments, ok, result)
+VALUES ($1, $2, $3, $4, $5, $6::uuid, $7::jsonb, $8, $9)
+RETURNING id, at
+"""
+ACTIONS_PAGE = """
+SELECT id, at, actor, via, origin, action, job, run_id::text AS run_id, arguments, ok, result
+  FROM operator_actions
+ WHERE ($1::text IS NULL OR job = $1) AND ($2::bigint IS NULL OR id < $2)
+ ORDER BY id DESC LIMIT $3
+"""
+LAST_ACTION_ID = "SELECT COALESCE(max(id), 0) FROM operator_actions"
+# What a replica recorded after a SIGHUP from this pid, newer than a given action.
+RELOAD_VERDICT = """
+SELECT id, ok, result FROM operator_actions
+ WHERE action = 'reload' AND via = 'signal' AND id > $1 AND arguments ->> 'pid' = $2
+ ORDER BY id LIMIT 1
+"""
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who asked for an action, and how."""
+
+    name: str          # OS user or --actor (CLI), the token's name (API)
+    via: str           # cli | http | signal
+    origin: str | None = None
+
+
+class History:
+    """Reads of runs, attempts, gaps and actions; the record of operator actions."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def now(self) -> datetime:
+        now: datetime = await self._pool.fetchval(DB_NOW)
+        return now
+
+    async def jobs(self, name: str | None = None) -> list[dict[str, Any]]:
+        return [dict(r) for r in await self._pool.fetch(JOBS_OVERVIEW, name, TERMINAL)]
+
+    async def job(self, name: str) -> dict[str, Any] | None:
+        row = await self._pool.fetchrow(JOB_BY_NAME, name)
+        return None if row is None else dict(row)
+
+    async def runs(self, *, job_id: int | None = None, states: Sequence[str] | None = None,
+                   since: datetime | None = None, until: datetime | None = None,
+                   before: tuple[datetime, str] | None = None,
+                   limit: int = 50) -> list[dict[str, Any]]:
+        rows = await self._pool.fetch(
+            RUNS_PAGE, job_id, list(states) if states else None, since, until,
+            before[0] if before else None, before[1] if before else None, limit)
+        return [dict(r) for r in rows]
+
+    async def run(self, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read",
+                                                                  readonly=True):
+            row = await conn.fetchrow(RUN_DETAIL, run_id)
+            if row is None:
+                return None
+            attempts = await conn.fetch(RUN_ATTEMPTS, run_id)
+        return dict(row), [dict(a) for a in attempts]
+
+    async def audit_records(self, job_id: int, start: datetime, end: datetime, limit: int
+                            ) -> tuple[list[RunRecord], list[Gap]]:
+        """The rows and gaps of a job in ``[start, end]``, read in one snapshot."""
+        async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read",
+                                                                  readonly=True):
+            rows = await conn.fetch(AUDIT_RUNS, job_id, start, end, limit)
+            gaps = await conn.fetch(AUDIT_GAPS, job_id, start, end)
+        runs = [RunRecord(run_id=r["id"], scheduled_at=r["scheduled_at"],
+                          state=RunState(r["state"]), trigger=r["trigger"],
+                          attempt=r["attempt"], error=r["error"],
+                          lease_expires_at=r["lease_expires_at"]) for r in rows]
+        return runs, [Gap(g["from_at"], g["to_at"], g["count"], g["reason"]) for g in gaps]
+
+    async def last_action_id(self) -> int:
+        last: int = await self._pool.fetchval(LAST_ACTION_ID)
+        return last
+
+    async def reload_verdict(self, pid: int, after: int) -> tuple[bool, str] | None:
+        """What replica ``pid`` recorded for a reload after action ``after``, if anything yet."""
+        row = await self._pool.fetchrow(RELOAD_VERDICT, after, str(pid))
+        return None if row is None else (row["ok"], row["result"])
+
+    async def actions(self, *, job: str | None = None, before: int | None = None,
+                      limit: int = 50) -> list[dict[str, Any]]:
+        return [dict(r) for r in await self._pool.fetch(ACTIONS_PAGE, job, before, limit)]
+
+
+async def record_action(conn: asyncpg.Connection | asyncpg.Pool, actor: Actor, action: str, *,
+                        job: str | None = None, run_id: str | None = None,
+                        arguments: dict[str, Any] | None = None, ok: bool,
+                        result: str) -> tuple[int, datetime]:
+    """Write one operator action (in the caller's transaction when given a connection)."""
+    row = await conn.fetchrow(RECORD_ACTION, actor.name, actor.via, actor.origin, action, job,
+                              run_id, json.dumps(arguments or {}, default=str), ok, result)
+    assert row is not None
+    return row["id"], row["at"]

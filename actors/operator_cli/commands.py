@@ -1,0 +1,275 @@
+"""The operator's commands: jobs, runs, show, audit, actions, and the actions themselves.
+
+Exit status (the same for every command):
+  0  done; the audit is complete
+  1  failed or incomplete: the audit found a missing, failed or stuck run, or a run
+     not finished yet; the replica refused a reload
+  2  usage or bad input: a bad time, run id, state, range, URL, token or config file
+  3  nothing to do, or not found: no such job or run; the run is already finished;
+     the instant already has a run; the job is already paused
+  4  claimd unreachable: the database or the API did not answer
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+import asyncpg
+
+from actors.adapters.history import Actor, History, record_action
+from actors.config import ConfigError, load_config
+from actors.operator import BadInput, OperatorError, Unavailable
+from actors.operator_cli import render
+from actors.operator_cli.connect import (
+    Backend,
+    connect_database,
+    database_url,
+    open_backend,
+    os_user,
+)
+
+EXIT_CODES = __doc__.split("Exit status", 1)[1] if __doc__ else ""
+TIME_NOTE = ("Times are ISO 8601 ('2026-12-01 02:00', '2026-12-01T01:00Z') or 'now'; "
+             "a time without an offset is read in the job's time zone.")
+Result = tuple[Any, str, int]
+Command = Callable[[Backend, argparse.Namespace], Awaitable[Result]]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors in one line (and exit status 2), not a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _fail(exc: BaseException, code: int) -> int:
+    print(f"error: {' '.join(str(exc).split()) or type(exc).__name__}", file=sys.stderr)
+    return code
+
+
+async def _run(command: Command, args: argparse.Namespace) -> int:
+    try:
+        backend = await open_backend(args)
+    except OperatorError as exc:
+        return _fail(exc, exc.exit)
+    try:
+        payload, text, code = await command(backend, args)
+    except OperatorError as exc:
+        return _fail(exc, exc.exit)
+    except (asyncpg.UndefinedTableError, asyncpg.UndefinedColumnError):
+        return _fail(Unavailable("the database has no claimd schema, or an older one: run "
+                                 "`claimd migrate`"), 4)
+    except (OSError, TimeoutError, asyncpg.PostgresConnectionError,
+            asyncpg.InterfaceError) as exc:
+        return _fail(Unavailable(f"lost the database: {exc}"), 4)
+    except asyncpg.PostgresError as exc:
+        return _fail(exc, 1)
+    finally:
+        await backend.close()
+    print(json.dumps(payload, indent=2) if args.json else text)
+    return code
+
+
+def _command(command: Command) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return asyncio.run(_run(command, args))
+        except KeyboardInterrupt:
+            return 130
+        except Exception as exc:  # one line, never a traceback
+            if os.environ.get("CLAIMD_DEBUG"):
+                raise
+            return _fail(RuntimeError(f"unexpected {exc!r} (CLAIMD_DEBUG=1 shows where)"), 1)
+    return run
+
+
+# --- reads ----------------------------------------------------------------------------
+
+
+async def jobs(backend: Backend, args: argparse.Namespace) -> Result:
+    rows = await backend.get("jobs")
+    rows = rows if args.all else [j for j in rows if j["enabled"]]
+    return rows, render.jobs(rows), 0
+
+
+async def runs(backend: Backend, args: argparse.Namespace) -> Result:
+    states = [s for value in args.state or [] for s in value.split(",") if s]
+    page = await backend.get("runs", job=args.job, states=states or None, since=args.since,
+                             until=args.until, limit=args.limit)
+    return page, render.runs(page), 0
+
+
+async def show(backend: Backend, args: argparse.Namespace) -> Result:
+    found = await backend.get("run", run_id=args.run_id)
+    return found, render.run(found), 0
+
+
+async def audit(backend: Backend, args: argparse.Namespace) -> Result:
+    result = await backend.get("audit", job=args.job, start=args.start, end=args.end)
+    return (result, render.audit(result, args.problems),
+            0 if result["summary"]["complete"] else 1)
+
+
+async def actions(backend: Backend, args: argparse.Namespace) -> Result:
+    rows = await backend.get("actions", job=args.job, limit=args.limit)
+    return rows, render.actions(rows), 0
+
+
+# --- actions --------------------------------------------------------------------------
+
+
+def _action(name: str, *fields: str) -> Command:
+    async def act(backend: Backend, args: argparse.Namespace) -> Result:
+        result = await backend.act(name, **{f: getattr(args, f) for f in fields})
+        return result, result["message"], 0
+    return act
+
+
+async def _reload(args: argparse.Namespace, pid: int) -> int:
+    try:
+        url = database_url(args)
+        pool = await connect_database(url, args.connect_timeout) if url else None
+    except OperatorError as exc:
+        return _fail(exc, exc.exit)
+    try:
+        before = await History(pool).last_action_id() if pool else 0
+        try:
+            os.kill(pid, signal.SIGHUP)
+        except ProcessLookupError:
+            return _fail(BadInput(f"no process {pid}"), 3)
+        except PermissionError:
+            return _fail(BadInput(f"not allowed to signal process {pid}"), 2)
+        if pool is None:
+            print(f"sent SIGHUP to {pid} (give --config to wait for the replica's verdict)")
+            return 0
+        verdict = None
+        deadline = time.monotonic() + args.wait
+        while verdict is None and time.monotonic() < deadline:
+            verdict = await History(pool).reload_verdict(pid, before)
+            if verdict is None:
+                await asyncio.sleep(0.1)
+        ok, result = verdict or (False, f"no verdict recorded within {args.wait:g}s")
+        actor = Actor(args.actor or os_user(), "cli", f"{os.uname().nodename}:{os.getpid()}")
+        await record_action(pool, actor, "reload", arguments={"pid": pid}, ok=ok,
+                            result=result)
+    finally:
+        if pool is not None:
+            await pool.close()
+    if not ok:
+        return _fail(RuntimeError(f"process {pid}: {result}"), 1)
+    print(f"process {pid}: {result}")
+    return 0
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    """SIGHUP: the replica rereads its config; then its verdict, read from the database."""
+    if args.config:
+        try:
+            loaded = load_config(args.config)
+        except ConfigError as exc:
+            return _fail(exc, 2)
+        if loaded.errors:
+            for error in loaded.errors:
+                print(f"error: {error}", file=sys.stderr)
+            print("error: not reloaded: the running replica would refuse this file",
+                  file=sys.stderr)
+            return 2
+    try:
+        pid = args.pid if args.pid else int(Path(args.pid_file).read_text().strip())
+    except (OSError, ValueError) as exc:
+        return _fail(BadInput(f"cannot read a pid from {args.pid_file}: {exc}"), 2)
+    return asyncio.run(_reload(args, pid))
+
+
+# --- arguments ------------------------------------------------------------------------
+
+
+def _connection(p: argparse.ArgumentParser, *, output: bool = True) -> None:
+    g = p.add_argument_group("reaching claimd (default: a running `claimd dev` of this "
+                             "directory)")
+    g.add_argument("--config", help="read database_url from this config file")
+    g.add_argument("--database-url", help="PostgreSQL URL (or CLAIMD_DATABASE_URL)")
+    g.add_argument("--url", help="a replica's HTTP API, e.g. http://127.0.0.1:8780 "
+                   "(or CLAIMD_URL)")
+    g.add_argument("--token", help="bearer token for actions through --url "
+                   "(or CLAIMD_API_TOKEN)")
+    g.add_argument("--token-file", help="read the bearer token from this file")
+    g.add_argument("--actor", help="who is recorded as doing the action (default: your "
+                   "OS user; through --url the token's name is recorded, this beside it)")
+    g.add_argument("--connect-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="give up reaching claimd after this long (default 5)")
+    g.add_argument("--dev-dir", default=".claimd", help=argparse.SUPPRESS)
+    if output:
+        p.add_argument("--json", action="store_true", help="JSON for scripts")
+
+
+def register(sub: Any) -> None:
+    """Add the operator's commands to the `claimd` parser."""
+    def command(name: str, help_text: str, fn: Command) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(
+            name, help=help_text, description=f"{help_text}. {TIME_NOTE}",
+            epilog=f"exit status{EXIT_CODES}", formatter_class=argparse.RawTextHelpFormatter)
+        _connection(p)
+        p.set_defaults(func=_command(fn))
+        return p
+
+    p = command("jobs", "every job: schedule, zone, next fire, last outcome, last success, "
+                "overdue backlog, paused", jobs)
+    p.add_argument("--all", action="store_true", help="include jobs removed from the config")
+    p = command("runs", "runs, newest first", runs)
+    p.add_argument("job", nargs="?", help="only this job's runs")
+    p.add_argument("--state", action="append", help="only these states (repeat, or "
+                   "comma-separated): pending claimed running succeeded failed skipped "
+                   "cancelled")
+    p.add_argument("--since", help="scheduled at or after (the job's zone; UTC without JOB)")
+    p.add_argument("--until", help="scheduled at or before (the job's zone; UTC without JOB)")
+    p.add_argument("--limit", type=int, default=50)
+    p = command("show", "one run: attempts and verdicts, errors, output tail, lease, epoch",
+                show)
+    p.add_argument("run_id")
+    p = command("audit", "did every due instant of JOB in a range run? each instant with "
+                "its run, or why it has none", audit)
+    p.add_argument("job")
+    p.add_argument("--from", dest="start", required=True, help="first instant (job's zone)")
+    p.add_argument("--to", dest="end", required=True, help="last instant, inclusive")
+    p.add_argument("--problems", action="store_true", help="list only missing, failed and "
+                   "stuck instants (the summary counts all)")
+    p = command("actions", "operator actions: who, when, what, arguments, result", actions)
+    p.add_argument("--job")
+    p.add_argument("--limit", type=int, default=50)
+
+    command("pause", "stop materializing and claiming a job's runs",
+            _action("pause", "job")).add_argument("job")
+    command("resume", "undo pause", _action("resume", "job")).add_argument("job")
+    p = command("trigger", "a run now (one run per instant still)",
+                _action("trigger", "job", "at"))
+    p.add_argument("job")
+    p.add_argument("--at", help="the instant, in the job's zone without an offset "
+                   "(default: now)")
+    command("cancel", "cancel a pending or running run",
+            _action("cancel", "run_id")).add_argument("run_id")
+    p = command("backfill", "one run per missed instant in a range (idempotent)",
+                _action("backfill", "job", "start", "end"))
+    p.add_argument("job")
+    p.add_argument("--from", dest="start", required=True, help="first instant (job's zone)")
+    p.add_argument("--to", dest="end", required=True, help="last instant, inclusive")
+
+    rel = sub.add_parser("reload", help="make a running replica reread its config (SIGHUP) "
+                         "and report its verdict", epilog=f"exit status{EXIT_CODES}",
+                         formatter_class=argparse.RawTextHelpFormatter)
+    target = rel.add_mutually_exclusive_group(required=True)
+    target.add_argument("--pid", type=int)
+    target.add_argument("--pid-file")
+    rel.add_argument("--wait", type=float, default=10.0, metavar="SECONDS",
+                     help="how long to wait for the replica's verdict (default 10)")
+    _connection(rel, output=False)
+    rel.set_defaults(func=cmd_reload)

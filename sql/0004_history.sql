@@ -1,0 +1,39 @@
+-- History without silent holes, and who did what.
+--
+-- Every instant a schedule makes due is accounted for: a job_runs row, or,
+-- where the catch-up policy dropped it, a gap recorded here in the same
+-- transaction as the plan that dropped it. `claimd audit` reads both.
+
+CREATE TABLE job_run_gaps (
+    id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id      bigint      NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
+    from_at     timestamptz NOT NULL,   -- first dropped instant
+    to_at       timestamptz NOT NULL,   -- last dropped instant
+    count       bigint      NOT NULL CHECK (count >= 1),  -- instants of the schedule in between
+    reason      text        NOT NULL,
+    recorded_at timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT job_run_gaps_ordered CHECK (from_at <= to_at)
+);
+CREATE INDEX job_run_gaps_by_job ON job_run_gaps (job_id, from_at);
+
+-- Where the materializer began planning the job's current schedule: instants
+-- before it were never due (claimd does not invent history for a new job, and
+-- a changed schedule starts again from the change).
+ALTER TABLE jobs ADD COLUMN planned_since timestamptz;
+UPDATE jobs SET planned_since = created_at WHERE materialized_until IS NOT NULL;
+
+-- Every operator action, whoever asked and however (CLI, HTTP API, signal).
+CREATE TABLE operator_actions (
+    id        bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at        timestamptz NOT NULL DEFAULT now(),
+    actor     text        NOT NULL,   -- OS user or --actor (CLI), token name (API)
+    via       text        NOT NULL CHECK (via IN ('cli', 'http', 'signal')),
+    origin    text,                   -- host and pid, or the client's address
+    action    text        NOT NULL,   -- pause | resume | trigger | cancel | backfill | reload
+    job       text,
+    run_id    uuid,
+    arguments jsonb       NOT NULL DEFAULT '{}',
+    ok        boolean     NOT NULL,   -- false: refused (unknown job, nothing to do, ...)
+    result    text        NOT NULL
+);
+CREATE INDEX operator_actions_at ON operator_actions (at DESC);
