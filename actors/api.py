@@ -67,13 +67,26 @@ def _int(request: web.Request, name: str, default: int | None) -> int | None:
     if text is None:
         return default
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise BadInput(f"{name} must be a whole number, got {text!r}") from None
+    if not -(2**63) <= value < 2**63:
+        raise BadInput(f"{name} is out of range")
+    return value
 
 
 def _states(request: web.Request) -> list[str]:
-    return [s for value in request.query.getall("state", []) for s in value.split(",") if s]
+    states = [s.strip() for value in request.query.getall("state", []) for s in value.split(",")]
+    if any(not s for s in states):
+        raise BadInput("state must name a state, e.g. state=failed or state=failed,skipped")
+    return states
+
+
+def _optional(request: web.Request, name: str) -> str | None:
+    value = request.query.get(name)
+    if value is not None and not value.strip():
+        raise BadInput(f"query parameter {name!r} must not be empty")
+    return value
 
 
 def _required(request: web.Request, name: str) -> str:
@@ -172,10 +185,10 @@ class OperatorApi:
     async def runs(self, request: web.Request) -> web.Response:
         limit = _int(request, "limit", 50)
         assert limit is not None
-        q = request.query
         return web.json_response(await self.service.runs(
-            job=q.get("job"), states=_states(request), since=q.get("since"),
-            until=q.get("until"), limit=limit, cursor=q.get("cursor")))
+            job=_optional(request, "job"), states=_states(request),
+            since=_optional(request, "since"), until=_optional(request, "until"), limit=limit,
+            cursor=_optional(request, "cursor")))
 
     async def run(self, request: web.Request) -> web.Response:
         return web.json_response(await self.service.run(request.match_info["run_id"]))
@@ -184,7 +197,7 @@ class OperatorApi:
         limit = _int(request, "limit", 50)
         assert limit is not None
         return web.json_response(await self.service.actions(
-            job=request.query.get("job"), limit=limit, before=_int(request, "before", None)))
+            job=_optional(request, "job"), limit=limit, before=_int(request, "before", None)))
 
     @staticmethod
     def _done(result: dict[str, Any]) -> web.Response:

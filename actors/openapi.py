@@ -122,8 +122,23 @@ def _errors(*codes: int) -> dict[str, Any]:
             for c in codes}
 
 
-def _ok(schema: dict[str, Any], what: str) -> dict[str, Any]:
-    return {"200": {"description": what, "content": {"application/json": {"schema": schema}}}}
+def _ok(schema: dict[str, Any], what: str, links: dict[str, Any] | None = None
+        ) -> dict[str, Any]:
+    ok: dict[str, Any] = {"description": what,
+                          "content": {"application/json": {"schema": schema}}}
+    if links:
+        ok["links"] = links
+    return {"200": ok}
+
+
+def _links(source: str, parameter: str, *operations: str) -> dict[str, Any]:
+    """OpenAPI links: where the value this response holds can be used next."""
+    return {op: {"operationId": op, "parameters": {parameter: source}} for op in operations}
+
+
+JOB_LINKS = _links("$response.body#/0/name", "name", "getJob", "auditJob", "pauseJob",
+                   "resumeJob", "triggerJob", "backfillJob")
+RUN_LINKS = _links("$response.body#/runs/0/id", "run_id", "getRun", "cancelRun")
 
 
 def _param(name: str, where: str, schema: dict[str, Any], description: str = "",
@@ -139,10 +154,13 @@ ACTION_ERRORS = (400, 401, 403, 404, 409, 422, 503)
 BEARER: list[dict[str, list[str]]] = [{"bearerAuth": []}]
 
 
-def _action(summary: str, params: list[dict[str, Any]],
+def _action(operation_id: str, summary: str, params: list[dict[str, Any]],
             body: dict[str, Any] | None = None) -> dict[str, Any]:
-    op: dict[str, Any] = {"summary": summary, "parameters": params, "security": BEARER,
-                          "responses": {**_ok(_ref("ActionResult"), "done and recorded"),
+    links = (_links("$response.body#/run_id", "run_id", "getRun")
+             if operation_id == "triggerJob" else None)
+    op: dict[str, Any] = {"operationId": operation_id, "summary": summary,
+                          "parameters": params, "security": BEARER,
+                          "responses": {**_ok(_ref("ActionResult"), "done and recorded", links),
                                         **_errors(*ACTION_ERRORS)}}
     if body is not None:
         op["requestBody"] = {"required": False, "content": {"application/json": {
@@ -150,28 +168,37 @@ def _action(summary: str, params: list[dict[str, Any]],
     return {"post": op}
 
 
-def _time_param(name: str, description: str, required: bool = False) -> dict[str, Any]:
-    return _param(name, "query", _s("string", minLength=1), f"{description}. {TIME_HELP}",
-                  required)
+def _time_param(name: str, description: str, required: bool = False,
+                example: str | None = None) -> dict[str, Any]:
+    param = _param(name, "query", _s("string", minLength=1), f"{description}. {TIME_HELP}",
+                   required)
+    if example:
+        param["example"] = example
+    return param
 
 
+READY = _obj({"status": _s("string"), "checks": {"type": "object"}})
 PATHS: dict[str, Any] = {
-    "/api/jobs": {"get": {"summary": "Every job: schedule, next fire, backlog, last outcome",
+    "/api/jobs": {"get": {"operationId": "listJobs",
+                          "summary": "Every job: schedule, next fire, backlog, last outcome",
                           "responses": {**_ok({"type": "array", "items": _ref("Job")},
-                                              "the jobs"), **_errors(503)}}},
+                                              "the jobs", JOB_LINKS), **_errors(503)}}},
     "/api/jobs/{name}": {"get": {
-        "summary": "One job and its most recent runs",
+        "operationId": "getJob", "summary": "One job and its most recent runs",
         "parameters": [JOB_NAME, _param("recent", "query", _s("integer", minimum=0,
                                                               maximum=1000),
                                         "how many recent runs (default 20)")],
         "responses": {**_ok(_ref("JobDetail"), "the job"), **_errors(*READ_ERRORS)}}},
     "/api/jobs/{name}/audit": {"get": {
+        "operationId": "auditJob",
         "summary": "Each due instant in a range with its run, or why it has none",
-        "parameters": [JOB_NAME, _time_param("from", "first instant", True),
-                       _time_param("to", "last instant (inclusive)", True)],
+        "parameters": [JOB_NAME,
+                       _time_param("from", "first instant", True, "2026-01-01 00:00"),
+                       _time_param("to", "last instant (inclusive)", True,
+                                   "2026-01-31 23:59")],
         "responses": {**_ok(_ref("Audit"), "the audit"), **_errors(*READ_ERRORS)}}},
     "/api/runs": {"get": {
-        "summary": "Runs, newest first, filtered and paginated",
+        "operationId": "listRuns", "summary": "Runs, newest first, filtered and paginated",
         "parameters": [
             _param("job", "query", _s("string", minLength=1), "only this job's runs"),
             _param("state", "query", {"type": "array", "items": _s("string", enum=STATES)},
@@ -182,43 +209,50 @@ PATHS: dict[str, Any] = {
                    "page size (default 50)"),
             _param("cursor", "query", _s("string", minLength=1),
                    "next_cursor of the previous page")],
-        "responses": {**_ok(_ref("RunsPage"), "a page of runs"), **_errors(*READ_ERRORS)}}},
+        "responses": {**_ok(_ref("RunsPage"), "a page of runs", RUN_LINKS),
+                      **_errors(*READ_ERRORS)}}},
     "/api/runs/{run_id}": {"get": {
+        "operationId": "getRun",
         "summary": "One run with every attempt's verdict, error, output tail, lease, epoch",
         "parameters": [RUN_ID],
         "responses": {**_ok(_ref("RunDetail"), "the run"), **_errors(*READ_ERRORS)}}},
     "/api/actions": {"get": {
+        "operationId": "listActions",
         "summary": "Operator actions, newest first: who, when, what, arguments, result",
         "parameters": [_param("job", "query", _s("string", minLength=1)),
                        _param("limit", "query", _s("integer", minimum=1, maximum=1000)),
                        _param("before", "query", _s("integer"), "only ids below this")],
         "responses": {**_ok({"type": "array", "items": _ref("Action")}, "the actions"),
                       **_errors(*READ_ERRORS)}}},
-    "/api/jobs/{name}/pause": _action("Stop materializing and claiming the job's runs",
+    "/api/jobs/{name}/pause": _action("pauseJob", "Stop materializing and claiming the job's runs",
                                       [JOB_NAME]),
-    "/api/jobs/{name}/resume": _action("Undo pause", [JOB_NAME]),
+    "/api/jobs/{name}/resume": _action("resumeJob", "Undo pause", [JOB_NAME]),
     "/api/jobs/{name}/trigger": _action(
-        "A run now, for the instant 'at' (default: now); one run per instant still",
+        "triggerJob", "A run now, for the instant 'at' (default: now); one run per instant still",
         [JOB_NAME], {"type": "object", "additionalProperties": False,
                      "properties": {"at": _s("string", description=TIME_HELP)}}),
     "/api/jobs/{name}/backfill": _action(
-        "One run per instant of the schedule in [from, to] that has no row yet",
+        "backfillJob", "One run per instant of the schedule in [from, to] that has no row yet",
         [JOB_NAME], {"type": "object", "additionalProperties": False,
                      "required": ["from", "to"],
                      "properties": {"from": _s("string", minLength=1, description=TIME_HELP),
-                                    "to": _s("string", minLength=1, description=TIME_HELP)}}),
-    "/api/runs/{run_id}/cancel": _action("Cancel a pending or running run", [RUN_ID]),
-    "/openapi.json": {"get": {"summary": "This document", "responses": _ok(
-        {"type": "object"}, "OpenAPI 3.1")}},
-    "/healthz": {"get": {"summary": "Liveness", "responses": _ok(
-        _obj({"status": _s("string")}), "alive")}},
-    "/readyz": {"get": {"summary": "Readiness: PostgreSQL and NATS reachable", "responses": {
-        **_ok(_obj({"status": _s("string"), "checks": {"type": "object"}}), "ready"),
-        "503": {"description": "not ready", "content": {"application/json": {"schema": _obj(
-            {"status": _s("string"), "checks": {"type": "object"}})}}}}}},
-    "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {
-        "description": "text exposition format", "content": {"text/plain": {
-            "schema": _s("string")}}}}}},
+                                    "to": _s("string", minLength=1, description=TIME_HELP)},
+                     "example": {"from": "2026-01-01 00:00", "to": "2026-01-07 23:59"}}),
+    "/api/runs/{run_id}/cancel": _action("cancelRun", "Cancel a pending or running run",
+                                         [RUN_ID]),
+    "/openapi.json": {"get": {"operationId": "openapi", "summary": "This document",
+                              "responses": _ok({"type": "object"}, "OpenAPI 3.1")}},
+    "/healthz": {"get": {"operationId": "healthz", "summary": "Liveness",
+                         "responses": _ok(_obj({"status": _s("string")}), "alive")}},
+    "/readyz": {"get": {"operationId": "readyz",
+                        "summary": "Readiness: PostgreSQL and NATS reachable",
+                        "responses": {**_ok(READY, "ready"), "503": {
+                            "description": "not ready",
+                            "content": {"application/json": {"schema": READY}}}}}},
+    "/metrics": {"get": {"operationId": "metrics", "summary": "Prometheus metrics",
+                         "responses": {"200": {"description": "text exposition format",
+                                               "content": {"text/plain": {
+                                                   "schema": _s("string")}}}}}},
 }
 
 

@@ -10,6 +10,7 @@ in the same transaction as the change itself.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -19,6 +20,7 @@ import asyncpg
 
 from actors.adapters.history import Actor, History, record_action
 from actors.adapters.postgres import Operations, UnknownJob
+from actors.config import JOB_NAME_PATTERN
 from actors.domain import RunState, schedule_from_definition, take
 from actors.domain.history import (
     PROBLEMS,
@@ -177,6 +179,8 @@ class OperatorService:
     # --- reads --------------------------------------------------------------------
 
     async def _job_row(self, name: str) -> dict[str, Any]:
+        if not re.match(JOB_NAME_PATTERN, name):  # never a job: not worth a query
+            raise NotFound(f"no job named {name!r}")
         row = await self.history.job(name)
         if row is None:
             raise NotFound(f"no job named {name!r}")
@@ -278,7 +282,10 @@ class OperatorService:
     async def actions(self, *, job: str | None = None, limit: int = 50,
                       before: int | None = None) -> list[dict[str, Any]]:
         """Operator actions, newest first: who, when, what, with what, and the result."""
-        rows = await self.history.actions(job=job, before=before, limit=_limit(limit))
+        limit = _limit(limit)
+        if job is not None and not re.match(JOB_NAME_PATTERN, job):
+            return []  # no job has such a name, so no action names it
+        rows = await self.history.actions(job=job, before=before, limit=limit)
         return [{**r, "at": iso(r["at"]), "arguments": json.loads(r["arguments"])}
                 for r in rows]
 

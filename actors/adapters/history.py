@@ -241,7 +241,20 @@ async def record_action(conn: asyncpg.Connection | asyncpg.Pool, actor: Actor, a
                         arguments: dict[str, Any] | None = None, ok: bool,
                         result: str) -> tuple[int, datetime]:
     """Write one operator action (in the caller's transaction when given a connection)."""
-    row = await conn.fetchrow(RECORD_ACTION, actor.name, actor.via, actor.origin, action, job,
-                              run_id, json.dumps(arguments or {}, default=str), ok, result)
+    args = json.dumps(arguments or {}, default=str, ensure_ascii=False)
+    if len(args) > 4000:  # cut as text, not mid-JSON
+        args = json.dumps({"truncated": args[:3900]}, ensure_ascii=False)
+    row = await conn.fetchrow(RECORD_ACTION, _text(actor.name, 200), actor.via,
+                              _text(actor.origin, 200), action, _text(job, 200), run_id,
+                              _text(args, 8000), ok, _text(result, 2000))
     assert row is not None
     return row["id"], row["at"]
+
+
+def _text(value: str | None, limit: int) -> str | None:
+    """What an operator typed, storable: PostgreSQL text holds no NUL and no lone surrogate."""
+    if value is None:
+        return None
+    clean = value.replace("\x00", "\ufffd").replace("\\u0000", "\\ufffd")
+    clean = clean.encode("utf-8", "replace").decode("utf-8")
+    return clean if len(clean) <= limit else clean[: limit - 1] + "…"

@@ -144,7 +144,7 @@ RETURNING id, (xmax = 0) AS inserted,
           (SELECT j.definition -> 'schedule' FROM jobs j WHERE j.name = $1) AS old_schedule
 """
 # A changed schedule: future pending runs of the old schedule are withdrawn and
-# the materializer starts again from now.
+# the materializer starts again from now (where the audit starts judging it).
 WITHDRAW_FUTURE_RUNS = """
 WITH doomed AS MATERIALIZED (
     SELECT id FROM job_runs
@@ -158,7 +158,7 @@ gone AS (
        AND r.scheduled_at > now()
     RETURNING 1
 )
-UPDATE jobs SET materialized_until = now() WHERE id = $1
+UPDATE jobs SET materialized_until = now(), planned_since = now() WHERE id = $1
 RETURNING (SELECT count(*) FROM gone) AS withdrawn
 """
 # A job removed from the config file is disabled, its history kept and its
