@@ -117,7 +117,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         finally:
             await store.close()
 
-    applied = asyncio.run(go())
+    try:
+        applied = asyncio.run(go())
+    except Exception as exc:  # noqa: BLE001 - unreachable, refused, bad URL: one line
+        print(f"error: cannot migrate the database at {redact(url)}: "
+              f"{' '.join(str(exc).split()) or type(exc).__name__}", file=sys.stderr)
+        return 4
     print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
     return 0
 

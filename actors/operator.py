@@ -39,6 +39,7 @@ log = get_logger("operator")
 MAX_PAGE = 1000
 LOCK_JOB = "SELECT id, paused FROM jobs WHERE name = $1 AND enabled FOR UPDATE"
 RUN_STATE = "SELECT state FROM job_runs WHERE id = $1::uuid"
+RUN_JOB = "SELECT j.name FROM job_runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1::uuid"
 
 
 class OperatorError(Exception):
@@ -383,7 +384,7 @@ class OperatorService:
         async with self._pool.acquire() as conn, conn.transaction():
             if await Operations(conn).cancel(ident, f"cancelled by {actor.name}"):
                 return await self._done(conn, actor, "cancel", f"cancelled {ident}",
-                                        run_id=ident)
+                                        job=await conn.fetchval(RUN_JOB, ident), run_id=ident)
             state = await conn.fetchval(RUN_STATE, ident)
         error = (NotFound(f"no run {ident}") if state is None
                  else NothingToDo(f"run {ident} is {state}; nothing to cancel"))

@@ -178,11 +178,9 @@ def cmd_reload(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             return _fail(exc, 2)
         if loaded.errors:
-            for error in loaded.errors:
-                print(f"error: {error}", file=sys.stderr)
-            print("error: not reloaded: the running replica would refuse this file",
-                  file=sys.stderr)
-            return 2
+            found = "; ".join(str(e) for e in loaded.errors)
+            return _fail(BadInput(f"not signalled: the running replica would refuse this "
+                                  f"file: {found}"), 2)
     try:
         pid = args.pid if args.pid else int(Path(args.pid_file).read_text().strip())
     except (OSError, ValueError) as exc:

@@ -1,0 +1,204 @@
+"""The operator's commands through the real `claimd` entry point, as an operator types them.
+
+Every bad input gives one line on stderr, nothing on stdout and the documented exit
+status (0 done, 1 failed/incomplete, 2 bad input, 3 nothing to do / not found,
+4 unreachable); `--json` output parses; times without an offset are read in the
+job's zone; commands find a running `claimd dev` of their directory with no flags.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from actors.adapters.embedded import free_port
+from actors.adapters.postgres import PostgresRunStore
+from actors.config import parse_config
+from actors.operator_cli.connect import ENDPOINTS_FILE
+from tests.e2e.helpers import child_env, claimd_command
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+JOBS = """
+[jobs.nightly]
+cron = "0 2 * * *"
+timezone = "Europe/Berlin"
+run = { shell = ["/bin/true"] }
+
+[jobs.held]
+cron = "0 3 * * *"
+run = { shell = ["/bin/true"] }
+"""
+FINISHED_AT = datetime(2026, 1, 1, 1, 0, tzinfo=UTC)  # 02:00 in Berlin
+UNKNOWN_RUN = "00000000-0000-4000-8000-000000000000"
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+async def claimd(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+                 ) -> Result:
+    proc = await asyncio.create_subprocess_exec(
+        *claimd_command(), *args, cwd=cwd, env=env or child_env(),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+@pytest.fixture
+async def seeded(store: PostgresRunStore, schema_url: str, tmp_path: Path
+                 ) -> AsyncIterator[dict[str, str]]:
+    """Two jobs (one paused), one finished run of nightly at 02:00 Berlin on 1 January."""
+    loaded = parse_config(JOBS, "jobs.toml", env={})
+    await store.sync_jobs(list(loaded.jobs.values()))
+    await store.pool.execute("UPDATE jobs SET paused = true WHERE name = 'held'")
+    run_id = await store.pool.fetchval(
+        "INSERT INTO job_runs (job_id, scheduled_at, due_at, state, outcome, finished_at) "
+        "SELECT id, $1, $1, 'succeeded', 'succeeded', now() FROM jobs WHERE name = 'nightly' "
+        "RETURNING id::text", FINISHED_AT)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[jobs.x]\ncron = "61 * * * *"\nrun = { shell = ["/bin/true"] }\n')
+    yield {"db": schema_url, "run": run_id, "bad_config": str(bad),
+           "closed": f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"}
+
+
+# (arguments, exit status, words on the one stderr line). {db} is the test's database.
+BAD_INPUT = [
+    (["jobs", "--database-url", "{closed}"], 4, "cannot reach the database"),
+    (["jobs", "--url", "http://127.0.0.1:{port}"], 4, "cannot reach the claimd API"),
+    (["jobs", "--database-url", "not-a-url"], 2, "not a usable database URL"),
+    (["jobs", "--config", "/nonexistent/claimd.toml"], 2, "cannot read"),
+    (["runs", "nightly", "--since", "yesterday", "--database-url", "{db}"], 2, "not a time"),
+    (["runs", "--since", "2026-02-01", "--until", "2026-01-01", "--database-url", "{db}"],
+     2, "before since"),
+    (["runs", "nope", "--database-url", "{db}"], 3, "no job named 'nope'"),
+    (["runs", "--state", "done", "--database-url", "{db}"], 2, "unknown state 'done'"),
+    (["runs", "--limit", "0", "--database-url", "{db}"], 2, "limit must be between"),
+    (["runs", "--limit", "many", "--database-url", "{db}"], 2, "invalid int value"),
+    (["show", "12345", "--database-url", "{db}"], 2, "not a run id"),
+    (["show", UNKNOWN_RUN, "--database-url", "{db}"], 3, "no run"),
+    (["audit", "nope", "--from", "2026-01-01", "--to", "2026-01-02", "--database-url", "{db}"],
+     3, "no job named 'nope'"),
+    (["audit", "nightly", "--from", "2026-01-32", "--to", "2026-02-01", "--database-url",
+      "{db}"], 2, "not a time"),
+    (["audit", "nightly", "--from", "2026-02-01", "--to", "2026-01-01", "--database-url",
+      "{db}"], 2, "ends"),
+    (["audit", "nightly", "--from", "1990-01-01", "--to", "2026-01-01", "--database-url",
+      "{db}"], 2, "more than 10000 instants"),
+    (["audit", "nightly", "--from", "2026-01-01", "--database-url", "{db}"], 2,
+     "required: --to"),
+    (["actions", "--limit", "5000", "--database-url", "{db}"], 2, "limit must be between"),
+    (["pause", "nope", "--database-url", "{db}"], 3, "no enabled job named 'nope'"),
+    (["pause", "held", "--database-url", "{db}"], 3, "already paused"),
+    (["resume", "nightly", "--database-url", "{db}"], 3, "already running"),
+    (["trigger", "nightly", "--at", "02:00 tomorrow", "--database-url", "{db}"], 2,
+     "not a time"),
+    (["trigger", "nope", "--database-url", "{db}"], 3, "no job named 'nope'"),
+    (["trigger", "nightly", "--at", "2026-01-01 02:00", "--database-url", "{db}"], 3,
+     "already has a run at 2026-01-01T01:00:00+00:00"),
+    (["cancel", "not-a-uuid", "--database-url", "{db}"], 2, "not a run id"),
+    (["cancel", "{run}", "--database-url", "{db}"], 3, "is succeeded; nothing to cancel"),
+    (["cancel", UNKNOWN_RUN, "--database-url", "{db}"], 3, "no run"),
+    (["backfill", "nightly", "--from", "2026-01-05", "--to", "2026-01-01", "--database-url",
+      "{db}"], 2, "ends"),
+    (["backfill", "nightly", "--from", "soon", "--to", "2026-01-01", "--database-url",
+      "{db}"], 2, "not a time"),
+    (["backfill", "nightly", "--from", "2026-01-01 01:00", "--to", "2026-01-01 03:00",
+      "--database-url", "{db}"], 3, "already has a row"),
+    (["reload", "--pid", "{dead_pid}"], 3, "no process"),
+    (["reload", "--pid-file", "/nonexistent/claimd.pid"], 2, "cannot read a pid"),
+    (["reload", "--pid", "1", "--config", "{bad_config}"], 2, "would refuse this file"),
+]
+
+
+async def _dead_pid() -> int:
+    proc = await asyncio.create_subprocess_exec("true")
+    await proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize(("argv", "code", "words"), BAD_INPUT,
+                         ids=[" ".join(a[:2]) + f"-{i}" for i, (a, _, _) in
+                              enumerate(BAD_INPUT)])
+async def test_bad_input_is_one_line_and_a_documented_exit_status(
+        seeded: dict[str, str], tmp_path: Path, argv: list[str], code: int,
+        words: str) -> None:
+    values = {**seeded, "port": str(free_port()), "dead_pid": str(await _dead_pid())}
+    result = await claimd(*[a.format(**values) for a in argv], cwd=tmp_path)
+    assert result.code == code, result
+    assert result.out == "", result
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1, result.err
+    assert words in lines[0], lines[0]
+    assert "Traceback" not in result.err
+
+
+async def test_without_anything_to_talk_to_the_command_says_what_to_give(
+        tmp_path: Path) -> None:
+    result = await claimd("jobs", cwd=tmp_path)
+    assert (result.code, result.out) == (2, "")
+    assert result.err.strip() == ("error: no claimd to talk to: give --config, --database-url "
+                                  "or --url (or run `claimd dev` in this directory)")
+
+
+async def test_json_output_parses_and_times_are_read_in_the_jobs_zone(
+        seeded: dict[str, str]) -> None:
+    db = ["--database-url", seeded["db"], "--json"]
+    jobs = json.loads((await claimd("jobs", *db)).out)
+    nightly = next(j for j in jobs if j["name"] == "nightly")
+    assert (nightly["timezone"], nightly["paused"]) == ("Europe/Berlin", False)
+    assert nightly["last_outcome"]["state"] == "succeeded"
+
+    # 02:00 on 1 December is read in Berlin (+01:00): 01:00 UTC.
+    trig = await claimd("trigger", "nightly", "--at", "2026-12-01 02:00", *db)
+    assert trig.code == 0, trig
+    triggered = json.loads(trig.out)
+    assert triggered["scheduled_at"] == "2026-12-01T01:00:00+00:00"
+    run = json.loads((await claimd("show", triggered["run_id"], *db)).out)
+    assert (run["scheduled_local"], run["trigger"]) == ("2026-12-01T02:00:00+01:00", "manual")
+
+    page = json.loads((await claimd("runs", "nightly", "--since", "2026-11-30", *db)).out)
+    assert [r["id"] for r in page["runs"]] == [triggered["run_id"]]
+    audit = await claimd("audit", "nightly", "--from", "2026-01-01", "--to",
+                         "2026-01-01 23:00", *db)
+    assert audit.code == 0, audit
+    assert json.loads(audit.out)["summary"]["complete"] is True
+    cancelled = json.loads((await claimd("cancel", triggered["run_id"], *db)).out)
+    assert cancelled["action"] == "cancel"
+    acts = json.loads((await claimd("actions", "--job", "nightly", *db)).out)
+    assert [a["action"] for a in acts] == ["cancel", "trigger"]
+    everything = json.loads((await claimd("actions", *db)).out)
+    assert [(a["action"], a["via"], a["ok"]) for a in everything] == [
+        ("cancel", "cli", True), ("trigger", "cli", True)]
+    assert everything[0]["actor"]  # the OS user
+
+
+async def test_commands_find_a_running_claimd_dev_of_their_directory(
+        seeded: dict[str, str], tmp_path: Path) -> None:
+    data = tmp_path / ".claimd"
+    data.mkdir()
+    # What `claimd dev` writes (tests/e2e/test_cli.py runs the real one), for a live process.
+    (data / ENDPOINTS_FILE).write_text(json.dumps(
+        {"pid": os.getpid(), "database_url": seeded["db"], "nats_url": "", "http_url": None}))
+    result = await claimd("jobs", "--json", cwd=tmp_path)
+    assert result.code == 0, result
+    assert {j["name"] for j in json.loads(result.out)} == {"nightly", "held"}
+
+    (data / ENDPOINTS_FILE).write_text(json.dumps(
+        {"pid": await _dead_pid(), "database_url": seeded["db"], "nats_url": "",
+         "http_url": None}))
+    stale = await claimd("jobs", cwd=tmp_path)
+    assert stale.code == 4
+    assert "is not running" in stale.err and len(stale.err.strip().splitlines()) == 1
