@@ -62,7 +62,8 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return error_response(503, "the database is unavailable; try again")
 
 
-def _int(request: web.Request, name: str, default: int | None) -> int | None:
+def _int(request: web.Request, name: str, default: int | None, low: int = 0,
+         high: int = 2**63 - 1) -> int | None:
     text = request.query.get(name)
     if text is None:
         return default
@@ -70,8 +71,8 @@ def _int(request: web.Request, name: str, default: int | None) -> int | None:
         value = int(text)
     except ValueError:
         raise BadInput(f"{name} must be a whole number, got {text!r}") from None
-    if not -(2**63) <= value < 2**63:
-        raise BadInput(f"{name} is out of range")
+    if not low <= value <= high:
+        raise BadInput(f"{name} must be between {low} and {high}, got {value}")
     return value
 
 
@@ -171,10 +172,8 @@ class OperatorApi:
         return web.json_response(await self.service.jobs())
 
     async def job(self, request: web.Request) -> web.Response:
-        recent = _int(request, "recent", 20)
+        recent = _int(request, "recent", 20, high=1000)
         assert recent is not None
-        if not 0 <= recent <= 1000:
-            raise BadInput(f"recent must be between 0 and 1000, got {recent}")
         return web.json_response(await self.service.job(request.match_info["name"],
                                                         recent=recent))
 
@@ -183,7 +182,7 @@ class OperatorApi:
             request.match_info["name"], _required(request, "from"), _required(request, "to")))
 
     async def runs(self, request: web.Request) -> web.Response:
-        limit = _int(request, "limit", 50)
+        limit = _int(request, "limit", 50, low=1, high=1000)
         assert limit is not None
         return web.json_response(await self.service.runs(
             job=_optional(request, "job"), states=_states(request),
@@ -194,10 +193,11 @@ class OperatorApi:
         return web.json_response(await self.service.run(request.match_info["run_id"]))
 
     async def actions(self, request: web.Request) -> web.Response:
-        limit = _int(request, "limit", 50)
+        limit = _int(request, "limit", 50, low=1, high=1000)
         assert limit is not None
         return web.json_response(await self.service.actions(
-            job=_optional(request, "job"), limit=limit, before=_int(request, "before", None)))
+            job=_optional(request, "job"), limit=limit,
+            before=_int(request, "before", None, low=1)))
 
     @staticmethod
     def _done(result: dict[str, Any]) -> web.Response:
