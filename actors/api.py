@@ -20,6 +20,7 @@ import asyncpg
 from aiohttp import web
 
 from actors.adapters.history import Actor
+from actors.adapters.postgres import BACKFILL_MAX_RUNS
 from actors.observability import get_logger
 from actors.openapi import document
 from actors.operator import (
@@ -97,9 +98,9 @@ def _required(request: web.Request, name: str) -> str:
     return value
 
 
-async def _body(request: web.Request, allowed: Sequence[str],
-                required: Sequence[str] = ()) -> dict[str, str]:
-    """A JSON object body whose values are strings; empty means ``{}``."""
+async def _body(request: web.Request, allowed: Sequence[str], required: Sequence[str] = (),
+                integers: Sequence[str] = ()) -> dict[str, Any]:
+    """A JSON object body of string values (``integers`` apart); empty means ``{}``."""
     raw = await request.read()
     if not raw.strip():
         data: Any = {}
@@ -114,7 +115,10 @@ async def _body(request: web.Request, allowed: Sequence[str],
     if unknown:
         raise BadInput(f"unknown field {unknown[0]!r}; allowed: {', '.join(allowed)}")
     for key, value in data.items():
-        if not isinstance(value, str):
+        if key in integers:
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**63:
+                raise BadInput(f"field {key!r} must be a positive whole number")
+        elif not isinstance(value, str):
             raise BadInput(f"field {key!r} must be a string")
     missing = [k for k in required if not data.get(k, "").strip()]
     if missing:
@@ -221,9 +225,11 @@ class OperatorApi:
 
     async def backfill(self, request: web.Request) -> web.Response:
         actor = self._actor(request)
-        body = await _body(request, ["from", "to"], required=["from", "to"])
+        body = await _body(request, ["from", "to", "max_runs"], required=["from", "to"],
+                           integers=["max_runs"])
         return self._done(await self.service.backfill(
-            actor, request.match_info["name"], body["from"], body["to"]))
+            actor, request.match_info["name"], body["from"], body["to"],
+            max_runs=body.get("max_runs", BACKFILL_MAX_RUNS)))
 
     async def cancel(self, request: web.Request) -> web.Response:
         actor = self._actor(request)

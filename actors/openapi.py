@@ -91,7 +91,8 @@ ACTION = {
 ACTION_RESULT = {
     "action": _s("string"), "job": _s("string", True), "run_id": _s("string", True),
     "message": _s("string"), "action_id": _s("integer"), "at": TIME, "actor": _s("string"),
-    "scheduled_at": TIME, "added": _s("integer"),
+    "scheduled_at": TIME, "added": _s("integer"), "existing": _s("integer"),
+    "instants": _s("integer"),
 }
 
 SCHEMAS: dict[str, Any] = {
@@ -109,7 +110,8 @@ SCHEMAS: dict[str, Any] = {
     "AuditEntry": _obj(AUDIT_ENTRY),
     "Audit": _obj(AUDIT),
     "Action": _obj(ACTION),
-    "ActionResult": _obj(ACTION_RESULT, optional=("scheduled_at", "added")),
+    "ActionResult": _obj(ACTION_RESULT, optional=("scheduled_at", "added", "existing",
+                                                 "instants")),
 }
 
 
@@ -238,7 +240,11 @@ PATHS: dict[str, Any] = {
         [JOB_NAME], {"type": "object", "additionalProperties": False,
                      "required": ["from", "to"],
                      "properties": {"from": _s("string", minLength=1, description=TIME_HELP),
-                                    "to": _s("string", minLength=1, description=TIME_HELP)},
+                                    "to": _s("string", minLength=1, description=TIME_HELP),
+                                    "max_runs": _s("integer", minimum=1,
+                                                   maximum=2**63 - 1, description=(
+                                                       "refuse a range of more instants "
+                                                       "(default 1,000,000)"))},
                      "example": {"from": "2026-01-01 00:00", "to": "2026-01-07 23:59"}}),
     "/api/runs/{run_id}/cancel": _action("cancelRun", "Cancel a pending or running run",
                                          [RUN_ID]),

@@ -124,8 +124,8 @@ def parse_instant(text: str, zone: tzinfo, now: datetime) -> datetime:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         raise ValueError(
-            f"{text!r} is not a time: use ISO 8601, e.g. '2026-12-01 02:00' (read in "
-            f"{getattr(zone, 'key', 'UTC')}), '2026-12-01T01:00Z' or 'now'") from None
+            f"{text!r} is not an ISO 8601 time (e.g. '2026-12-01 02:00', read in "
+            f"{getattr(zone, 'key', 'UTC')}; '2026-12-01T01:00Z'; or 'now')") from None
     if parsed.tzinfo is not None:
         return parsed.astimezone(UTC)
     if isinstance(zone, ZoneInfo):

@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 import asyncpg
 
 from actors.adapters.history import Actor, History, record_action
+from actors.adapters.postgres import BACKFILL_CHUNK, BACKFILL_MAX_RUNS
 from actors.config import ConfigError, load_config
 from actors.operator import BadInput, OperatorError, Unavailable
 from actors.operator_cli import render
@@ -191,6 +192,16 @@ def cmd_reload(args: argparse.Namespace) -> int:
 # --- arguments ------------------------------------------------------------------------
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace("_", "").replace(",", ""))
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
 def _connection(p: argparse.ArgumentParser, *, output: bool = True) -> None:
     g = p.add_argument_group("reaching claimd (default: a running `claimd dev` of this "
                              "directory)")
@@ -256,10 +267,20 @@ def register(sub: Any) -> None:
     command("cancel", "cancel a pending or running run",
             _action("cancel", "run_id")).add_argument("run_id")
     p = command("backfill", "one run per missed instant in a range (idempotent)",
-                _action("backfill", "job", "start", "end"))
+                _action("backfill", "job", "start", "end", "max_runs"))
+    p.description = (
+        "Add one run for each instant of JOB's schedule from --from to --to (both "
+        "included) that has no run yet; instants that have one are left alone, so running "
+        f"it again adds nothing (and still exits 0). Written {BACKFILL_CHUNK:,} instants per "
+        "statement, with progress on stderr; an interrupted backfill is finished by "
+        "running it again. Refused before anything is written (exit 2) past --max-runs. "
+        + TIME_NOTE)
     p.add_argument("job")
     p.add_argument("--from", dest="start", required=True, help="first instant (job's zone)")
     p.add_argument("--to", dest="end", required=True, help="last instant, inclusive")
+    p.add_argument("--max-runs", type=_positive_int, default=BACKFILL_MAX_RUNS,
+                   help=f"refuse a range of more instants than this "
+                        f"(default {BACKFILL_MAX_RUNS:,})")
 
     rel = sub.add_parser("reload", help="make a running replica reread its config (SIGHUP) "
                          "and report its verdict", epilog=f"exit status{EXIT_CODES}",

@@ -14,6 +14,7 @@ import getpass
 import json
 import os
 import socket
+import sys
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,6 +22,7 @@ import aiohttp
 import asyncpg
 
 from actors.adapters.history import Actor
+from actors.adapters.postgres import BACKFILL_CHUNK, BackfillProgress
 from actors.config import ConfigError, load_config
 from actors.observability import redact
 from actors.operator import (
@@ -126,6 +128,14 @@ async def connect_database(url: str, timeout: float) -> asyncpg.Pool:
     return pool
 
 
+def print_backfill_progress(done: BackfillProgress) -> None:
+    """One stderr line per chunk of a backfill longer than one chunk."""
+    if done.instants <= BACKFILL_CHUNK or done.through is None:
+        return
+    print(f"backfill {done.job}: {done.covered:,}/{done.instants:,} instants "
+          f"(through {done.through.isoformat()}), {done.added:,} added", file=sys.stderr)
+
+
 class DatabaseBackend:
     """Straight to PostgreSQL, through the same service the API uses."""
 
@@ -138,6 +148,8 @@ class DatabaseBackend:
         return await getattr(self.service, what)(**params)
 
     async def act(self, action: str, **params: Any) -> dict[str, Any]:
+        if action == "backfill":
+            params["progress"] = print_backfill_progress
         result: dict[str, Any] = await getattr(self.service, action)(self.actor, **params)
         return result
 
@@ -163,8 +175,9 @@ class HttpBackend:
         self.base = url.rstrip("/")
         self.token = token
         self.actor = actor
+        # No total limit: a long backfill is one request; connecting is bounded.
         self.session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=max(30.0, timeout), connect=timeout))
+            timeout=aiohttp.ClientTimeout(total=None, connect=timeout, sock_connect=timeout))
 
     async def _call(self, method: str, path: str, *, params: Any = None,
                     body: dict[str, Any] | None = None) -> Any:

@@ -100,8 +100,8 @@ async def test_a_backfill_over_the_limit_is_refused_up_front_and_adds_nothing(
 async def test_backfill_arguments_that_cannot_be_acted_on_are_one_line_and_exit_2(
         store: PostgresRunStore, schema_url: str, beat: str) -> None:
     cases = {
-        ("--from", "yesterday", "--to", END.isoformat()): "--from 'yesterday' is not an ISO 8601",
-        ("--from", END.isoformat(), "--to", START.isoformat()): "is after --to",
+        ("--from", "yesterday", "--to", END.isoformat()): "from 'yesterday' is not an ISO 8601",
+        ("--from", END.isoformat(), "--to", START.isoformat()): "is after to",
     }
     for times, expected in cases.items():
         result = await _claimd("backfill", beat, *times, "--database-url", schema_url)

@@ -116,9 +116,9 @@ def test_times_without_an_offset_are_read_in_the_jobs_zone(text: str,
 
 def test_now_and_bad_times() -> None:
     assert parse_instant("now", BERLIN, NOW) == NOW
-    with pytest.raises(ValueError, match="not a time.*Europe/Berlin"):
+    with pytest.raises(ValueError, match="not an ISO 8601 time.*Europe/Berlin"):
         parse_instant("yesterday", BERLIN, NOW)
-    with pytest.raises(ValueError, match="not a time"):
+    with pytest.raises(ValueError, match="not an ISO 8601 time"):
         parse_instant("2026-13-01", UTC, NOW)
 
 

@@ -1,0 +1,152 @@
+"""What an operator can ask: jobs, runs, one run, the audit of a range, the action log."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from datetime import UTC, timedelta, tzinfo
+from typing import Any
+
+import asyncpg
+
+from actors.adapters.history import History
+from actors.config import JOB_NAME_PATTERN
+from actors.domain import take
+from actors.domain.history import RangeTooLarge, audit_range, zone_name, zone_of
+from actors.operator.errors import NotFound, Unprocessable
+from actors.operator.shapes import (
+    audit_json,
+    check_limit,
+    check_states,
+    decode_cursor,
+    encode_cursor,
+    iso,
+    local,
+    parse_time,
+    run_id_of,
+    run_json,
+    schedule_of,
+    zone_named,
+)
+
+
+class OperatorReads:
+    """Reads over the database, as the CLI and the API offer them."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self.history = History(pool)
+
+    # --- reads --------------------------------------------------------------------
+
+    async def _job_row(self, name: str) -> dict[str, Any]:
+        if not re.match(JOB_NAME_PATTERN, name):  # never a job: not worth a query
+            raise NotFound(f"no job named {name!r}")
+        row = await self.history.job(name)
+        if row is None:
+            raise NotFound(f"no job named {name!r}")
+        return row
+
+    async def jobs(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Every job (or one): schedule, next fire, backlog, last outcome, last success."""
+        now = await self.history.now()
+        out = []
+        for row in await self.history.jobs(name):
+            schedule = schedule_of(row["definition"])
+            zone = zone_of(schedule)
+            upcoming = (take(schedule.fire_times(now, now + timedelta(days=3660)), 1)
+                        if row["enabled"] else [])
+            nxt = upcoming[0] if upcoming else None
+            last = None
+            if row["last_run_id"] is not None:
+                last = {"run_id": row["last_run_id"], "state": row["last_state"],
+                        "outcome": row["last_outcome"], "error": row["last_error"],
+                        "scheduled_at": iso(row["last_scheduled_at"]),
+                        "scheduled_local": local(row["last_scheduled_at"], zone),
+                        "finished_at": iso(row["last_finished_at"])}
+            out.append({
+                "name": row["name"], "enabled": row["enabled"], "paused": row["paused"],
+                "schedule": schedule.describe(), "timezone": zone_name(schedule),
+                "next_fire": iso(nxt), "next_fire_local": local(nxt, zone),
+                "backlog": row["backlog"], "oldest_due": iso(row["oldest_due"]),
+                "ahead": row["ahead"], "running": row["running"],
+                "pending": row["backlog"] + row["ahead"],
+                "last_outcome": last, "last_success": iso(row["last_success"]),
+                "last_success_local": local(row["last_success"], zone),
+                "failures_24h": row["failures_24h"], "due_since": iso(row["due_since"]),
+            })
+        return out
+
+    async def job(self, name: str, recent: int = 20) -> dict[str, Any]:
+        """One job's overview and its most recent runs."""
+        found = await self.jobs(name)
+        if not found:
+            raise NotFound(f"no job named {name!r}")
+        runs = (await self.runs(job=name, limit=recent))["runs"] if recent else []
+        return {**found[0], "recent_runs": runs}
+
+    async def runs(self, *, job: str | None = None, states: Sequence[str] | None = None,
+                   since: str | None = None, until: str | None = None, limit: int = 50,
+                   cursor: str | None = None) -> dict[str, Any]:
+        """Runs newest first; ``next_cursor`` continues the listing."""
+        wanted = check_states(states)
+        limit = check_limit(limit)
+        before = decode_cursor(cursor) if cursor else None
+        job_id = None
+        zone: tzinfo = UTC
+        now = await self.history.now()
+        if job is not None:
+            row = await self._job_row(job)
+            job_id, zone = row["id"], zone_named(row["timezone"])
+        start = parse_time(since, zone, now, "since") if since else None
+        end = parse_time(until, zone, now, "until") if until else None
+        if start and end and end < start:
+            raise Unprocessable(f"until ({iso(end)}) is before since ({iso(start)})")
+        rows = await self.history.runs(job_id=job_id, states=wanted, since=start, until=end,
+                                       before=before, limit=limit + 1)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return {"runs": [run_json(r) for r in rows],
+                "next_cursor": encode_cursor(rows[-1]) if more else None}
+
+    async def run(self, run_id: str) -> dict[str, Any]:
+        """One run with every attempt's verdict, its error, output tail, lease and epoch."""
+        found = await self.history.run(run_id_of(run_id))
+        if found is None:
+            raise NotFound(f"no run {run_id}")
+        row, attempts = found
+        out = run_json(row)
+        out["output_tail"] = row["output_tail"]
+        out["lease_expired"] = (row["lease_expires_at"] is not None
+                                and row["lease_expires_at"] < row["now"])
+        out["attempts"] = [{**a, "started_at": iso(a["started_at"]),
+                            "finished_at": iso(a["finished_at"])} for a in attempts]
+        return out
+
+    async def audit(self, job: str, start: str, end: str) -> dict[str, Any]:
+        """Each due instant of ``job`` in the range with its row, or why it has none."""
+        row = await self._job_row(job)
+        schedule = schedule_of(row["definition"])
+        zone = zone_of(schedule)
+        now = row["now"]
+        first, last = parse_time(start, zone, now, "from"), parse_time(end, zone, now, "to")
+        try:
+            result = audit_range(schedule, first, last, now, row["due_since"],
+                                 *await self.history.audit_records(row["id"], first, last,
+                                                                   200_000))
+        except RangeTooLarge as exc:
+            raise Unprocessable(str(exc)) from None
+        except ValueError as exc:
+            raise Unprocessable(str(exc)) from None
+        return audit_json(job, zone_name(schedule), zone, now, result)
+
+    async def actions(self, *, job: str | None = None, limit: int = 50,
+                      before: int | None = None) -> list[dict[str, Any]]:
+        """Operator actions, newest first: who, when, what, with what, and the result."""
+        limit = check_limit(limit)
+        if job is not None and not re.match(JOB_NAME_PATTERN, job):
+            return []  # no job has such a name, so no action names it
+        rows = await self.history.actions(job=job, before=before, limit=limit)
+        return [{**r, "at": iso(r["at"]), "arguments": json.loads(r["arguments"])}
+                for r in rows]

@@ -1,0 +1,126 @@
+"""The JSON shapes of the API (and of `--json`), and the argument checks they share."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, tzinfo
+from typing import Any
+
+from actors.domain import RunState, schedule_from_definition
+from actors.domain.history import PROBLEMS, Audit, Status, parse_instant
+from actors.domain.schedule import CronSchedule, IntervalSchedule, load_zone
+from actors.operator.errors import BadInput
+
+MAX_PAGE = 1000
+
+
+def iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat()
+
+
+def local(value: datetime | None, zone: tzinfo) -> str | None:
+    return None if value is None else value.astimezone(zone).isoformat()
+
+
+def zone_named(name: str) -> tzinfo:
+    return UTC if name == "UTC" else load_zone(name)
+
+
+def schedule_of(definition: str) -> CronSchedule | IntervalSchedule:
+    return schedule_from_definition(json.loads(definition)["schedule"])
+
+
+def run_id_of(text: str) -> str:
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        raise BadInput(f"{text!r} is not a run id (a UUID such as "
+                       "'0b7c3a9e-5d8f-4f3e-9a51-1c2d3e4f5a6b')") from None
+
+
+def check_states(states: Sequence[str] | None) -> list[str] | None:
+    if not states:
+        return None
+    known = {s.value for s in RunState}
+    bad = [s for s in states if s not in known]
+    if bad:
+        raise BadInput(f"unknown state {bad[0]!r}; one of {', '.join(sorted(known))}")
+    return list(states)
+
+
+def check_limit(limit: int) -> int:
+    if not 1 <= limit <= MAX_PAGE:
+        raise BadInput(f"limit must be between 1 and {MAX_PAGE}, got {limit}")
+    return limit
+
+
+def parse_time(text: str, zone: tzinfo, now: datetime, what: str) -> datetime:
+    try:
+        return parse_instant(text, zone, now)
+    except ValueError as exc:
+        raise BadInput(f"{what} {exc}") from None
+
+
+def run_json(row: dict[str, Any]) -> dict[str, Any]:
+    zone = zone_named(row["timezone"])
+    out: dict[str, Any] = {
+        "id": row["id"], "job": row["job"], "timezone": row["timezone"],
+        "scheduled_at": iso(row["scheduled_at"]),
+        "scheduled_local": local(row["scheduled_at"], zone),
+        "due_at": iso(row["due_at"]), "state": row["state"], "trigger": row["trigger"],
+        "attempt": row["attempt"], "claim_epoch": row["claim_epoch"],
+        "lease_owner": row["lease_owner"], "lease_expires_at": iso(row["lease_expires_at"]),
+        "claimed_at": iso(row["claimed_at"]), "started_at": iso(row["started_at"]),
+        "finished_at": iso(row["finished_at"]), "outcome": row["outcome"],
+        "exit_code": row["exit_code"], "error": row["error"],
+    }
+    return out
+
+
+def encode_cursor(row: dict[str, Any]) -> str:
+    return f"{iso(row['scheduled_at'])}~{row['id']}"
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    at, _, run_id = cursor.partition("~")
+    try:
+        when = datetime.fromisoformat(at)
+        if when.tzinfo is None:
+            raise ValueError(at)
+        return when, str(uuid.UUID(run_id))
+    except ValueError:
+        raise BadInput(f"{cursor!r} is not a cursor this API returned") from None
+
+
+def audit_json(job: str, timezone: str, zone: tzinfo, now: datetime,
+               audit: Audit) -> dict[str, Any]:
+    """The audit as the API and ``claimd audit --json`` give it."""
+    entries = []
+    for e in audit.entries:
+        run = None if e.run is None else {
+            "id": e.run.run_id, "state": e.run.state.value, "trigger": e.run.trigger,
+            "attempt": e.run.attempt}
+        entries.append({"scheduled_at": iso(e.scheduled_at),
+                        "scheduled_local": local(e.scheduled_at, zone),
+                        "status": e.status.value, "problem": e.status in PROBLEMS,
+                        "reason": e.reason, "run": run})
+    counts = {s.value: audit.counts.get(s.value, 0) for s in Status}
+    return {
+        "job": job, "timezone": timezone, "from": iso(audit.start), "to": iso(audit.end),
+        "from_local": local(audit.start, zone), "to_local": local(audit.end, zone),
+        "now": iso(now), "due_since": iso(audit.due_since), "entries": entries,
+        "summary": {"due": audit.due, "counts": counts, "problems": audit.problems,
+                    "not_yet_due": audit.not_yet_due, "complete": audit.complete,
+                    "line": summary_line(job, audit)},
+    }
+
+
+def summary_line(job: str, audit: Audit) -> str:
+    shown = [f"{n} {s}" for s, n in sorted(audit.counts.items(), key=lambda kv: -kv[1])]
+    verdict = "complete" if audit.complete else "INCOMPLETE"
+    tail = f"; {audit.not_yet_due} not yet due" if audit.not_yet_due else ""
+    return (f"{job}: {audit.due} due instants: {', '.join(shown) or 'none'}{tail} "
+            f"-- {verdict}")
+
