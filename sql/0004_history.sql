@@ -16,11 +16,10 @@ CREATE TABLE job_run_gaps (
 );
 CREATE INDEX job_run_gaps_by_job ON job_run_gaps (job_id, from_at);
 
--- Where the materializer began planning the job's current schedule: instants
--- before it were never due (claimd does not invent history for a new job, and
--- a changed schedule starts again from the change).
+-- Where the job's current schedule began to be planned, when that is not its
+-- creation (a new job is planned from created_at): a changed schedule starts
+-- again from the change. Instants before it were never due.
 ALTER TABLE jobs ADD COLUMN planned_since timestamptz;
-UPDATE jobs SET planned_since = created_at WHERE materialized_until IS NOT NULL;
 
 -- Every operator action, whoever asked and however (CLI, HTTP API, signal).
 CREATE TABLE operator_actions (

@@ -37,15 +37,6 @@ SELECT u.job_id, u.from_at, u.to_at, u.count, u.reason
    AND NOT EXISTS (SELECT 1 FROM job_run_gaps g
                     WHERE g.job_id = u.job_id AND g.from_at <= u.to_at AND g.to_at >= u.from_at)
 """
-# The first plan of a job (or of its changed schedule) says where it began:
-# instants before that were never due.
-RECORD_PLANNED_SINCE = """
-UPDATE jobs j SET planned_since = u.since
-  FROM unnest($1::bigint[], $2::timestamptz[]) AS u(id, since)
- WHERE j.id = u.id AND j.planned_since IS NULL
-"""
-
-
 async def record_gaps(conn: asyncpg.Connection, current: Sequence[int],
                       gaps: Sequence[tuple[int, Gap]]) -> None:
     """Write the gaps of the plans being written (``current``: the job ids still current)."""
@@ -54,14 +45,6 @@ async def record_gaps(conn: asyncpg.Connection, current: Sequence[int],
     await conn.execute(RECORD_GAPS, [job for job, _ in gaps], [g.first for _, g in gaps],
                        [g.last for _, g in gaps], [g.count for _, g in gaps],
                        [g.reason for _, g in gaps], list(current))
-
-
-async def record_planned_since(conn: asyncpg.Connection,
-                               starts: Sequence[tuple[int, datetime]]) -> None:
-    """Note where the first plan of each job began (no-op for jobs that have one)."""
-    if starts:
-        await conn.execute(RECORD_PLANNED_SINCE, [j for j, _ in starts],
-                           [t for _, t in starts])
 
 
 # --- reads ---------------------------------------------------------------------

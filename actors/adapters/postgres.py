@@ -22,6 +22,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import asyncpg
 
+from actors.adapters.history import record_gaps
 from actors.adapters.resources import sql_dir
 from actors.domain import (
     ClaimedRun,
@@ -763,7 +764,12 @@ class PostgresRunStore:
             current = await conn.fetch(ADVANCE_HIGH_WATER, [j.id for j, _ in plans],
                                        [p.materialized_until for _, p in plans],
                                        [j.fingerprint for j, _ in plans], fresh_until)
-            if not current or not job_ids:
+            if not current:
+                return 0
+            # What the plans dropped, recorded with them: no silent hole in history.
+            await record_gaps(conn, [r["id"] for r in current],
+                              [(job.id, gap) for job, plan in plans for gap in plan.dropped])
+            if not job_ids:
                 return 0
             status = await conn.execute(INSERT_PLANNED_RUNS, job_ids, scheduled, due,
                                         [r["id"] for r in current])

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from actors.domain.durations import format_duration
+from actors.domain.history import Gap
 from actors.domain.jobs import Catchup, Job
 from actors.domain.schedule import MAX_INSTANTS_PER_PLAN, deterministic_offset, take
 
@@ -30,6 +32,9 @@ class Plan:
     runs: list[PlannedRun]
     materialized_until: datetime
     missed: int  # past instants the catch-up policy dropped
+    # The same instants as ranges with their reason, written with the plan so
+    # that history has no silent hole.
+    dropped: tuple[Gap, ...] = ()
 
 
 def plan_materialization(
@@ -73,7 +78,32 @@ def plan_materialization(
     # If the plan hit the instant cap, the high-water mark is the last instant
     # planned, so the next tick continues from there instead of skipping.
     high = instants[-1] if len(instants) >= MAX_INSTANTS_PER_PLAN else until
-    return Plan(runs=runs, materialized_until=high, missed=len(past) - len(kept_past))
+    dropped = past[: len(past) - len(kept_past)]  # the policy keeps a suffix of the past
+    return Plan(runs=runs, materialized_until=high, missed=len(dropped),
+                dropped=_gaps(job, dropped, now))
+
+
+def _gaps(job: Job, dropped: list[datetime], now: datetime) -> tuple[Gap, ...]:
+    """Consecutive dropped instants grouped by why they were dropped."""
+    window = format_duration(job.catchup_window)
+
+    def reason(instant: datetime) -> str:
+        if job.catchup is Catchup.NONE:
+            return "missed while no scheduler ran (catchup = none)"
+        if instant < now - job.catchup_window:
+            return (f"older than catchup_window ({window}) when planned after a downtime "
+                    f"(catchup = {job.catchup.value})")
+        return "superseded by a later instant (catchup = latest)"
+
+    gaps: list[Gap] = []
+    for instant in dropped:
+        why = reason(instant)
+        if gaps and gaps[-1].reason == why:
+            last = gaps[-1]
+            gaps[-1] = Gap(last.first, instant, last.count + 1, why)
+        else:
+            gaps.append(Gap(instant, instant, 1, why))
+    return tuple(gaps)
 
 
 def _apply_catchup(job: Job, past: list[datetime], now: datetime) -> list[datetime]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,7 +58,7 @@ async def claimd(*args: str, cwd: Path | None = None, env: dict[str, str] | None
 
 @pytest.fixture
 async def seeded(store: PostgresRunStore, schema_url: str, tmp_path: Path
-                 ) -> AsyncIterator[dict[str, str]]:
+                 ) -> dict[str, str]:
     """Two jobs (one paused), one finished run of nightly at 02:00 Berlin on 1 January."""
     loaded = parse_config(JOBS, "jobs.toml", env={})
     await store.sync_jobs(list(loaded.jobs.values()))
@@ -70,7 +69,7 @@ async def seeded(store: PostgresRunStore, schema_url: str, tmp_path: Path
         "RETURNING id::text", FINISHED_AT)
     bad = tmp_path / "bad.toml"
     bad.write_text('[jobs.x]\ncron = "61 * * * *"\nrun = { shell = ["/bin/true"] }\n')
-    yield {"db": schema_url, "run": run_id, "bad_config": str(bad),
+    return {"db": schema_url, "run": run_id, "bad_config": str(bad),
            "closed": f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"}
 
 
@@ -80,7 +79,8 @@ BAD_INPUT = [
     (["jobs", "--url", "http://127.0.0.1:{port}"], 4, "cannot reach the claimd API"),
     (["jobs", "--database-url", "not-a-url"], 2, "not a usable database URL"),
     (["jobs", "--config", "/nonexistent/claimd.toml"], 2, "cannot read"),
-    (["runs", "nightly", "--since", "yesterday", "--database-url", "{db}"], 2, "not an ISO 8601 time"),
+    (["runs", "nightly", "--since", "yesterday", "--database-url", "{db}"], 2,
+     "not an ISO 8601 time"),
     (["runs", "--since", "2026-02-01", "--until", "2026-01-01", "--database-url", "{db}"],
      2, "before since"),
     (["runs", "nope", "--database-url", "{db}"], 3, "no job named 'nope'"),
@@ -203,4 +203,5 @@ async def test_commands_find_a_running_claimd_dev_of_their_directory(
          "http_url": None}))
     stale = await claimd("jobs", cwd=tmp_path)
     assert stale.code == 4
-    assert "is not running" in stale.err and len(stale.err.strip().splitlines()) == 1
+    assert "is not running" in stale.err
+    assert len(stale.err.strip().splitlines()) == 1

@@ -94,7 +94,8 @@ async def test_actions_without_a_token_or_with_a_wrong_one_change_nothing(
                     assert status == 401, (path, token, answer)
                     assert headers.get("WWW-Authenticate") == "Bearer"
             status, answer, _ = await call("GET", base + "/api/runs/not-a-uuid")
-            assert status == 400 and "not a run id" in answer["error"]
+            assert status == 400
+            assert "not a run id" in answer["error"]
             assert await state_of_things(store) == before
 
             started = await store.pool.fetchval("SELECT now()")
@@ -147,7 +148,8 @@ async def test_reads_runs_pages_one_run_and_json_errors(
         status, job, _ = await call("GET", base + "/api/jobs/nightly", params={"recent": "1"})
         assert status == 200
         assert job["last_outcome"]["error"] == "exit status 3"
-        assert job["failures_24h"] == 0 and len(job["recent_runs"]) == 1
+        assert job["failures_24h"] == 0
+        assert len(job["recent_runs"]) == 1
         status, audit, _ = await call("GET", base + "/api/jobs/nightly/audit",
                                       params={"from": "2026-01-01", "to": "2026-01-05 23:00"})
         assert status == 200
@@ -157,9 +159,11 @@ async def test_reads_runs_pages_one_run_and_json_errors(
                            ("/api/jobs/nightly/audit?from=2026-02-01&to=2026-01-01", 422),
                            ("/api/nothing-here", 404)):
             status, answer, _ = await call("GET", base + path)
-            assert status == code and isinstance(answer["error"], str), (path, answer)
+            assert status == code, (path, answer)
+            assert isinstance(answer["error"], str), (path, answer)
         status, doc, _ = await call("GET", base + "/openapi.json")
-        assert doc["openapi"] == "3.1.0" and "/api/jobs/{name}/audit" in doc["paths"]
+        assert doc["openapi"] == "3.1.0"
+        assert "/api/jobs/{name}/audit" in doc["paths"]
 
 
 def schemathesis_command() -> list[str] | None:

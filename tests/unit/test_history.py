@@ -9,7 +9,15 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from actors.config import ConfigError, parse_config
-from actors.domain import CronSchedule, IntervalSchedule, RunState
+from actors.domain import (
+    Catchup,
+    CronSchedule,
+    IntervalSchedule,
+    Job,
+    PythonSpec,
+    RunState,
+    plan_materialization,
+)
 from actors.domain.history import (
     MAX_AUDIT_INSTANTS,
     Gap,
@@ -41,14 +49,17 @@ def test_a_clean_range_is_complete() -> None:
     runs = [record(T0 + i * DAY, RunState.SUCCEEDED) for i in range(5)]
     audit = audit_range(NIGHTLY, T0, T0 + 4 * DAY, NOW, None, runs, [])
     assert [s for _, s in statuses(audit)] == [Status.SUCCEEDED] * 5
-    assert audit.complete and audit.due == 5 and audit.problems == 0
+    assert audit.complete
+    assert audit.due == 5
+    assert audit.problems == 0
 
 
 def test_a_deleted_row_is_missing_and_the_range_incomplete() -> None:
     runs = [record(T0 + i * DAY, RunState.SUCCEEDED) for i in range(5) if i != 2]
     audit = audit_range(NIGHTLY, T0, T0 + 4 * DAY, NOW, None, runs, [])
     assert (T0 + 2 * DAY, Status.MISSING) in statuses(audit)
-    assert not audit.complete and audit.problems == 1
+    assert not audit.complete
+    assert audit.problems == 1
 
 
 def test_a_recorded_gap_explains_the_absence() -> None:
@@ -72,7 +83,8 @@ def test_failed_stuck_and_unfinished_runs_are_flagged() -> None:
                                               Status.SKIPPED, Status.CANCELLED]
     assert audit.entries[0].reason == "exit 1"
     assert audit.entries[3].reason == "missed its starting deadline"
-    assert audit.problems == 2 and not audit.complete
+    assert audit.problems == 2
+    assert not audit.complete
 
 
 def test_instants_before_the_schedule_began_or_after_now_are_not_due() -> None:
@@ -82,7 +94,8 @@ def test_instants_before_the_schedule_began_or_after_now_are_not_due() -> None:
             record(T0 + 4 * DAY, RunState.PENDING)]  # the look-ahead: not due yet
     audit = audit_range(NIGHTLY, T0, T0 + 6 * DAY, now, since, runs, [])
     assert statuses(audit) == [(T0 + 2 * DAY, Status.SUCCEEDED), (T0 + 3 * DAY, Status.SUCCEEDED)]
-    assert audit.not_yet_due == 3 and audit.complete
+    assert audit.not_yet_due == 3
+    assert audit.complete
 
 
 def test_rows_off_the_schedule_are_extra_and_do_not_count() -> None:
@@ -90,7 +103,8 @@ def test_rows_off_the_schedule_are_extra_and_do_not_count() -> None:
     runs = [record(T0, RunState.SUCCEEDED), record(manual, RunState.FAILED, trigger="manual")]
     audit = audit_range(NIGHTLY, T0, T0 + timedelta(hours=6), NOW, None, runs, [])
     assert statuses(audit) == [(T0, Status.SUCCEEDED), (manual, Status.EXTRA)]
-    assert audit.due == 1 and audit.complete
+    assert audit.due == 1
+    assert audit.complete
 
 
 def test_a_reversed_or_huge_range_is_refused() -> None:
@@ -116,7 +130,7 @@ def test_times_without_an_offset_are_read_in_the_jobs_zone(text: str,
 
 def test_now_and_bad_times() -> None:
     assert parse_instant("now", BERLIN, NOW) == NOW
-    with pytest.raises(ValueError, match="not an ISO 8601 time.*Europe/Berlin"):
+    with pytest.raises(ValueError, match=r"not an ISO 8601 time.*Europe/Berlin"):
         parse_instant("yesterday", BERLIN, NOW)
     with pytest.raises(ValueError, match="not an ISO 8601 time"):
         parse_instant("2026-13-01", UTC, NOW)
@@ -147,4 +161,48 @@ def test_api_token_mistakes_name_the_field(settings: str, env: dict[str, str], f
         parse_config(f"[claimd]\n{settings}\n", "c.toml", env=env)
     assert caught.value.field_name == field
     assert words in str(caught.value)
-    assert "short\"" not in str(caught.value) and "'short'" not in str(caught.value)
+    assert "short\"" not in str(caught.value)
+    assert "'short'" not in str(caught.value)
+
+
+# -- what a plan drops is recorded as gaps ---------------------------------------------------
+
+PLAN_NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+
+
+def _every_minute(catchup: Catchup) -> Job:
+    return Job(name="report", schedule=IntervalSchedule(MINUTE),
+               executor=PythonSpec("tests.unit.jobfuncs:sync_job"), catchup=catchup,
+               catchup_window=timedelta(minutes=30))
+
+
+@pytest.mark.parametrize(("catchup", "expected"), [
+    (Catchup.ALL, [(180, 31, 150, "older than catchup_window (30m)")]),
+    (Catchup.LATEST, [(180, 31, 150, "older than catchup_window (30m)"),
+                      (30, 2, 29, "superseded by a later instant (catchup = latest)")]),
+    (Catchup.NONE, [(180, 1, 180, "missed while no scheduler ran (catchup = none)")]),
+])
+def test_a_plan_after_downtime_carries_every_dropped_instant_as_gaps(
+        catchup: Catchup, expected: list[tuple[int, int, int, str]]) -> None:
+    down_since = PLAN_NOW - timedelta(hours=3, minutes=1)  # 180 instants passed while down
+    plan = plan_materialization(_every_minute(catchup), down_since, PLAN_NOW,
+                                timedelta(minutes=2))
+    got = [(int((PLAN_NOW - g.first) / MINUTE), int((PLAN_NOW - g.last) / MINUTE), g.count,
+            g.reason) for g in plan.dropped]
+    assert [(a, b, n) for a, b, n, _ in got] == [(a, b, n) for a, b, n, _ in expected]
+    assert all(want in reason for (*_, reason), (*_, want) in zip(got, expected, strict=True))
+    assert sum(g.count for g in plan.dropped) == plan.missed
+    # Every instant of the downtime is a planned run or in exactly one gap.
+    planned = {r.scheduled_at for r in plan.runs}
+    past = [down_since + k * MINUTE for k in range(1, 181)]
+    in_gaps = [t for t in past if any(g.first <= t <= g.last for g in plan.dropped)]
+    assert sorted([*(planned & set(past)), *in_gaps]) == past
+    assert not planned & set(in_gaps)
+
+
+def test_a_plan_without_downtime_drops_nothing() -> None:
+    plan = plan_materialization(_every_minute(Catchup.NONE), PLAN_NOW - MINUTE / 2, PLAN_NOW,
+                                timedelta(minutes=2))
+    assert plan.dropped == ()
+    assert plan.missed == 0
