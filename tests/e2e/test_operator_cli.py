@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,9 +22,11 @@ from actors.adapters.embedded import free_port
 from actors.adapters.postgres import PostgresRunStore
 from actors.config import parse_config
 from actors.operator_cli.connect import ENDPOINTS_FILE
-from tests.e2e.helpers import child_env, claimd_command
+from tests.e2e.helpers import ClaimdProcess, child_env, claimd_command, effect_job, write_config
+from tests.e2e.test_cli import dev_session, short_data_dir, spawn, stop_embedded_postgres
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+__all__ = ["spawn"]  # the fixture, shared with test_cli
 
 JOBS = """
 [jobs.nightly]
@@ -205,3 +208,29 @@ async def test_commands_find_a_running_claimd_dev_of_their_directory(
     assert stale.code == 4
     assert "is not running" in stale.err
     assert len(stale.err.strip().splitlines()) == 1
+
+
+async def test_a_real_claimd_dev_is_found_through_its_data_folder(
+        tmp_path: Path, spawn: Callable[..., ClaimdProcess]) -> None:
+    config = write_config(tmp_path / "dev.toml", http="127.0.0.1:0", claim_interval="100ms",
+                          materialize_interval="500ms",
+                          jobs=effect_job("tick", tmp_path / "effects.txt"))
+    data_dir = short_data_dir()
+    seen: list[Result] = []
+
+    async def operate() -> None:
+        # No URL, no config: what `claimd dev` wrote in its data folder is enough
+        # (the folder is ./.claimd by default; the test's is elsewhere, named here).
+        seen.append(await claimd("jobs", "--json", "--dev-dir", str(data_dir),
+                                 cwd=tmp_path))
+
+    try:
+        await dev_session(spawn, data_dir, free_port(), "--config", str(config),
+                          while_running=operate)
+    finally:
+        stop_embedded_postgres(data_dir)
+    assert seen[0].code == 0, seen[0]
+    (job,) = json.loads(seen[0].out)
+    assert job["name"] == "tick"
+    assert job["last_success"] is not None
+    assert not (data_dir / ENDPOINTS_FILE).exists()  # removed when claimd dev stopped
