@@ -22,8 +22,21 @@ from actors.adapters.embedded import free_port
 from actors.adapters.postgres import PostgresRunStore
 from actors.config import parse_config
 from actors.operator_cli.connect import ENDPOINTS_FILE
-from tests.e2e.helpers import ClaimdProcess, child_env, claimd_command, effect_job, write_config
-from tests.e2e.test_cli import dev_session, short_data_dir, spawn, stop_embedded_postgres
+from tests.e2e.helpers import (
+    ClaimdProcess,
+    child_env,
+    claimd_command,
+    effect_job,
+    eventually,
+    write_config,
+)
+from tests.e2e.test_cli import (
+    dev_session,
+    run_config,
+    short_data_dir,
+    spawn,
+    stop_embedded_postgres,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 __all__ = ["spawn"]  # the fixture, shared with test_cli
@@ -234,3 +247,32 @@ async def test_a_real_claimd_dev_is_found_through_its_data_folder(
     assert job["name"] == "tick"
     assert job["last_success"] is not None
     assert not (data_dir / ENDPOINTS_FILE).exists()  # removed when claimd dev stopped
+
+
+async def test_reload_reports_the_replicas_verdict(
+        tmp_path: Path, spawn: Callable[..., ClaimdProcess], schema_url: str, nats_url: str,
+        deployment: str) -> None:
+    job = '[jobs.tick]\nevery = "1s"\nrun = { shell = ["/bin/true"] }\n'
+    config = run_config(tmp_path / "claimd.toml", schema_url, nats_url, deployment, job)
+    pid_file = tmp_path / "claimd.pid"
+    replica = spawn("run", "--config", str(config), "--pid-file", str(pid_file))
+
+    async def started() -> bool:
+        assert replica.returncode() is None, replica.stderr()[-2000:]
+        return bool(replica.events("replica started"))
+    await eventually(started, timeout=30, what="the replica to start")
+    db = ["--database-url", schema_url, "--pid-file", str(pid_file)]
+
+    good = await claimd("reload", *db)
+    assert (good.code, good.out.strip()) == (0, f"process {replica.pid}: reloaded"), good
+    # The replica rereads its own file: broken, it refuses, and the command says so.
+    config.write_text(config.read_text().replace('every = "1s"', 'every = "soon"'))
+    refused = await claimd("reload", *db)
+    assert refused.code == 1, refused
+    assert refused.err.strip() == (f"error: process {replica.pid}: refused: the file has "
+                                   "errors; jobs unchanged")
+    # Checked first with --config, a broken file is not even signalled.
+    checked = await claimd("reload", *db, "--config", str(config))
+    assert checked.code == 2
+    assert "would refuse this file" in checked.err
+    assert "field 'every'" in checked.err
