@@ -105,7 +105,7 @@ async def jobs(backend: Backend, args: argparse.Namespace) -> Result:
 async def runs(backend: Backend, args: argparse.Namespace) -> Result:
     states = [s for value in args.state or [] for s in value.split(",") if s]
     page = await backend.get("runs", job=args.job, states=states or None, since=args.since,
-                             until=args.until, limit=args.limit)
+                             until=args.until, limit=args.limit, cursor=args.cursor)
     return page, render.runs(page), 0
 
 
@@ -242,6 +242,7 @@ def register(sub: Any) -> None:
     p.add_argument("--since", help="scheduled at or after (the job's zone; UTC without JOB)")
     p.add_argument("--until", help="scheduled at or before (the job's zone; UTC without JOB)")
     p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--cursor", help="continue a listing where the previous page ended")
     p = command("show", "one run: attempts and verdicts, errors, output tail, lease, epoch",
                 show)
     p.add_argument("run_id")

@@ -46,10 +46,10 @@ def jobs(rows: list[dict[str, Any]]) -> str:
     body = [[j["name"], j["schedule"], j["timezone"], when(j["next_fire"]),
              when(j["next_fire_local"]), _outcome(j["last_outcome"]),
              when(j["last_success"]), j["backlog"], j["ahead"],
-             "paused" if j["paused"] else ("yes" if j["enabled"] else "removed")]
+             "removed" if not j["enabled"] else ("paused" if j["paused"] else "active")]
             for j in rows]
     return table(["JOB", "SCHEDULE", "ZONE", "NEXT FIRE (UTC)", "NEXT FIRE (LOCAL)",
-                  "LAST OUTCOME", "LAST SUCCESS (UTC)", "OVERDUE", "AHEAD", "ENABLED"], body)
+                  "LAST OUTCOME", "LAST SUCCESS (UTC)", "OVERDUE", "AHEAD", "STATE"], body)
 
 
 def runs(page: dict[str, Any]) -> str:
@@ -61,7 +61,7 @@ def runs(page: dict[str, Any]) -> str:
                  [[r["id"], r["job"], when(r["scheduled_at"]), when(r["scheduled_local"]),
                    r["state"], r["attempt"], r["trigger"], r["error"]] for r in rows])
     if page.get("next_cursor"):
-        text += f"\n(more: --until '{rows[-1]['scheduled_at']}' or the API's cursor)"
+        text += f"\n(more: --cursor '{page['next_cursor']}')"
     return text
 
 

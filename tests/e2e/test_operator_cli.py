@@ -189,6 +189,11 @@ async def test_json_output_parses_and_times_are_read_in_the_jobs_zone(
 
     page = json.loads((await claimd("runs", "nightly", "--since", "2026-11-30", *db)).out)
     assert [r["id"] for r in page["runs"]] == [triggered["run_id"]]
+    first = json.loads((await claimd("runs", "nightly", "--limit", "1", *db)).out)
+    rest = json.loads((await claimd("runs", "nightly", "--limit", "1", "--cursor",
+                                    first["next_cursor"], *db)).out)
+    assert [r["id"] for r in first["runs"] + rest["runs"]] == [triggered["run_id"], seeded["run"]]
+    assert rest["next_cursor"] is None
     audit = await claimd("audit", "nightly", "--from", "2026-01-01", "--to",
                          "2026-01-01 23:00", *db)
     assert audit.code == 0, audit
