@@ -30,6 +30,7 @@ from actors.operator import (
     OperatorService,
     Unauthorized,
 )
+from actors.operator.reads import MAX_GRID
 from actors.ports import StoreUnavailable
 
 log = get_logger("api")
@@ -143,6 +144,7 @@ class OperatorApi:
         get("/api/runs", self.runs, allow_head=False)
         get("/api/runs/{run_id}", self.run, allow_head=False)
         get("/api/actions", self.actions, allow_head=False)
+        get("/api/grid", self.grid, allow_head=False)
         post("/api/jobs/{name}/pause", self.pause)
         post("/api/jobs/{name}/resume", self.resume)
         post("/api/jobs/{name}/trigger", self.trigger)
@@ -195,6 +197,12 @@ class OperatorApi:
 
     async def run(self, request: web.Request) -> web.Response:
         return web.json_response(await self.service.run(request.match_info["run_id"]))
+
+    async def grid(self, request: web.Request) -> web.Response:
+        instants = _int(request, "instants", 30, low=1, high=MAX_GRID)
+        assert instants is not None
+        return web.json_response(await self.service.grid(instants,
+                                                         job=_optional(request, "job")))
 
     async def actions(self, request: web.Request) -> web.Response:
         limit = _int(request, "limit", 50, low=1, high=1000)

@@ -95,6 +95,30 @@ ACTION_RESULT = {
     "instants": _s("integer"),
 }
 
+GRID_CELL = {
+    "scheduled_at": TIME, "scheduled_local": _s("string"),
+    "status": _s("string", enum=STATUSES, description="as `claimd audit` judges the instant"),
+    "problem": _s("boolean"), "reason": _s("string", True),
+    "run_id": _s("string", True), "state": _s("string", True, enum=[*STATES, None]),
+    "attempt": _s("integer", True),
+}
+GRID_JOB = {
+    "name": _s("string"), "timezone": _s("string"),
+    "schedule_words": _s("string", description="the schedule in words, e.g. 'every day at "
+                                                "02:00' (the zone apart)"),
+    "from": TIME, "cells": {"type": "array", "items": _ref("GridCell")},
+}
+COUNTER = _s("number", minimum=0)
+STATUS = {
+    "checks": {"type": "object", "properties": {"postgres": _s("string"),
+                                                "nats": _s("string")},
+               "description": "'ok', or what is wrong"},
+    "counters": _obj({
+        "deliveries_skipped": COUNTER, "fenced_completions": COUNTER,
+        "redeliveries": COUNTER,
+        "deliveries_skipped_by_reason": {"type": "object", "additionalProperties": COUNTER}}),
+}
+
 SCHEMAS: dict[str, Any] = {
     "Error": _obj({"error": _s("string")}),
     "Job": _obj(JOB),
@@ -110,6 +134,10 @@ SCHEMAS: dict[str, Any] = {
     "AuditEntry": _obj(AUDIT_ENTRY),
     "Audit": _obj(AUDIT),
     "Action": _obj(ACTION),
+    "GridCell": _obj(GRID_CELL),
+    "Grid": _obj({"now": TIME, "instants": _s("integer"),
+                  "jobs": {"type": "array", "items": _obj(GRID_JOB)}}),
+    "Status": _obj(STATUS),
     "ActionResult": _obj(ACTION_RESULT, optional=("scheduled_at", "added", "existing",
                                                  "instants")),
 }
@@ -228,6 +256,19 @@ PATHS: dict[str, Any] = {
                               "only ids below this (the id of the last one seen)")],
         "responses": {**_ok({"type": "array", "items": _ref("Action")}, "the actions"),
                       **_errors(*READ_ERRORS)}}},
+    "/api/grid": {"get": {
+        "operationId": "getGrid",
+        "summary": "Each job's last due instants, judged as the audit judges them (the run grid)",
+        "parameters": [
+            _param("instants", "query", _s("integer", minimum=1, maximum=200),
+                   "how many of each job's last instants (default 30)"),
+            _param("job", "query", _s("string", minLength=1), "only this job")],
+        "responses": {**_ok(_ref("Grid"), "the grid"), **_errors(*READ_ERRORS)}}},
+    "/api/status": {"get": {
+        "operationId": "getStatus",
+        "summary": "This replica's view: PostgreSQL and NATS health, duplicate deliveries "
+                   "skipped and fenced completions (counted since it started)",
+        "responses": _ok(_ref("Status"), "the replica's status")}},
     "/api/jobs/{name}/pause": _action("pauseJob", "Stop materializing and claiming the job's runs",
                                       [JOB_NAME]),
     "/api/jobs/{name}/resume": _action("resumeJob", "Undo pause", [JOB_NAME]),

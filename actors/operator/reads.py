@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from datetime import UTC, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 import asyncpg
@@ -13,8 +13,16 @@ import asyncpg
 from actors.adapters.history import History
 from actors.config import JOB_NAME_PATTERN
 from actors.domain import take
-from actors.domain.history import RangeTooLarge, audit_range, zone_name, zone_of
-from actors.operator.errors import NotFound, Unprocessable
+from actors.domain.history import (
+    MAX_AUDIT_INSTANTS,
+    PROBLEMS,
+    RangeTooLarge,
+    audit_range,
+    zone_name,
+    zone_of,
+)
+from actors.domain.schedule import CronSchedule, IntervalSchedule
+from actors.operator.errors import BadInput, NotFound, Unprocessable
 from actors.operator.shapes import (
     audit_json,
     check_limit,
@@ -29,6 +37,12 @@ from actors.operator.shapes import (
     schedule_of,
     zone_named,
 )
+from actors.operator.words import schedule_words
+
+# The grid looks back at most this far for a job's last instants (a yearly job
+# shows its last few years, not its whole history).
+GRID_LOOKBACK = timedelta(days=4 * 366)
+MAX_GRID = 200
 
 
 class OperatorReads:
@@ -141,6 +155,43 @@ class OperatorReads:
             raise Unprocessable(str(exc)) from None
         return audit_json(job, zone_name(schedule), zone, now, result)
 
+    async def grid(self, instants: int = 30, job: str | None = None) -> dict[str, Any]:
+        """Each job's last ``instants`` due instants, judged as ``audit`` judges them.
+
+        The same rules as :meth:`audit` over the range that holds the job's
+        last ``instants`` due instants (never before the job was due): a cell is
+        succeeded, failed, skipped, cancelled, dropped, missing, stuck or
+        in_progress, and triggered runs at other instants appear as extra.
+        """
+        if not 1 <= instants <= MAX_GRID:
+            raise BadInput(f"instants must be between 1 and {MAX_GRID}, got {instants}")
+        if job is not None and not re.match(JOB_NAME_PATTERN, job):
+            raise NotFound(f"no job named {job!r}")
+        now = await self.history.now()
+        rows = await self.history.jobs(job)
+        if job is not None and not rows:
+            raise NotFound(f"no job named {job!r}")
+        out = []
+        for row in rows:
+            schedule = schedule_of(row["definition"])
+            zone = zone_of(schedule)
+            start = last_instants_start(schedule, now, row["due_since"], instants)
+            records = await self.history.audit_records(row["id"], start, now,
+                                                       MAX_AUDIT_INSTANTS)
+            result = audit_range(schedule, start, now, now, row["due_since"], *records)
+            cells = [{"scheduled_at": iso(e.scheduled_at),
+                      "scheduled_local": local(e.scheduled_at, zone),
+                      "status": e.status.value, "problem": e.status in PROBLEMS,
+                      "reason": e.reason,
+                      "run_id": e.run.run_id if e.run else None,
+                      "state": e.run.state.value if e.run else None,
+                      "attempt": e.run.attempt if e.run else None}
+                     for e in result.entries[-instants:]]
+            out.append({"name": row["name"], "timezone": zone_name(schedule),
+                        "schedule_words": schedule_words(schedule),
+                        "from": iso(start), "cells": cells})
+        return {"now": iso(now), "instants": instants, "jobs": out}
+
     async def actions(self, *, job: str | None = None, limit: int = 50,
                       before: int | None = None) -> list[dict[str, Any]]:
         """Operator actions, newest first: who, when, what, with what, and the result."""
@@ -150,3 +201,27 @@ class OperatorReads:
         rows = await self.history.actions(job=job, before=before, limit=limit)
         return [{**r, "at": iso(r["at"]), "arguments": json.loads(r["arguments"])}
                 for r in rows]
+
+
+def last_instants_start(schedule: CronSchedule | IntervalSchedule, now: datetime,
+                        due_since: datetime | None, count: int) -> datetime:
+    """The start of the shortest range ending at ``now`` that holds ``count`` instants.
+
+    Never before ``due_since`` (instants before it were never due) nor more than
+    :data:`GRID_LOOKBACK` back. The window grows fourfold until it holds enough,
+    so the instants enumerated stay a small multiple of ``count``.
+    """
+    floor = now - GRID_LOOKBACK
+    if due_since is not None:
+        floor = max(floor, due_since)
+    window = (schedule.every * count if isinstance(schedule, IntervalSchedule)
+              else timedelta(hours=1))
+    while True:
+        start = floor if window >= now - floor else now - window
+        instants = take(schedule.fire_times(start - timedelta(microseconds=1), now),
+                        MAX_AUDIT_INSTANTS)
+        if len(instants) >= count:
+            return instants[-count]
+        if start <= floor or len(instants) >= MAX_AUDIT_INSTANTS:
+            return start
+        window *= 4
