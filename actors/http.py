@@ -2,16 +2,60 @@
 
 from __future__ import annotations
 
-import html
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from actors.api import OperatorApi
 
 ReadyCheck = Callable[[], Awaitable[dict[str, Any]]]
+
+# The status page: HTML, CSS and JS shipped in the package (no CDN: it works
+# offline). The page fetches /api/jobs, /api/grid and /api/status and renders
+# them itself, so nothing from the data is ever interpolated into HTML here.
+STATIC = Path(__file__).with_name("static")
+# Only the page's own files may run or load; a job's name, error or output that
+# slipped into markup could not execute (the page builds DOM with textContent).
+PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+               "connect-src 'self'; base-uri 'none'; form-action 'none'; "
+               "frame-ancestors 'none'")
+
+
+def _samples(name: str) -> list[tuple[dict[str, str], float]]:
+    """Every sample of this process's registry named ``name``, whatever its labels."""
+    return [(dict(s.labels), s.value) for family in REGISTRY.collect()
+            for s in family.samples if s.name == name]
+
+
+def counters() -> dict[str, Any]:
+    """What this replica counted since it started: duplicates skipped, completions fenced."""
+    skipped = _samples("claimd_deliveries_skipped_total")
+    by_reason: dict[str, float] = {}
+    for labels, value in skipped:
+        reason = labels.get("reason", "")
+        by_reason[reason] = by_reason.get(reason, 0.0) + value
+    return {"deliveries_skipped": sum(v for _, v in skipped),
+            "deliveries_skipped_by_reason": by_reason,
+            "fenced_completions": sum(v for _, v in
+                                      _samples("claimd_fenced_completions_total")),
+            "redeliveries": sum(v for _, v in _samples("claimd_redeliveries_total"))}
+
+
+async def status_page(_: web.Request) -> web.FileResponse:
+    """The status page (its data comes from the JSON API, fetched by the page)."""
+    return web.FileResponse(STATIC / "index.html",
+                            headers={"Cache-Control": "no-cache",
+                                     "Content-Type": "text/html; charset=utf-8",
+                                     "Content-Security-Policy": PAGE_POLICY})
+
+
+async def _revalidate_static(request: web.Request, response: web.StreamResponse) -> None:
+    # A replica upgraded in place serves new assets: browsers must revalidate.
+    if request.path.startswith("/static/"):
+        response.headers["Cache-Control"] = "no-cache"
 
 
 def build_app(ready: ReadyCheck, jobs_summary: Callable[[], Awaitable[list[dict[str, Any]]]],
@@ -34,27 +78,8 @@ def build_app(ready: ReadyCheck, jobs_summary: Callable[[], Awaitable[list[dict[
     async def jobs(_: web.Request) -> web.Response:
         return web.json_response(await jobs_summary())
 
-    async def status(_: web.Request) -> web.Response:
-        """A page an operator can open: each job, its backlog and last success."""
-        rows = await jobs_summary()
-        checks = await ready()
-        body = "".join(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>".format(
-                html.escape(str(r["name"])),
-                "paused" if r["paused"] else ("enabled" if r["enabled"] else "removed"),
-                html.escape(str(r["pending"])), html.escape(str(r["last_success"] or "never")))
-            for r in rows)
-        health = ", ".join(f"{html.escape(k)}: {html.escape(str(v))}"
-                           for k, v in checks.items())
-        page = (
-            "<!doctype html><html><head><meta charset='utf-8'><title>claimd</title>"
-            "<style>body{font-family:sans-serif;margin:2em}td,th{padding:.3em 1em;"
-            "text-align:left;border-bottom:1px solid #ddd}</style></head><body>"
-            f"<h1>claimd</h1><p>{health}</p><table><tr><th>job</th><th>state</th>"
-            f"<th>pending runs</th><th>last success</th></tr>{body}</table>"
-            "<p><a href='/metrics'>metrics</a> · <a href='/api/jobs'>/api/jobs</a></p>"
-            "</body></html>")
-        return web.Response(text=page, content_type="text/html")
+    async def status_json(_: web.Request) -> web.Response:
+        return web.json_response({"checks": await ready(), "counters": counters()})
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
@@ -64,7 +89,10 @@ def build_app(ready: ReadyCheck, jobs_summary: Callable[[], Awaitable[list[dict[
         app.router.add_get("/api/jobs", jobs)
     else:
         api.add_routes(app)  # /api/jobs with more fields, the same ones included
-    app.router.add_get("/", status)
+    app.router.add_get("/api/status", status_json, allow_head=False)
+    app.router.add_get("/", status_page)
+    app.router.add_static("/static/", STATIC, show_index=False, append_version=False)
+    app.on_response_prepare.append(_revalidate_static)
     return app
 
 

@@ -46,6 +46,19 @@ async def test_status_page_api_and_probes(make_config: Callable[..., LoadedConfi
             async with http.get(f"{base}/") as r:
                 page = await r.text()
                 assert r.content_type == "text/html"
-                assert "<td>tick</td>" in page
+                assert "/static/status.js" in page  # the page renders the API itself
+                assert "script-src 'self'" in r.headers["Content-Security-Policy"]
+            async with http.get(f"{base}/static/status.js") as r:
+                assert r.status == 200
+                assert "textContent" in await r.text()
+            async with http.get(f"{base}/api/grid?instants=5") as r:
+                (grid,) = (await r.json())["jobs"]
+                assert grid["name"] == "tick"
+                assert grid["schedule_words"] == "every second"
+                assert "succeeded" in [c["status"] for c in grid["cells"]]
+            async with http.get(f"{base}/api/status") as r:
+                status = await r.json()
+                assert status["checks"] == {"postgres": "ok", "nats": "ok"}
+                assert set(status["counters"]) >= {"deliveries_skipped", "fenced_completions"}
             async with http.get(f"{base}/metrics") as r:
                 assert "claimd_runs_completed_total" in await r.text()
