@@ -7,7 +7,7 @@ test of an actor's logic, never as the proof of the distributed behaviour.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -132,7 +132,16 @@ class RunStore(Protocol):
                              max_claimed: int) -> list[ClaimedRun]: ...
     async def release_unpublished(self, owner: str, runs: Sequence[ClaimedRun]) -> int: ...
     async def start_runs(self, worker: str, messages: Sequence[DispatchMessage],
-                         lease: timedelta) -> tuple[list[StartedRun], list[NotStarted]]: ...
+                         lease: timedelta, *, retake: Collection[tuple[str, int]] = (),
+                         ) -> tuple[list[StartedRun], list[NotStarted]]:
+        """Start the claimed runs the messages carry; say why each other one did not start.
+
+        A run already running under ``worker`` and the message's epoch is taken
+        up again only when its (run id, epoch) is in ``retake``: the worker's
+        earlier start of it committed but the reply was lost, so it never began
+        executing it. Any other such run is left to its lease ("owned").
+        """
+        ...
     async def interrupt_runs(self, worker: str, runs: Sequence[tuple[str, int]]) -> int: ...
     async def extend_leases(self, worker: str, runs: Sequence[tuple[str, int]],
                             lease: timedelta) -> set[tuple[str, int]]: ...

@@ -51,7 +51,7 @@ from actors.ports import (
 log = get_logger("worker")
 COMPLETION_BATCH = 256
 RESUBSCRIBE_AFTER = 3  # consecutive failed fetches
-ABANDONED_KEPT = 10_000  # (run, epoch) keys remembered so a redelivery is never run again
+START_UNKNOWN_KEPT = 10_000  # (run, epoch) keys whose start reply was lost, remembered
 
 
 class Delivery(Protocol):
@@ -117,9 +117,14 @@ class Worker:
         self.after_record = after_record
         self.resubscribe = resubscribe
         self.in_flight: dict[tuple[str, int], InFlight] = {}
-        # Attempts whose completion could not be recorded, left to their leases.
-        # Kept across restarts of the actor (same object, same worker id).
-        self._abandoned: OrderedDict[tuple[str, int], None] = OrderedDict()
+        # Attempts whose start may have committed without the reply reaching us
+        # (start_runs raised): never begun here, so their redelivery may take up
+        # again a run left `running` under this worker and epoch. Nothing else
+        # may: an attempt this worker began (and whose actor then crashed, or
+        # whose completion could not be recorded) is left to its lease, never
+        # run twice under one fencing token. Kept across restarts of the actor
+        # (the supervisor reruns this object, with the same worker id).
+        self._start_unknown: OrderedDict[tuple[str, int], None] = OrderedDict()
         self.completions: asyncio.Queue[_Pending | None] = asyncio.Queue(maxsize=concurrency * 2)
         self._slot_freed = asyncio.Event()
         self._recorded_batches = 0
@@ -144,8 +149,9 @@ class Worker:
         The supervisor reruns this same worker. Its executions were cancelled
         (one cancelled before it began never cleaned up after itself) and the
         batch being recorded was dropped: those runs leave the in-flight set, so
-        the heartbeat stops extending their leases; their redelivery or the
-        reaper recovers them. Verdicts still queued are kept and recorded on
+        the heartbeat stops extending their leases and the reaper recovers them
+        under a new epoch (a redelivery does not start them again here: they
+        were begun, see ``_start_unknown``). Verdicts still queued are kept and recorded on
         the restart, still heartbeated until then.
         """
         queued = []
@@ -249,23 +255,20 @@ class Worker:
                 DELIVERIES_SKIPPED.labels(reason="executing_here").inc()
                 await _quietly(delivery.ack())
                 continue
-            if (message.run_id, message.epoch) in self._abandoned:
-                # Ran here, but its completion could not be recorded (the term was
-                # lost). Starting it would run it again under the same epoch, since
-                # the run is still ours and running, and renew the lease that must
-                # lapse; the reaper hands it to a newer epoch instead.
-                DELIVERIES_SKIPPED.labels(reason="abandoned_here").inc()
-                await _quietly(delivery.term())
-                continue
             decoded.append((message, delivery))
         if not decoded:
             return
+        keys = [(m.run_id, m.epoch) for m, _ in decoded]
         try:
             started, not_started = await self.store.start_runs(
-                self.worker_id, [m for m, _ in decoded], self.lease)
+                self.worker_id, [m for m, _ in decoded], self.lease,
+                retake={k for k in keys if k in self._start_unknown})
         except Exception as exc:
-            # Nothing started: the broker redelivers. An outage is waited out
-            # here; anything else is a bug the supervisor must see.
+            # Nothing began here: the broker redelivers. The start may have
+            # committed all the same (the reply was lost), so these runs may
+            # be taken up again when their messages come back. An outage is
+            # waited out here; anything else is a bug the supervisor must see.
+            self._remember_start_unknown(keys)
             for _, delivery in decoded:
                 await _quietly(delivery.nak(delay=1.0))
             if not isinstance(exc, Outage):
@@ -273,6 +276,8 @@ class Worker:
             log.warning("start failed; messages will be redelivered", error=repr(exc),
                         runs=len(decoded))
             return
+        for key in keys:
+            self._start_unknown.pop(key, None)  # answered: started now, or never will be
         by_key = {(m.run_id, m.epoch): d for m, d in decoded}
         for skipped in not_started:
             DELIVERIES_SKIPPED.labels(reason=skipped.reason).inc()
@@ -287,6 +292,13 @@ class Worker:
             self.in_flight[key] = entry
             entry.task = group.create_task(self._execute(run, entry))
         RUNS_IN_FLIGHT.set(len(self.in_flight))
+
+    def _remember_start_unknown(self, keys: Sequence[tuple[str, int]]) -> None:
+        for key in keys:
+            self._start_unknown[key] = None
+            self._start_unknown.move_to_end(key)
+        while len(self._start_unknown) > START_UNKNOWN_KEPT:
+            self._start_unknown.popitem(last=False)
 
     async def _execute(self, run: StartedRun, entry: InFlight) -> None:
         RUNS_STARTED.labels(job=run.job).inc()
@@ -384,11 +396,11 @@ class Worker:
         """Give up recording one attempt; its lease lapses and the reaper recovers the run.
 
         The run leaves the in-flight set, so the heartbeat no longer extends its
-        lease. Its message is terminated, not acked (nothing was recorded) and
-        not left to be redelivered: a redelivery to this worker would start the
-        run again under the same epoch (it is still ours and running) and renew
-        its lease. The run's recovery never depended on the message: the reaper
-        returns it to pending and the next claim dispatches it under a new epoch.
+        lease. Its message is terminated, not acked (nothing was recorded), and
+        not left to be redelivered: a redelivery would change nothing anyway
+        (START_RUNS does not take up again a run this worker began), and the
+        run's recovery never depended on the message: the reaper returns it to
+        pending and the next claim dispatches it under a new epoch.
         """
         c = pending.completion
         key = (c.run_id, c.epoch)
@@ -399,9 +411,6 @@ class Worker:
                   "completion could not be recorded (unexpected error); "
                   "the lease will recover the run",
                   run_id=c.run_id, job=pending.job, epoch=c.epoch, error=repr(exc)[:500])
-        self._abandoned[key] = None
-        while len(self._abandoned) > ABANDONED_KEPT:
-            self._abandoned.popitem(last=False)
         entry = self.in_flight.get(key)
         if entry is not None:
             self._forget(entry)  # stop heartbeating it, so its lease can expire

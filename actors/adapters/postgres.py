@@ -14,7 +14,7 @@ import inspect
 import json
 import os
 import re
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -447,10 +447,15 @@ RETURNING r.id
 
 # --- worker -------------------------------------------------------------------
 
-# A run already running under this worker and epoch is taken up again: the
-# start committed but its result never reached the worker (the connection
-# dropped), and the message came back. The worker never asks for runs it is
-# executing (it settles those deliveries itself), so this cannot run one twice.
+# A run already running under this worker and epoch is taken up again only
+# when the worker says so ($5, `retake`): the start committed but its reply
+# never reached the worker (the connection dropped), so the worker knows it
+# never began that execution, and the message came back. Without that word
+# the row is left alone (the worker is told "owned"): the worker may have run
+# the attempt already (its actor crashed mid-execution and the supervisor
+# restarted it with the same id; its completion could not be recorded), and
+# starting it again would be a second execution under the same fencing token.
+# The lease recovers such a run, and the next claim hands it a new token.
 #
 # A claimed run is judged again here, on the row as locked: one that waited
 # in the stream past its starting deadline, or that a newer instant
@@ -458,7 +463,8 @@ RETURNING r.id
 # `skipped` set; the worker acks its message as changing nothing). A run
 # already running is not judged again: its start was decided.
 START_RUNS = """
-WITH m AS (SELECT * FROM unnest($1::uuid[], $2::bigint[]) AS m(id, epoch)),
+WITH m AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $5::boolean[])
+                 AS m(id, epoch, retake)),
 locked AS MATERIALIZED (
     SELECT r.id, CASE WHEN r.state = 'claimed' THEN """ + _MUST_NOT_RUN + """ END AS skip
       FROM job_runs r
@@ -481,7 +487,7 @@ moved AS (
            updated_at = now()
       FROM m JOIN locked l ON l.id = m.id
      WHERE r.id = m.id AND r.claim_epoch = m.epoch
-       AND (r.state = 'claimed' OR (r.state = 'running' AND r.lease_owner = $3))
+       AND (r.state = 'claimed' OR (r.state = 'running' AND r.lease_owner = $3 AND m.retake))
     RETURNING r.id, r.claim_epoch, r.job_id, r.scheduled_at, r.attempt, l.skip
 )
 SELECT s.id::text AS id, s.claim_epoch, j.name, s.scheduled_at, s.attempt, j.max_attempts,
@@ -813,12 +819,14 @@ class PostgresRunStore:
         return len(rows)
 
     async def start_runs(self, worker: str, messages: Sequence[DispatchMessage],
-                         lease: timedelta) -> tuple[list[StartedRun], list[NotStarted]]:
+                         lease: timedelta, *, retake: Collection[tuple[str, int]] = (),
+                         ) -> tuple[list[StartedRun], list[NotStarted]]:
         if not messages:
             return [], []
         ids = [m.run_id for m in messages]
         rows = await self._pool.fetch(START_RUNS, ids, [m.epoch for m in messages],
-                                      worker, lease)
+                                      worker, lease,
+                                      [(m.run_id, m.epoch) in retake for m in messages])
         started: list[StartedRun] = []
         refused: list[NotStarted] = []
         for row in rows:

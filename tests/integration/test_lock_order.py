@@ -128,7 +128,9 @@ async def _round(store: PostgresRunStore, ids: list[str], epoch: int, rng: rando
     async def start_again() -> None:
         for _ in range(CALLS_PER_ROUND):
             some = rng.sample(ids, len(ids) // 2)
-            await guarded(store.start_runs(WORKER, [messages[i] for i in some], LEASE))
+            # Taken up again (as after a lost start reply), so the rows are updated.
+            await guarded(store.start_runs(WORKER, [messages[i] for i in some], LEASE,
+                                           retake={(i, epoch) for i in some}))
 
     async def complete(mine: list[str]) -> None:
         rng.shuffle(mine)

@@ -190,7 +190,7 @@ async def test_a_run_already_started_is_taken_up_again_after_its_deadline(
         " WHERE id = $1::uuid", run_id)
 
     [again], not_started = await store.start_runs("worker", [message_for(run, "d")],
-                                                  LONG_LEASE)
+                                                  LONG_LEASE, retake={(run.run_id, run.epoch)})
 
     assert not_started == []
     assert (again.run_id, again.epoch) == (first.run_id, first.epoch)

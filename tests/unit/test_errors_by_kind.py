@@ -8,6 +8,7 @@ in tests/integration/test_completion_rejected.py.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -120,10 +121,13 @@ class StartingStore:
     def __init__(self, error: Exception | None = None) -> None:
         self.error = error
         self.asked: list[list[DispatchMessage]] = []
+        self.retake: list[set[tuple[str, int]]] = []
 
     async def start_runs(self, worker: str, messages: list[DispatchMessage],
-                         lease: timedelta) -> tuple[list[Any], list[Any]]:
+                         lease: timedelta, *, retake: Collection[tuple[str, int]] = (),
+                         ) -> tuple[list[Any], list[Any]]:
         self.asked.append(list(messages))
+        self.retake.append(set(retake))
         if self.error is not None:
             raise self.error
         return [], []
@@ -142,17 +146,18 @@ def _worker(store: StartingStore, messages: dict[bytes, DispatchMessage]) -> Wor
                   stop=asyncio.Event(), grace=timedelta(seconds=1))
 
 
-async def test_a_redelivered_message_of_an_abandoned_attempt_is_terminated_not_run_again(
-        ) -> None:
-    store = StartingStore()
-    worker = _worker(store, {b"old": _message("r", 1), b"new": _message("r", 2)})
-    worker._abandoned[("r", 1)] = None  # its completion could not be recorded here
-    old, new = Delivery(b"old"), Delivery(b"new")
+async def test_only_a_start_whose_reply_was_lost_is_offered_to_be_taken_up_again() -> None:
+    # The rule itself (START_RUNS) is proved on PostgreSQL in
+    # tests/integration/test_worker_restart.py; here, what the worker asks for.
+    store = StartingStore(StoreUnavailable("reply lost"))
+    worker = _worker(store, {b"lost": _message("lost", 1), b"other": _message("other", 1)})
     async with asyncio.TaskGroup() as group:
-        await worker.handle([old, new], group)
-    assert old.settled == ["term"]
-    # Only the newer epoch (the reaper's re-dispatch) is asked to start.
-    assert [[(m.run_id, m.epoch) for m in asked] for asked in store.asked] == [[("r", 2)]]
+        await worker.handle([Delivery(b"lost")], group)
+        store.error = None
+        await worker.handle([Delivery(b"lost"), Delivery(b"other")], group)
+        await worker.handle([Delivery(b"lost")], group)
+    # Once answered, never again: an attempt begun here is not run twice.
+    assert store.retake == [set(), {("lost", 1)}, set()]
 
 
 async def test_a_start_that_fails_in_an_outage_naks_and_goes_on() -> None:
