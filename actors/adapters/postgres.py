@@ -144,6 +144,17 @@ ON CONFLICT (name) DO UPDATE
 RETURNING id, (xmax = 0) AS inserted,
           (SELECT j.definition -> 'schedule' FROM jobs j WHERE j.name = $1) AS old_schedule
 """
+# A reload changes many job rows in one transaction (the upserts, the
+# disabling of removed jobs): it locks every row it may change first, in id
+# order, as the materializer's high-water update does. Upserting in the
+# config's order instead locked them in that order: two replicas whose files
+# list the jobs differently (a rolling deploy), or a reload beside a
+# materializer, deadlocked. Jobs new to the table are then inserted in name
+# order, so two reloads adding the same jobs wait on each other's inserts in
+# one order too.
+LOCK_JOBS_FOR_SYNC = """
+SELECT id FROM jobs WHERE enabled OR name = ANY ($1::text[]) ORDER BY id FOR NO KEY UPDATE
+"""
 # A changed schedule: future pending runs of the old schedule are withdrawn and
 # the materializer starts again from now (where the audit starts judging it).
 WITHDRAW_FUTURE_RUNS = """
@@ -204,9 +215,18 @@ DATABASE_NOW = "SELECT now()"
 # the now() it was planned at plus its on-time tolerance). A plan that waited
 # longer (a stalled replica) would keep as "late" instants that every fresh
 # plan counts as missed; it writes nothing, and the next tick plans again.
+#
+# The job rows are locked in id order first, as every statement that changes
+# several job rows does (see "row locks" above, and LOCK_JOBS_FOR_SYNC): the
+# UPDATE alone locks them in whatever order its plan visits them, so two
+# replicas (or a reload) listing the jobs in different orders could deadlock.
 ADVANCE_HIGH_WATER = """
+WITH locked AS MATERIALIZED (
+    SELECT id FROM jobs WHERE id = ANY ($1::bigint[]) ORDER BY id FOR NO KEY UPDATE
+)
 UPDATE jobs j SET materialized_until = GREATEST(COALESCE(j.materialized_until, u.until), u.until)
   FROM unnest($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, until, fingerprint)
+  JOIN locked l ON l.id = u.id
  WHERE j.id = u.id AND j.fingerprint = u.fingerprint AND j.enabled
    AND ($4::timestamptz IS NULL OR now() <= $4::timestamptz)
 RETURNING j.id
@@ -715,8 +735,10 @@ class PostgresRunStore:
         removed.
         """
         changes: dict[str, str] = {}
+        names = [job.name for job in jobs] + list(keep)
         async with self._pool.acquire() as conn, conn.transaction():
-            for job in jobs:
+            await conn.fetch(LOCK_JOBS_FOR_SYNC, names)
+            for job in sorted(jobs, key=lambda j: j.name):
                 definition = job.definition()
                 row = await conn.fetchrow(
                     UPSERT_JOB, job.name, json.dumps(definition), job.fingerprint(),
@@ -731,7 +753,6 @@ class PostgresRunStore:
                 old_schedule = row["old_schedule"]
                 if old_schedule is not None and json.loads(old_schedule) != definition["schedule"]:
                     await conn.fetchval(WITHDRAW_FUTURE_RUNS, row["id"])
-            names = [job.name for job in jobs] + list(keep)
             removed = await conn.fetch(
                 "SELECT name FROM jobs WHERE enabled AND NOT (name = ANY($1::text[]))", names)
             await conn.fetch(DISABLE_REMOVED_JOBS, names)
