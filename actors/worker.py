@@ -118,7 +118,7 @@ class Worker:
         self.resubscribe = resubscribe
         self.in_flight: dict[tuple[str, int], InFlight] = {}
         # Attempts whose start may have committed without the reply reaching us
-        # (start_runs raised): never begun here, so their redelivery may take up
+        # (start_runs raised or was cancelled): never begun here, so their redelivery may take up
         # again a run left `running` under this worker and epoch. Nothing else
         # may: an attempt this worker began (and whose actor then crashed, or
         # whose completion could not be recorded) is left to its lease, never
@@ -151,8 +151,8 @@ class Worker:
         batch being recorded was dropped: those runs leave the in-flight set, so
         the heartbeat stops extending their leases and the reaper recovers them
         under a new epoch (a redelivery does not start them again here: they
-        were begun, see ``_start_unknown``). Verdicts still queued are kept and recorded on
-        the restart, still heartbeated until then.
+        were begun, see ``_start_unknown``). Verdicts still queued are kept and
+        recorded on the restart, still heartbeated until then.
         """
         queued = []
         while not self.completions.empty():
@@ -259,16 +259,17 @@ class Worker:
         if not decoded:
             return
         keys = [(m.run_id, m.epoch) for m, _ in decoded]
+        retake = {k for k in keys if k in self._start_unknown}
+        # Until its reply is in hand, a start may commit unseen (the connection
+        # drops, or this task is cancelled while it waits): remembered first.
+        self._remember_start_unknown(keys)
         try:
             started, not_started = await self.store.start_runs(
-                self.worker_id, [m for m, _ in decoded], self.lease,
-                retake={k for k in keys if k in self._start_unknown})
+                self.worker_id, [m for m, _ in decoded], self.lease, retake=retake)
         except Exception as exc:
-            # Nothing began here: the broker redelivers. The start may have
-            # committed all the same (the reply was lost), so these runs may
-            # be taken up again when their messages come back. An outage is
-            # waited out here; anything else is a bug the supervisor must see.
-            self._remember_start_unknown(keys)
+            # Nothing began here: the broker redelivers, and these runs may be
+            # taken up again then. An outage is waited out here; anything else
+            # is a bug the supervisor must see.
             for _, delivery in decoded:
                 await _quietly(delivery.nak(delay=1.0))
             if not isinstance(exc, Outage):
@@ -276,9 +277,17 @@ class Worker:
             log.warning("start failed; messages will be redelivered", error=repr(exc),
                         runs=len(decoded))
             return
+        by_key = {(m.run_id, m.epoch): d for m, d in decoded}
+        # The started runs enter the in-flight set before anything else is
+        # awaited: from here on they are begun, never to be taken up again.
+        for run in started:
+            key = (run.run_id, run.epoch)
+            entry = InFlight(run.run_id, run.epoch, run.job, by_key[key])
+            self.in_flight[key] = entry
+            entry.task = group.create_task(self._execute(run, entry))
         for key in keys:
             self._start_unknown.pop(key, None)  # answered: started now, or never will be
-        by_key = {(m.run_id, m.epoch): d for m, d in decoded}
+        RUNS_IN_FLIGHT.set(len(self.in_flight))
         for skipped in not_started:
             DELIVERIES_SKIPPED.labels(reason=skipped.reason).inc()
             delivery = by_key[(skipped.run_id, skipped.epoch)]
@@ -286,12 +295,6 @@ class Worker:
                      reason=skipped.reason, state=skipped.state)
             # Unknown: not a run of this database; terminate so it is never redelivered.
             await _quietly(delivery.term() if skipped.reason == "unknown" else delivery.ack())
-        for run in started:
-            key = (run.run_id, run.epoch)
-            entry = InFlight(run.run_id, run.epoch, run.job, by_key[key])
-            self.in_flight[key] = entry
-            entry.task = group.create_task(self._execute(run, entry))
-        RUNS_IN_FLIGHT.set(len(self.in_flight))
 
     def _remember_start_unknown(self, keys: Sequence[tuple[str, int]]) -> None:
         for key in keys:
