@@ -825,13 +825,17 @@ class PostgresRunStore:
             # Another replica claimed a run of the same exclusive job first; the
             # index refused ours and this statement claimed nothing this time.
             pass
-        except Exception:
-            if not claimed:
+        except Exception as exc:
+            # Errors by kind: a bug in this statement reaches the supervisor
+            # (passing it over with a warning would starve every forbid/queue
+            # job for as long as other jobs have due runs); the first
+            # statement's claims then wait out their lease, and the reaper
+            # returns them. An outage is the one thing waited out here: the
+            # first statement's claims are committed, so hand them on now.
+            if not claimed or not _is_outage(exc):
                 raise
-            # The first statement's claims are committed: hand them on now rather
-            # than leave them to wait out their lease.
-            log.warning("exclusive claim failed; passing on the other claims",
-                        exc_info=True)
+            log.warning("exclusive claim failed (database unavailable); passing on the "
+                        "other claims", error=repr(exc))
         return claimed
 
     async def release_unpublished(self, owner: str, runs: Sequence[ClaimedRun]) -> int:
