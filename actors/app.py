@@ -153,7 +153,8 @@ class Replica:
     async def _run(self) -> None:
         settings = self.config.settings
         store = await PostgresRunStore.connect(settings.database_url,
-                                               max_size=min(20, 4 + settings.worker_concurrency))
+                                               max_size=min(20, 4 + settings.worker_concurrency),
+                                               timeouts=settings.timeouts)
         try:
             applied = await store.migrate()
             if applied:
@@ -172,9 +173,10 @@ class Replica:
             changes = await store.sync_jobs(list(self.jobs.values()),
                                             keep=[e.job for e in self.config.errors if e.job])
             log.info("jobs synced", jobs=len(self.jobs), changes=changes)
-        broker = await JetStreamBroker.connect(settings.nats_url, settings.stream,
+        broker = await JetStreamBroker.connect(settings.nats_servers, settings.stream,
                                                settings.subject, name=self.replica_id,
-                                               tls_ca=settings.nats_tls_ca)
+                                               tls_ca=settings.nats_tls_ca,
+                                               timeouts=settings.timeouts)
         try:
             await self._ensure_channel(broker)
             await self._run_actors(store, broker)
@@ -185,7 +187,8 @@ class Replica:
         """The stream and the durable consumer, created or updated (idempotent)."""
         settings = self.config.settings
         await broker.ensure_stream(settings.duplicate_window,
-                                   max_age=max(settings.lease * 2, settings.duplicate_window))
+                                   max_age=max(settings.lease * 2, settings.duplicate_window),
+                                   replicas=settings.stream_replicas)
         await broker.ensure_consumer(settings.ack_wait, settings.max_deliver,
                                      max_ack_pending=max(10_000, settings.max_claimed * 2))
 

@@ -18,6 +18,7 @@ from actors.adapters.embedded import (
     start_nats,
     start_postgres,
 )
+from actors.adapters.nats import StreamSettingsRefused
 from actors.adapters.postgres import PostgresRunStore
 from actors.adapters.resources import config_dir
 from actors.app import Replica, Role
@@ -41,6 +42,9 @@ def _run_replica(path: Path, loaded: LoadedConfig, role: Role) -> int:
     replica = Replica(path, loaded, role)
     try:
         asyncio.run(replica.run())
+    except StreamSettingsRefused as exc:
+        log.error("stopping: the servers refuse these settings", error=str(exc))
+        return 2
     except (ExceptionGroup, ActorGaveUp, OSError) as exc:
         failures = exc.exceptions if isinstance(exc, ExceptionGroup) else (exc,)
         for failure in failures:
@@ -142,6 +146,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     start = datetime.fromisoformat(args.from_time) if args.from_time else datetime.now(UTC)
     if start.tzinfo is None:
         start = start.replace(tzinfo=UTC)
+    for line in loaded.settings.timeouts.describe():
+        print(line)
     for name, configured in sorted(loaded.jobs.items()):
         schedule = job_from_definition(name, configured.definition()).schedule
         zone: tzinfo

@@ -31,9 +31,11 @@ from actors.domain import (
     PythonSpec,
     RetryPolicy,
     ShellSpec,
-    check_lease_invariant,
+    TimeoutBudget,
+    check_timeout_budget,
     parse_duration,
 )
+from actors.observability import redact
 
 JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
 
@@ -77,7 +79,8 @@ class _Strict(BaseModel):
 
 class SettingsModel(_Strict):
     database_url: str = "postgresql://localhost/claimd"
-    nats_url: str = "nats://127.0.0.1:4222"
+    # One server, or several of one cluster: a list, or one string separated by commas.
+    nats_url: str | list[str] = "nats://127.0.0.1:4222"
     nats_tls_ca: str | None = None
     deployment: str = Field(default="claimd", pattern=r"^[A-Za-z0-9_-]{1,64}$")
     lease: Duration = "120s"
@@ -99,12 +102,19 @@ class SettingsModel(_Strict):
     # Without either the API is read-only.
     api_token_file: str | None = None
     api_token_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # The stream's copies in a JetStream cluster: 1 for one server, 3 for a cluster.
+    stream_replicas: int = Field(default=1, ge=1, le=5)
+    # Derived from the lease when not given (see actors.domain.lease.TimeoutBudget).
+    statement_timeout: Duration | None = None
+    publish_timeout: Duration | None = None
 
     @field_validator("lease", "ack_wait", "claim_interval", "materialize_interval",
                      "reap_interval", "horizon", "shutdown_grace", "duplicate_window",
-                     "history_retention")
+                     "history_retention", "statement_timeout", "publish_timeout")
     @classmethod
-    def _is_duration(cls, value: str) -> str:
+    def _is_duration(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         try:
             _duration(value)
         except ClaimdError as exc:
@@ -192,11 +202,26 @@ class Settings:
     api_token_env: str | None = None
     # (name, token) pairs; the name is who the API records as the actor.
     api_tokens: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    stream_replicas: int = 1
+    statement_timeout: timedelta | None = None
+    publish_timeout: timedelta | None = None
 
     @property
     def lease_settings(self) -> LeaseSettings:
         return LeaseSettings(lease=self.lease, ack_wait=self.ack_wait,
                              max_deliver=self.max_deliver)
+
+    @property
+    def timeouts(self) -> TimeoutBudget:
+        """Every database and broker deadline, derived from the lease."""
+        return TimeoutBudget.from_settings(self.lease, self.ack_wait, self.max_deliver,
+                                           statement_timeout=self.statement_timeout,
+                                           publish_timeout=self.publish_timeout)
+
+    @property
+    def nats_servers(self) -> list[str]:
+        """The NATS server URLs (``nats_url`` keeps them comma-separated)."""
+        return self.nats_url.split(",")
 
     @property
     def stream(self) -> str:
@@ -232,6 +257,25 @@ def _first_error_field(exc: ValidationError) -> tuple[str | None, str]:
     return loc, msg
 
 
+_NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def _nats_servers(path: str, value: str | list[str], source: str) -> str:
+    """Several NATS URLs (a list or comma-separated) -> one comma-separated string."""
+    urls = [u.strip() for u in (value.split(",") if isinstance(value, str) else value)]
+    if not urls or not all(urls):
+        raise ConfigError(path, f"{source}give one or more server URLs "
+                          "(a list, or separated by commas), none empty",
+                          field_name="claimd.nats_url")
+    for url in urls:
+        scheme, sep, rest = url.partition("://")
+        if not sep or scheme not in _NATS_SCHEMES or not rest.rpartition("@")[2]:
+            raise ConfigError(path, f"{source}{redact(url)!r} is not a NATS server URL "
+                              "(nats://host:port, tls://host:port)",
+                              field_name="claimd.nats_url")
+    return ",".join(urls)
+
+
 def _settings_from(path: str, raw: dict[str, Any], env: dict[str, str]) -> Settings:
     try:
         model = SettingsModel.model_validate(raw)
@@ -245,9 +289,12 @@ def _settings_from(path: str, raw: dict[str, Any], env: dict[str, str]) -> Setti
     elif not host or not port.isdigit():
         raise ConfigError(path, f"expected host:port or \"off\", got {http!r}",
                           field_name="claimd.http")
+    nats_env = env.get("CLAIMD_NATS_URL")
+    nats_url = (_nats_servers(path, nats_env, "from CLAIMD_NATS_URL: ") if nats_env
+                else _nats_servers(path, model.nats_url, ""))
     settings = Settings(
         database_url=env.get("CLAIMD_DATABASE_URL") or model.database_url,
-        nats_url=env.get("CLAIMD_NATS_URL") or model.nats_url,
+        nats_url=nats_url,
         nats_tls_ca=env.get("CLAIMD_NATS_TLS_CA") or model.nats_tls_ca,
         deployment=model.deployment,
         lease=_duration(model.lease),
@@ -268,9 +315,15 @@ def _settings_from(path: str, raw: dict[str, Any], env: dict[str, str]) -> Setti
         api_token_file=model.api_token_file,
         api_token_env=model.api_token_env,
         api_tokens=_api_tokens(path, model, env),
+        stream_replicas=model.stream_replicas,
+        statement_timeout=(None if model.statement_timeout is None
+                           else _duration(model.statement_timeout)),
+        publish_timeout=(None if model.publish_timeout is None
+                         else _duration(model.publish_timeout)),
     )
     try:
-        check_lease_invariant(settings.lease_settings)
+        # The redelivery rule, then every deadline of the budget inside the lease.
+        check_timeout_budget(settings.timeouts)
     except ClaimdError as exc:
         raise ConfigError(path, str(exc), field_name="claimd.lease") from None
     return settings

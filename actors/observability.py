@@ -31,15 +31,30 @@ def _redact_processor(_: Any, __: str, event: MutableMapping[str, Any]
 
 
 def configure_logging(level: str = "INFO", json_logs: bool = True) -> None:
-    """JSON lines on stderr, one event per line."""
-    logging.basicConfig(stream=sys.stderr, level=level, format="%(message)s")
+    """JSON lines on stderr, one event per line; libraries' stdlib logs included.
+
+    nats-py and asyncpg log through the standard library (nats-py's reconnect
+    errors with their tracebacks): those records are rendered by the same
+    processors, so a traceback is one ``exception`` field of one JSON line.
+    """
     renderer: Any = (structlog.processors.JSONRenderer() if json_logs
                      else structlog.dev.ConsoleRenderer(colors=False))
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info, _redact_processor, renderer]))
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(level)
     structlog.configure(
         processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            *shared,
             structlog.processors.format_exc_info,
             _redact_processor,
             renderer,
@@ -101,3 +116,41 @@ SCHEDULE_LAG = Histogram("claimd_start_lag_seconds",
                          buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300))
 RUN_DURATION = Histogram("claimd_run_duration_seconds", "Execution time of attempts", ["job"],
                          buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 60, 300, 1800, 3600))
+
+
+# --- dependencies: is this replica reaching PostgreSQL and NATS? ----------------
+
+DEPENDENCY_UP = Gauge("claimd_dependency_up",
+                      "1 while this replica reaches the dependency, 0 while it does not",
+                      ["dependency"])
+RECONNECTS = Counter("claimd_reconnects_total",
+                     "Connections to a dependency restored after it was lost", ["dependency"])
+
+
+class DependencyHealth:
+    """Up/down of one dependency: a log event and the gauge on each change, not on each call.
+
+    ``lost`` after a failure that means the server is unreachable (a refused or
+    reset connection, a call that timed out on a silent one); ``reached`` after
+    any success. A loss followed by a success counts one reconnect.
+    """
+
+    def __init__(self, dependency: str) -> None:
+        self.dependency = dependency
+        self.up: bool | None = None
+        self._log = get_logger(dependency)
+
+    def reached(self, **fields: Any) -> None:
+        if self.up is False:
+            RECONNECTS.labels(self.dependency).inc()
+            self._log.info(f"{self.dependency} reachable again", dependency=self.dependency,
+                           **fields)
+        self.up = True
+        DEPENDENCY_UP.labels(self.dependency).set(1)
+
+    def lost(self, reason: str, **fields: Any) -> None:
+        if self.up is not False:
+            self._log.warning(f"{self.dependency} unreachable", dependency=self.dependency,
+                              reason=redact(reason), **fields)
+        self.up = False
+        DEPENDENCY_UP.labels(self.dependency).set(0)

@@ -20,9 +20,14 @@ import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
-from nats.js.errors import NoStreamResponseError, NotFoundError
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
+from actors.domain import DEFAULT_TIMEOUTS, ClaimdError, TimeoutBudget
+from actors.observability import DependencyHealth, get_logger, redact
 from actors.ports import DispatchMessage
+
+log = get_logger("nats")
+NATS_HEALTH = DependencyHealth("nats")
 
 MESSAGE_VERSION = 1
 # A dispatch message is ~200 bytes; anything far larger is not ours.
@@ -108,42 +113,108 @@ class PublishFaults:
             raise ConnectionError("injected publish failure")
 
 
+class StreamSettingsRefused(ClaimdError):
+    """The NATS servers refused the stream as the settings describe it (e.g. its replicas)."""
+
+
+class _ConnectionEvents:
+    """nats-py's connection callbacks as structured log events and the dependency metrics.
+
+    Passing ``error_cb`` also keeps nats-py from logging each error with a
+    traceback through the standard library.
+    """
+
+    def __init__(self, servers: Sequence[str]) -> None:
+        self.servers = [redact(s) for s in servers]
+        self.nc: NATS | None = None
+
+    def server(self) -> str:
+        url = self.nc.connected_url if self.nc is not None else None
+        return redact(url.geturl()) if url is not None else ""
+
+    async def error(self, exc: Exception) -> None:
+        # ErrStaleConnection: the server stopped answering pings (a half-open connection).
+        log.warning("nats connection error", error=redact(repr(exc)), server=self.server())
+
+    async def disconnected(self) -> None:
+        if self.nc is not None and self.nc.is_closed:
+            return  # our own close, not a lost connection
+        NATS_HEALTH.lost("disconnected", servers=self.servers)
+
+    async def reconnected(self) -> None:
+        NATS_HEALTH.reached(server=self.server())
+
+    async def closed(self) -> None:
+        log.info("nats connection closed", servers=self.servers)
+
+    async def discovered(self) -> None:
+        log.info("nats cluster server discovered", server=self.server())
+
+
 class JetStreamBroker:
     """Broker port on NATS JetStream."""
 
     def __init__(self, nc: NATS, js: JetStreamContext, stream: str, subject: str,
-                 publish_timeout: float = 5.0, faults: PublishFaults | None = None) -> None:
+                 publish_timeout: float = DEFAULT_TIMEOUTS.publish_timeout.total_seconds(),
+                 faults: PublishFaults | None = None,
+                 close_timeout: float = DEFAULT_TIMEOUTS.close_timeout.total_seconds(),
+                 ) -> None:
         self.nc = nc
         self.js = js
         self.stream = stream
         self.subject = subject
         self.publish_timeout = publish_timeout
+        self.close_timeout = close_timeout
         self.faults = faults or PublishFaults.from_env()
-        self._stream_settings: tuple[timedelta, timedelta | None] | None = None
+        self._stream_settings: tuple[timedelta, timedelta | None, int] | None = None
         self._consumer_settings: tuple[timedelta, int, int] | None = None
 
     @classmethod
-    async def connect(cls, url: str, stream: str, subject: str, *,
-                      name: str = "claimd", tls_ca: str | None = None) -> JetStreamBroker:
-        """Connect; ``tls://`` URLs use TLS, verified against ``tls_ca`` when given
-        (else the system's trust store). Credentials go in the URL (user:password@)."""
+    async def connect(cls, url: str | Sequence[str], stream: str, subject: str, *,
+                      name: str = "claimd", tls_ca: str | None = None,
+                      timeouts: TimeoutBudget = DEFAULT_TIMEOUTS) -> JetStreamBroker:
+        """Connect to one server or any of a cluster's (a list, or comma-separated).
+
+        ``tls://`` URLs use TLS, verified against ``tls_ca`` when given (else the
+        system's trust store). Credentials go in the URL (user:password@). Pings
+        every ``timeouts.ping_interval``: a server that stops answering is
+        dropped after ``max_outstanding_pings`` and another (or the same) one
+        reconnected, within a fraction of the lease.
+        """
+        servers = [u.strip() for u in url.split(",")] if isinstance(url, str) else list(url)
         tls = ssl.create_default_context(cafile=tls_ca) if tls_ca else None
+        events = _ConnectionEvents(servers)
         nc = await nats.connect(
-            url, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-            connect_timeout=5, allow_reconnect=True, tls=tls,
+            servers, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+            connect_timeout=max(1, round(timeouts.connect_timeout.total_seconds())),
+            ping_interval=max(1, round(timeouts.ping_interval.total_seconds())),
+            max_outstanding_pings=timeouts.max_outstanding_pings,
+            allow_reconnect=True, tls=tls, error_cb=events.error,
+            disconnected_cb=events.disconnected, reconnected_cb=events.reconnected,
+            closed_cb=events.closed, discovered_server_cb=events.discovered,
         )
-        return cls(nc, nc.jetstream(timeout=10), stream, subject)
+        events.nc = nc
+        NATS_HEALTH.reached(server=events.server())
+        return cls(nc, nc.jetstream(timeout=timeouts.api_timeout.total_seconds()), stream,
+                   subject, publish_timeout=timeouts.publish_timeout.total_seconds(),
+                   close_timeout=timeouts.close_timeout.total_seconds())
 
     async def ensure_stream(self, duplicate_window: timedelta,
-                            max_age: timedelta | None = None) -> None:
+                            max_age: timedelta | None = None, replicas: int = 1) -> None:
         """Create or update the stream (idempotent; several replicas may call it).
 
         ``max_age``: a dispatch older than its run's lease is obsolete (the
         reaper has re-dispatched the run under a new epoch), so messages expire;
         that also clears messages that exhausted max_deliver, which a work-queue
         stream would otherwise keep.
+
+        ``replicas``: the stream's copies in a JetStream cluster. A stream that
+        has fewer is scaled up (logged); one that has more is left as it is and
+        a warning says so: a replica started with a stale setting must not take
+        durability away from the others. A server that cannot hold that many
+        copies (not clustered, too few peers) is a StreamSettingsRefused.
         """
-        self._stream_settings = (duplicate_window, max_age)
+        self._stream_settings = (duplicate_window, max_age, replicas)
         config = api.StreamConfig(
             name=self.stream, subjects=[self.subject],
             retention=api.RetentionPolicy.WORK_QUEUE,
@@ -151,15 +222,41 @@ class JetStreamBroker:
             duplicate_window=duplicate_window.total_seconds(),
             max_age=None if max_age is None else max_age.total_seconds(),
             max_msg_size=MAX_MESSAGE_BYTES * 4,
+            num_replicas=replicas,
         )
         try:
-            await self.js.stream_info(self.stream)
-            await self.js.update_stream(config)
+            info = await self.js.stream_info(self.stream)
         except NotFoundError:
             try:
                 await self.js.add_stream(config)
-            except nats.js.errors.BadRequestError:
-                await self.js.stream_info(self.stream)  # created by another replica
+                return
+            except nats.js.errors.BadRequestError as exc:
+                info = await self._created_by_another(exc, replicas)
+        existing = (info.config.num_replicas or 1) if info.config else 1
+        if existing > replicas:
+            log.warning("stream has more replicas than stream_replicas; leaving it so",
+                        stream=self.stream, replicas=existing, stream_replicas=replicas)
+            config.num_replicas = existing
+        elif existing < replicas:
+            log.warning("scaling the stream up to stream_replicas", stream=self.stream,
+                        replicas=existing, stream_replicas=replicas)
+        try:
+            await self.js.update_stream(config)
+        except APIError as exc:
+            raise self._refused(exc, config.num_replicas or 1) from None
+
+    async def _created_by_another(self, exc: APIError, replicas: int) -> api.StreamInfo:
+        try:
+            return await self.js.stream_info(self.stream)  # created by another replica
+        except NotFoundError:
+            raise self._refused(exc, replicas) from None
+
+    def _refused(self, exc: APIError, replicas: int) -> StreamSettingsRefused:
+        return StreamSettingsRefused(
+            f"the NATS servers refused stream {self.stream} with {replicas} "
+            f"replica(s): {exc.description or exc} (code {exc.err_code}); "
+            "stream_replicas must not exceed the JetStream servers of the cluster "
+            "(1 for a single server)")
 
     async def ensure_consumer(self, ack_wait: timedelta, max_deliver: int,
                               max_ack_pending: int) -> None:
@@ -198,7 +295,8 @@ class JetStreamBroker:
             # workers' subscriptions work again); the failed runs go to the
             # compensator and are published again.
             with contextlib.suppress(Exception):
-                await self.ensure_stream(*self._stream_settings)
+                duplicate_window, max_age, replicas = self._stream_settings
+                await self.ensure_stream(duplicate_window, max_age, replicas)
                 if self._consumer_settings is not None:
                     await self.ensure_consumer(*self._consumer_settings)
         return out
@@ -207,11 +305,16 @@ class JetStreamBroker:
         """Flush what is buffered (acks are fire-and-forget publishes), then close.
 
         Not drain(): a pull subscription with a fetch outstanding makes drain
-        wait for its full timeout.
+        wait for its full timeout. Bounded by the close timeout: on a silent
+        connection neither the flush nor the close would ever finish.
         """
         with contextlib.suppress(Exception):
-            await self.nc.flush(timeout=2)
-        await self.nc.close()
+            await self.nc.flush(timeout=max(1, round(self.close_timeout / 2)))
+        try:
+            await asyncio.wait_for(self.nc.close(), self.close_timeout)
+        except TimeoutError:
+            log.warning("nats connection did not close in time; abandoned",
+                        waited_s=self.close_timeout)
 
 
 def delivery_count(msg: Msg) -> int:

@@ -8,12 +8,14 @@ with skewed clocks still agree on leases and due times.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import inspect
 import json
 import os
 import re
+import socket
 from collections.abc import Awaitable, Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -25,6 +27,7 @@ import asyncpg
 from actors.adapters.history import record_gaps
 from actors.adapters.resources import sql_dir
 from actors.domain import (
+    DEFAULT_TIMEOUTS,
     ClaimedRun,
     ExecutionResult,
     IntervalSchedule,
@@ -34,11 +37,12 @@ from actors.domain import (
     RetryPolicy,
     RunState,
     Schedule,
+    TimeoutBudget,
     executor_from_dict,
     schedule_from_definition,
     take,
 )
-from actors.observability import RUNS_SKIPPED, get_logger
+from actors.observability import RUNS_SKIPPED, DependencyHealth, get_logger
 from actors.ports import (
     Completion,
     DispatchMessage,
@@ -50,6 +54,7 @@ from actors.ports import (
 )
 
 log = get_logger("postgres")
+POSTGRES_HEALTH = DependencyHealth("postgres")
 
 # --- migrations ---------------------------------------------------------------
 
@@ -660,6 +665,136 @@ SELECT reaped.id::text AS id, p.name, p.state AS from_state, reaped.state AS to_
 """
 
 
+# --- connections with deadlines ----------------------------------------------------
+
+
+def split_hosts(dsn: str) -> list[str]:
+    """One single-host URL per host of a multi-host URL, in order.
+
+    ``postgresql://u@h1:5432,h2:5433/db?target_session_attrs=read-write`` ->
+    ``postgresql://u@h1:5432/db?...`` and ``postgresql://u@h2:5433/db?...``.
+    Anything else (one host, a key=value DSN, hosts in the query) is returned whole.
+    """
+    scheme, sep, rest = dsn.partition("://")
+    if not sep or scheme not in ("postgres", "postgresql"):
+        return [dsn]
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    userinfo, at, hosts = rest[:end].rpartition("@")
+    if "," not in hosts:
+        return [dsn]
+    return [f"{scheme}://{userinfo}{at}{host}{rest[end:]}" for host in hosts.split(",")]
+
+
+class _HostByHost:
+    """The pool's connect: one host at a time, each attempt with its own deadline.
+
+    asyncpg tries the hosts of a multi-host URL in order under one timeout, so a
+    first host that drops packets (a dead machine, not a refused port) would use
+    it all up and the next host would never be tried. Here each host gets the
+    connect timeout, the host that answered last is tried first, and a host
+    that fails (or whose attempt is cut short by the pool's acquire timeout)
+    goes to the back for the next attempt. ``target_session_attrs`` in the URL
+    still applies per host: a standby is passed over until it is promoted.
+    """
+
+    def __init__(self, dsn: str, timeout: timedelta) -> None:
+        self.dsns = split_hosts(dsn)
+        self.timeout = timeout.total_seconds()
+        self._next = 0
+
+    async def __call__(self, _dsn: str, **kwargs: Any) -> asyncpg.Connection:
+        kwargs.pop("timeout", None)
+        error: Exception | None = None
+        for _ in self.dsns:
+            index = self._next
+            self._next = (index + 1) % len(self.dsns)
+            try:
+                conn = await asyncpg.connect(self.dsns[index], timeout=self.timeout, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - libpq too goes on to the next host
+                error = exc
+                continue
+            self._next = index
+            return conn
+        assert error is not None
+        raise error
+
+
+def _keepalive_connection_class(timeouts: TimeoutBudget) -> type[asyncpg.Connection]:
+    """Connections whose socket notices a silent peer (TCP keepalive, TCP_USER_TIMEOUT).
+
+    asyncpg has no keepalive options (MagicStack/asyncpg#606), but every
+    connection it makes is built from this class with its transport.
+    """
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (
+            ("TCP_KEEPIDLE", int(timeouts.keepalive_idle.total_seconds())),
+            ("TCP_KEEPINTVL", int(timeouts.keepalive_interval.total_seconds())),
+            ("TCP_KEEPCNT", timeouts.keepalive_count),
+            # Data sent but never acknowledged (a blackhole) fails the socket too.
+            ("TCP_USER_TIMEOUT", int(timeouts.database_dead_after().total_seconds() * 1000))):
+        if hasattr(socket, name):
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+
+    class KeepaliveConnection(asyncpg.Connection):
+        def __init__(self, protocol: Any, transport: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(protocol, transport, *args, **kwargs)
+            sock = transport.get_extra_info("socket")
+            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+                for level, option, value in options:
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(level, option, value)
+
+    return KeepaliveConnection
+
+
+class _BoundedPool(asyncpg.Pool):
+    """A pool whose acquire (and so the release after it) has a deadline by default.
+
+    asyncpg's release waits for the cancel of a timed-out statement and for a
+    reset; without a deadline that is another wait on a silent connection.
+    """
+
+    def __init__(self, *args: Any, acquire_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._acquire_timeout = acquire_timeout
+
+    def acquire(self, *, timeout: float | None = None) -> Any:
+        return super().acquire(timeout=self._acquire_timeout if timeout is None else timeout)
+
+
+async def connect_pool(dsn: str, timeouts: TimeoutBudget, *, min_size: int = 1,
+                       max_size: int = 10,
+                       init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
+                       ) -> asyncpg.Pool:
+    """An asyncpg pool whose every wait is bounded by the lease-derived ``timeouts``.
+
+    A statement by ``statement_timeout`` (asyncpg's command timeout: the client
+    stops waiting and cancels it), taking and returning a connection by
+    ``acquire_timeout``, one connection attempt per host by ``connect_timeout``.
+    TCP keepalive on both ends drops a connection whose peer went silent while
+    idle: the client's socket options, and the server's ``tcp_keepalives_*``
+    session settings (so the server frees the backend and its locks).
+    """
+    idle = int(timeouts.keepalive_idle.total_seconds())
+    interval = int(timeouts.keepalive_interval.total_seconds())
+    server_keepalive = {
+        "tcp_keepalives_idle": str(idle),
+        "tcp_keepalives_interval": str(interval),
+        "tcp_keepalives_count": str(timeouts.keepalive_count),
+        "tcp_user_timeout": str(int(timeouts.database_dead_after().total_seconds() * 1000)),
+    }
+    pool = _BoundedPool(
+        dsn, min_size=min_size, max_size=max_size, max_queries=50_000,
+        max_inactive_connection_lifetime=300.0, loop=None, init=init,
+        connect=_HostByHost(dsn, timeouts.connect_timeout),
+        connection_class=_keepalive_connection_class(timeouts), record_class=asyncpg.Record,
+        acquire_timeout=timeouts.acquire_timeout.total_seconds(),
+        command_timeout=timeouts.statement_timeout.total_seconds(),
+        server_settings=server_keepalive)
+    await pool
+    return pool
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
@@ -681,11 +816,15 @@ def _outage_as_store_unavailable(fn: Callable[P, Awaitable[R]]) -> Callable[P, A
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return await fn(*args, **kwargs)
+            result = await fn(*args, **kwargs)
         except Exception as exc:
             if _is_outage(exc):
-                raise StoreUnavailable(f"{fn.__name__}: {type(exc).__name__}: {exc}") from exc
+                reason = f"{fn.__name__}: {type(exc).__name__}: {exc}"
+                POSTGRES_HEALTH.lost(reason)
+                raise StoreUnavailable(reason) from exc
             raise
+        POSTGRES_HEALTH.reached()
+        return result
     return wrapper
 
 
@@ -701,25 +840,37 @@ def _store_methods_report_outages(cls: type[T]) -> type[T]:
 class PostgresRunStore:
     """RunStore on PostgreSQL through an asyncpg pool."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool,
+                 close_timeout: timedelta = DEFAULT_TIMEOUTS.close_timeout) -> None:
         self._pool = pool
+        self._close_timeout = close_timeout
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10,
-                      ) -> PostgresRunStore:
-        # command_timeout: a half-open connection must fail a statement, not hang
-        # the actor (and its heartbeats) forever.
-        pool = await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size,
-                                         init=_init_connection, command_timeout=60)
-        assert pool is not None
-        return cls(pool)
+                      timeouts: TimeoutBudget = DEFAULT_TIMEOUTS) -> PostgresRunStore:
+        """A pool whose every call has a deadline from ``timeouts`` (see connect_pool)."""
+        pool = await connect_pool(dsn, timeouts, min_size=min_size, max_size=max_size,
+                                  init=_init_connection)
+        POSTGRES_HEALTH.reached()
+        return cls(pool, timeouts.close_timeout)
 
     @property
     def pool(self) -> asyncpg.Pool:
         return self._pool
 
     async def close(self) -> None:
-        await self._pool.close()
+        """Close the pool, waiting at most the close timeout; then terminate what is left.
+
+        Pool.close() waits for every connection to be released and for the server
+        to acknowledge each close: on a silent connection that is forever.
+        """
+        try:
+            await asyncio.wait_for(self._pool.close(), self._close_timeout.total_seconds())
+        except (TimeoutError, OSError, asyncpg.PostgresError,
+                asyncpg.exceptions.InterfaceError) as exc:
+            log.warning("database pool did not close in time; terminated",
+                        waited_s=self._close_timeout.total_seconds(), error=repr(exc))
+            self._pool.terminate()
 
     async def migrate(self) -> list[str]:
         async with self._pool.acquire() as conn:

@@ -27,7 +27,14 @@ from actors.domain.jobs import (
     job_from_definition,
     schedule_from_definition,
 )
-from actors.domain.lease import DEFAULT_LEASE, LeaseSettings, check_lease_invariant
+from actors.domain.lease import (
+    DEFAULT_LEASE,
+    DEFAULT_TIMEOUTS,
+    LeaseSettings,
+    TimeoutBudget,
+    check_lease_invariant,
+    check_timeout_budget,
+)
 from actors.domain.planning import Plan, PlannedRun, plan_materialization
 from actors.domain.runs import (
     TERMINAL_STATES,
@@ -42,6 +49,7 @@ from actors.domain.schedule import CronSchedule, IntervalSchedule, Schedule, tak
 
 __all__ = [
     "DEFAULT_LEASE",
+    "DEFAULT_TIMEOUTS",
     "TERMINAL_STATES",
     "Catchup",
     "ClaimdError",
@@ -68,7 +76,9 @@ __all__ = [
     "RunState",
     "Schedule",
     "ShellSpec",
+    "TimeoutBudget",
     "check_lease_invariant",
+    "check_timeout_budget",
     "check_transition",
     "executor_from_dict",
     "executor_to_dict",

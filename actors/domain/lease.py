@@ -62,3 +62,157 @@ DEFAULT_LEASE = LeaseSettings(
 # The shipped defaults are checked when the module is imported: a default
 # that breaks the invariant cannot ship.
 check_lease_invariant(DEFAULT_LEASE)
+
+
+# --- the timeout budget -------------------------------------------------------
+#
+# Every call to the database or the broker has a deadline, and the deadlines
+# come from the lease: a connection that goes silent must fail a call, not
+# hang the actor that made it (and its heartbeats) for minutes. Fractions of
+# the lease, capped where a longer wait buys nothing, with a floor below which
+# a busy but healthy server would time out.
+
+_MS = timedelta(milliseconds=1)
+_SECOND = timedelta(seconds=1)
+
+
+def _clamp(value: timedelta, floor: timedelta, cap: timedelta) -> timedelta:
+    # Whole milliseconds: the numbers print exactly and round-trip through the config.
+    return max(floor, min(cap, _MS * round(value / _MS)))
+
+
+def _whole_seconds(value: timedelta) -> timedelta:
+    # TCP keepalive and nats-py pings take whole seconds.
+    return _SECOND * max(1, -(-value // _SECOND))
+
+
+@dataclass(frozen=True)
+class TimeoutBudget:
+    """The deadlines of one replica, all derived from the lease (see :meth:`from_settings`).
+
+    What each bounds:
+
+    - ``statement_timeout``: one database statement (asyncpg's command timeout).
+    - ``acquire_timeout``: waiting for a pooled connection (or connecting one),
+      and again returning it after a statement (asyncpg waits for the cancel of
+      a timed-out statement there).
+    - ``connect_timeout``: one connection attempt to one database host or NATS server.
+    - ``publish_timeout``: JetStream's acknowledgement of one publish.
+    - ``close_timeout``: closing the pool and the NATS connection when stopping;
+      what is left then is terminated.
+    - ``ping_interval`` x (``max_outstanding_pings`` + 1): a NATS connection
+      that stops answering is dropped and reconnected.
+    - ``keepalive_idle`` + ``keepalive_interval`` x ``keepalive_count``: a
+      database connection that stops answering is dropped (by the client and
+      by the server, which frees its locks).
+    """
+
+    lease: timedelta
+    ack_wait: timedelta
+    max_deliver: int
+    statement_timeout: timedelta
+    acquire_timeout: timedelta
+    connect_timeout: timedelta
+    publish_timeout: timedelta
+    close_timeout: timedelta
+    api_timeout: timedelta
+    ping_interval: timedelta
+    max_outstanding_pings: int
+    keepalive_idle: timedelta
+    keepalive_interval: timedelta
+    keepalive_count: int
+
+    @classmethod
+    def from_settings(cls, lease: timedelta, ack_wait: timedelta, max_deliver: int, *,
+                      statement_timeout: timedelta | None = None,
+                      publish_timeout: timedelta | None = None) -> TimeoutBudget:
+        """Derive every deadline from the lease; the two the invariant sums may be set."""
+        statement = statement_timeout or _clamp(lease / 8, 500 * _MS, 30 * _SECOND)
+        keepalive = _whole_seconds(min(30 * _SECOND, lease / 16))
+        return cls(
+            lease=lease, ack_wait=ack_wait, max_deliver=max_deliver,
+            statement_timeout=statement,
+            acquire_timeout=max(250 * _MS, _MS * round(statement / 2 / _MS)),
+            connect_timeout=_clamp(lease / 8, _SECOND, 10 * _SECOND),
+            publish_timeout=publish_timeout or _clamp(lease / 8, 250 * _MS, 5 * _SECOND),
+            close_timeout=_clamp(lease / 8, _SECOND, 10 * _SECOND),
+            api_timeout=_clamp(lease / 4, 2 * _SECOND, 10 * _SECOND),
+            ping_interval=_whole_seconds(min(20 * _SECOND, lease / 12)),
+            max_outstanding_pings=2,
+            keepalive_idle=keepalive, keepalive_interval=keepalive, keepalive_count=3,
+        )
+
+    @property
+    def lease_settings(self) -> LeaseSettings:
+        return LeaseSettings(lease=self.lease, ack_wait=self.ack_wait,
+                             max_deliver=self.max_deliver)
+
+    def database_call(self) -> timedelta:
+        """The longest one database call can take: acquire + statement + release."""
+        return self.acquire_timeout + self.statement_timeout + self.acquire_timeout
+
+    def required_lease(self) -> timedelta:
+        """publish + ack_wait x (max_deliver - 1) + complete; the lease must exceed it.
+
+        Queue wait is bounded by ``max_claimed`` (a count, not a duration) and
+        execution by heartbeats; the factor of 3 on the redelivery span leaves
+        them room.
+        """
+        return self.publish_timeout + self.lease_settings.redelivery_span() + self.database_call()
+
+    def nats_dead_after(self) -> timedelta:
+        """A NATS connection that stops answering is dropped within this."""
+        return self.ping_interval * (self.max_outstanding_pings + 1)
+
+    def database_dead_after(self) -> timedelta:
+        """An idle database connection that stops answering is dropped within this."""
+        return self.keepalive_idle + self.keepalive_interval * self.keepalive_count
+
+    def invariant_terms(self) -> str:
+        """The sum the lease must exceed, with its numbers."""
+        f = format_duration
+        return (f"publish_timeout + ack_wait x (max_deliver - 1) + database call "
+                f"(acquire + statement_timeout + release) = {f(self.publish_timeout)} + "
+                f"{f(self.ack_wait)} x {self.max_deliver - 1} + ({f(self.acquire_timeout)} + "
+                f"{f(self.statement_timeout)} + {f(self.acquire_timeout)}) = "
+                f"{f(self.required_lease())}")
+
+    def describe(self) -> list[str]:
+        """A few lines for ``claimd check-config``."""
+        f = format_duration
+        return [
+            f"timeouts (from lease {f(self.lease)}): statement {f(self.statement_timeout)}, "
+            f"acquire/release {f(self.acquire_timeout)}, connect {f(self.connect_timeout)}, "
+            f"publish {f(self.publish_timeout)}, close {f(self.close_timeout)}",
+            f"silent connections dropped: NATS within {f(self.nats_dead_after())} "
+            f"(ping every {f(self.ping_interval)}, {self.max_outstanding_pings} unanswered), "
+            f"PostgreSQL within {f(self.database_dead_after())} (TCP keepalive after "
+            f"{f(self.keepalive_idle)}, {self.keepalive_count} probes "
+            f"{f(self.keepalive_interval)} apart)",
+            f"lease invariant: lease {f(self.lease)} > {self.invariant_terms()}",
+        ]
+
+
+def check_timeout_budget(budget: TimeoutBudget) -> None:
+    """Refuse settings whose deadlines do not fit inside the lease (with the numbers).
+
+    Checks the redelivery rule of :func:`check_lease_invariant` first, then that
+    a publish, every redelivery and a completion's database call fit in a lease.
+    """
+    check_lease_invariant(budget.lease_settings)
+    for name, value in (("statement_timeout", budget.statement_timeout),
+                        ("publish_timeout", budget.publish_timeout)):
+        if value <= timedelta(0):
+            raise LeaseInvariantViolated(f"{name} must be greater than zero")
+    if budget.lease <= budget.required_lease():
+        raise LeaseInvariantViolated(
+            "the timeouts do not fit the lease: lease must be greater than "
+            f"{budget.invariant_terms()}, but lease = {format_duration(budget.lease)}. "
+            "Raise lease, or lower statement_timeout, publish_timeout, ack_wait or "
+            "max_deliver."
+        )
+
+
+DEFAULT_TIMEOUTS = TimeoutBudget.from_settings(DEFAULT_LEASE.lease, DEFAULT_LEASE.ack_wait,
+                                               DEFAULT_LEASE.max_deliver)
+check_timeout_budget(DEFAULT_TIMEOUTS)
