@@ -108,6 +108,13 @@ class SettingsModel(_Strict):
     statement_timeout: Duration | None = None
     publish_timeout: Duration | None = None
 
+    @field_validator("nats_url", mode="before")
+    @classmethod
+    def _urls(cls, value: Any) -> Any:
+        if not isinstance(value, str | list):
+            raise ValueError("expected a server URL, a list of them, or URLs separated by commas")
+        return value
+
     @field_validator("lease", "ack_wait", "claim_interval", "materialize_interval",
                      "reap_interval", "horizon", "shutdown_grace", "duplicate_window",
                      "history_retention", "statement_timeout", "publish_timeout")
