@@ -230,7 +230,7 @@ class JetStreamBroker:
             try:
                 await self.js.add_stream(config)
                 return
-            except nats.js.errors.BadRequestError as exc:
+            except APIError as exc:
                 info = await self._created_by_another(exc, replicas)
         existing = (info.config.num_replicas or 1) if info.config else 1
         if existing > replicas:
@@ -251,7 +251,9 @@ class JetStreamBroker:
         except NotFoundError:
             raise self._refused(exc, replicas) from None
 
-    def _refused(self, exc: APIError, replicas: int) -> StreamSettingsRefused:
+    def _refused(self, exc: APIError, replicas: int) -> Exception:
+        if exc.code == 503:  # JetStream not ready (an election): not a verdict on the settings
+            return exc
         return StreamSettingsRefused(
             f"the NATS servers refused stream {self.stream} with {replicas} "
             f"replica(s): {exc.description or exc} (code {exc.err_code}); "

@@ -22,7 +22,7 @@ from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from actors.adapters.embedded import EmbeddedNats, free_port
-from actors.adapters.nats import JetStreamBroker
+from actors.adapters.nats import JetStreamBroker, StreamSettingsRefused
 from actors.adapters.postgres import PostgresRunStore
 from actors.domain import TimeoutBudget
 from actors.ports import StoreUnavailable
@@ -135,3 +135,18 @@ async def test_losing_and_regaining_nats_is_one_event_and_a_metric_each_way(
         assert "nats unreachable" not in events[events.index("nats reachable again"):]
     finally:
         server.stop()
+
+
+async def test_a_single_server_refuses_three_stream_replicas_clearly(
+        nats_url: str, deployment: str) -> None:
+    broker = await JetStreamBroker.connect(nats_url, f"CLAIMD_{deployment}",
+                                           f"claimd.{deployment}.runs", timeouts=BUDGET)
+    try:
+        with pytest.raises(StreamSettingsRefused) as info:
+            await broker.ensure_stream(timedelta(minutes=2), replicas=3)
+        message = str(info.value)
+        assert f"refused stream CLAIMD_{deployment} with 3 replica(s)" in message
+        assert "stream_replicas must not exceed the JetStream servers" in message
+        await broker.ensure_stream(timedelta(minutes=2), replicas=1)  # what it can hold
+    finally:
+        await broker.close()
