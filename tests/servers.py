@@ -8,8 +8,10 @@ tests never see each other's rows or messages.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -183,3 +185,132 @@ class NatsCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+
+# --- a PostgreSQL primary with a synchronous streaming standby on loopback --------------------
+
+
+def postgres_bindir() -> Path | None:
+    """Where initdb, pg_ctl and pg_basebackup are: CLAIMD_TEST_PG_BINDIR, pg_config, the
+    Debian/Ubuntu layout (/usr/lib/postgresql/<version>/bin, newest first), else PATH."""
+    candidates: list[Path] = []
+    if os.environ.get("CLAIMD_TEST_PG_BINDIR"):
+        candidates.append(Path(os.environ["CLAIMD_TEST_PG_BINDIR"]))
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            candidates.append(Path(subprocess.run([pg_config, "--bindir"], capture_output=True,
+                                                  text=True, check=True).stdout.strip()))
+    debian = Path("/usr/lib/postgresql")
+    if debian.is_dir():
+        versions = sorted((p for p in debian.iterdir() if p.name.isdigit()),
+                          key=lambda p: int(p.name), reverse=True)
+        candidates += [v / "bin" for v in versions]
+    initdb = shutil.which("initdb")
+    if initdb:
+        candidates.append(Path(initdb).parent)
+    for bindir in candidates:
+        if all((bindir / tool).exists() for tool in ("initdb", "pg_ctl", "pg_basebackup")):
+            return bindir
+    return None
+
+
+def _unprivileged_user() -> tuple[int, int] | None:
+    """initdb refuses root: as root, run the servers as ``postgres`` (else ``nobody``)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
+    import pwd
+
+    for name in ("postgres", "nobody"):
+        with contextlib.suppress(KeyError):
+            entry = pwd.getpwnam(name)
+            return entry.pw_uid, entry.pw_gid
+    raise RuntimeError("running as root and no postgres or nobody user to run PostgreSQL as")
+
+
+@dataclass
+class PostgresPair:
+    """A primary and a streaming standby (pg_basebackup -R) in ``root``, on free ports.
+
+    Replication is synchronous (``synchronous_standby_names = '*'``): a commit is
+    acknowledged only once the standby has it, so promoting the standby loses
+    nothing any client was told is committed.
+    """
+
+    root: Path
+    bindir: Path
+    primary_port: int = 0
+    standby_port: int = 0
+
+    def __post_init__(self) -> None:
+        from actors.adapters.embedded import free_port
+
+        self.primary_port = self.primary_port or free_port()
+        self.standby_port = self.standby_port or free_port()
+        self._user = _unprivileged_user()
+
+    @property
+    def primary(self) -> Path:
+        return self.root / "primary"
+
+    @property
+    def standby(self) -> Path:
+        return self.root / "standby"
+
+    def url(self, port: int) -> str:
+        return f"postgresql://postgres@127.0.0.1:{port}/postgres"
+
+    @property
+    def multi_host_url(self) -> str:
+        return (f"postgresql://postgres@127.0.0.1:{self.primary_port},"
+                f"127.0.0.1:{self.standby_port}/postgres?target_session_attrs=read-write")
+
+    def _run(self, tool: str, *args: str) -> None:
+        """One PostgreSQL tool as the unprivileged user; its output in the root's log."""
+        with open(self.root / "tools.log", "ab") as log:
+            kwargs: dict[str, Any] = {}
+            if self._user is not None:
+                kwargs = {"user": self._user[0], "group": self._user[1], "extra_groups": []}
+            subprocess.run([str(self.bindir / tool), *args], stdout=log, stderr=log,
+                           check=True, timeout=120, cwd=self.root, **kwargs)
+
+    def _configure(self, data: Path, port: int, extra: str) -> None:
+        with open(data / "postgresql.conf", "a") as conf:
+            conf.write(f"\nlisten_addresses = '127.0.0.1'\nport = {port}\n"
+                       f"unix_socket_directories = '{self.root}'\n"
+                       "fsync = off\nmax_connections = 100\n" + extra)
+
+    def start(self) -> PostgresPair:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self._user is not None:
+            os.chown(self.root, *self._user)
+        self._run("initdb", "-D", str(self.primary), "-U", "postgres", "-A", "trust",
+                  "--no-sync", "-E", "UTF8")
+        self._configure(self.primary, self.primary_port,
+                        "wal_level = replica\nmax_wal_senders = 5\nwal_keep_size = '64MB'\n"
+                        "hot_standby = on\nsynchronous_commit = on\n"
+                        "synchronous_standby_names = '*'\n")
+        self._run("pg_ctl", "-D", str(self.primary), "-l", str(self.root / "primary.log"),
+                  "-w", "start")
+        self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.primary_port),
+                  "-U", "postgres", "-D", str(self.standby), "-R", "-X", "stream",
+                  "--no-sync")
+        # Once promoted it has no standby of its own: its commits must not wait for one.
+        self._configure(self.standby, self.standby_port, "synchronous_standby_names = ''\n")
+        self._run("pg_ctl", "-D", str(self.standby), "-l", str(self.root / "standby.log"),
+                  "-w", "start")
+        return self
+
+    def stop_primary_immediately(self) -> None:
+        """``pg_ctl stop -m immediate``: the primary dies without a clean shutdown."""
+        self._run("pg_ctl", "-D", str(self.primary), "-m", "immediate", "-w", "stop")
+
+    def promote_standby(self) -> None:
+        self._run("pg_ctl", "-D", str(self.standby), "-w", "promote")
+
+    def stop(self) -> None:
+        for data in (self.primary, self.standby):
+            if (data / "postmaster.pid").exists():
+                with contextlib.suppress(subprocess.SubprocessError, OSError):
+                    self._run("pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
