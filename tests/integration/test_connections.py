@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -150,3 +151,24 @@ async def test_a_single_server_refuses_three_stream_replicas_clearly(
         await broker.ensure_stream(timedelta(minutes=2), replicas=1)  # what it can hold
     finally:
         await broker.close()
+
+
+async def test_a_silent_first_host_of_a_multi_host_url_is_passed_over(
+        database_url: str) -> None:
+    # A port that accepts TCP connections and never answers: a host that died
+    # without refusing anything. asyncpg alone spends its whole connect timeout
+    # there and never tries the next host; each host gets its own deadline here.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        parts = urlsplit(database_url)
+        userinfo, _, hostport = parts.netloc.rpartition("@")
+        netloc = f"{userinfo}@127.0.0.1:{silent.getsockname()[1]},{hostport}"
+        dsn = urlunsplit(parts._replace(netloc=netloc))
+        async with asyncio.timeout(30):  # a deadline for a hang, far above 1s per host
+            store = await PostgresRunStore.connect(dsn, min_size=2, max_size=2,
+                                                   timeouts=BUDGET)
+            try:
+                await store.ping()
+            finally:
+                await store.close()
