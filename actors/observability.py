@@ -143,8 +143,9 @@ class DependencyHealth:
     def reached(self, **fields: Any) -> None:
         if self.up is False:
             RECONNECTS.labels(self.dependency).inc()
-            self._log.info(f"{self.dependency} reachable again", dependency=self.dependency,
-                           **fields)
+            # A warning like the loss it ends: a log read at WARNING shows both.
+            self._log.warning(f"{self.dependency} reachable again",
+                              dependency=self.dependency, **fields)
         self.up = True
         DEPENDENCY_UP.labels(self.dependency).set(1)
 

@@ -134,7 +134,9 @@ class _ConnectionEvents:
 
     async def error(self, exc: Exception) -> None:
         # ErrStaleConnection: the server stopped answering pings (a half-open connection).
-        log.warning("nats connection error", error=redact(repr(exc)), server=self.server())
+        # While already unreachable, each failed reconnect attempt is detail, not news.
+        say = log.debug if NATS_HEALTH.up is False else log.warning
+        say("nats connection error", error=redact(repr(exc)), server=self.server())
 
     async def disconnected(self) -> None:
         if self.nc is not None and self.nc.is_closed:

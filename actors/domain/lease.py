@@ -4,7 +4,10 @@
 
 Execution is covered by heartbeats and queue wait by the claimer's bound; what
 settings alone must guarantee is that a run's lease outlives every redelivery
-the broker may still make of its message, with a safety factor of 3.
+the broker may still make of its message, with a safety factor of 3, and that
+the deadlines of the calls around it (publish, one database call) fit too:
+:class:`TimeoutBudget` derives every deadline from the lease, and
+:func:`check_timeout_budget` refuses settings whose deadlines do not fit.
 """
 
 from __future__ import annotations
