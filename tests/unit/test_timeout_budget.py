@@ -9,12 +9,14 @@ redelivery rule accepts.
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.adapters.postgres import split_hosts
+from actors.cli import build_parser
 from actors.config import ConfigError, parse_config
 from actors.domain import (
     DEFAULT_TIMEOUTS,
@@ -206,3 +208,17 @@ def test_timeouts_set_by_hand_are_durations(key: str, value: str) -> None:
 ])
 def test_split_hosts(dsn: str, hosts: list[str]) -> None:
     assert split_hosts(dsn) == hosts
+
+
+def test_check_config_prints_the_budget(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                        ) -> None:
+    path = tmp_path / "claimd.toml"
+    path.write_text('[claimd]\nlease = "6s"\nack_wait = "1s"\nmax_deliver = 2\n\n'
+                    '[jobs.beat]\nevery = "1s"\nrun = { shell = ["/bin/true"] }\n')
+    args = build_parser().parse_args(["check-config", str(path), "--count", "1"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[:3] == TimeoutBudget.from_settings(6 * S, S, 2).describe()
+    assert out[0] == ("timeouts (from lease 6s): statement 750ms, acquire/release 375ms, "
+                      "connect 1s, publish 750ms, close 1s")
+    assert out[2].endswith("= 750ms + 1s x 1 + (375ms + 750ms + 375ms) = 3250ms")
