@@ -162,7 +162,7 @@ class NatsCluster:
         return self
 
     def meta_leader(self) -> str | None:
-        """The meta leader every running node agrees on, else None."""
+        """The meta leader every running node agrees on, its followers current; else None."""
         leaders = set()
         for node in self.nodes:
             if not node.running():
@@ -172,6 +172,9 @@ class NatsCluster:
             except OSError:
                 return None
             leaders.add(meta.get("leader") or None)
+            if meta.get("leader") == node.name and not all(
+                    r.get("current") for r in meta.get("replicas") or [{}]):
+                return None
         return leaders.pop() if len(leaders) == 1 else None
 
     def wait_for_meta_leader(self, timeout: float = 60.0) -> str:

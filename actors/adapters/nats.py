@@ -12,21 +12,27 @@ import json
 import os
 import ssl
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
-from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
+from nats.js.errors import (
+    APIError,
+    NoStreamResponseError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
 
 from actors.domain import DEFAULT_TIMEOUTS, ClaimdError, TimeoutBudget
 from actors.observability import DependencyHealth, get_logger, redact
 from actors.ports import DispatchMessage
 
 log = get_logger("nats")
+T = TypeVar("T")
 NATS_HEALTH = DependencyHealth("nats")
 
 MESSAGE_VERSION = 1
@@ -153,6 +159,46 @@ class _ConnectionEvents:
         log.info("nats cluster server discovered", server=self.server())
 
 
+def _stream_changes(existing: api.StreamConfig | None, wanted: api.StreamConfig) -> list[str]:
+    """The settings of ``wanted`` that the existing stream does not have."""
+    if existing is None:
+        return ["config"]
+
+    def norm(value: Any) -> Any:
+        if isinstance(value, float):
+            return round(value, 3)  # durations come back as seconds from nanoseconds
+        return 0 if value is None else value
+
+    fields = ("subjects", "retention", "storage", "duplicate_window", "max_age",
+              "max_msg_size", "num_replicas")
+    return [f for f in fields
+            if norm(getattr(existing, f)) != norm(getattr(wanted, f))
+            and not (f == "num_replicas" and (existing.num_replicas or 1) == wanted.num_replicas)]
+
+
+async def _answered(what: str, request: Callable[[], Awaitable[T]], *,
+                    also: tuple[type[Exception], ...] = (), attempts: int = 3) -> T:
+    """A JetStream API request, made again when the cluster left it unanswered.
+
+    A cluster can drop a request made while it settles: a stream info or
+    update racing another replica's create of the stream goes unanswered
+    (nats-server 2.15), JetStream answers 503 during an election. Each attempt
+    is bounded by the API timeout.
+    """
+    retried: tuple[type[Exception], ...] = (nats.errors.TimeoutError, ServiceUnavailableError,
+                                             *also)
+    for attempt in range(1, attempts + 1):
+        try:
+            return await request()
+        except retried as exc:
+            if attempt == attempts:
+                raise
+            log.warning("JetStream request unanswered; asking again", request=what,
+                        attempt=attempt, error=repr(exc))
+            await asyncio.sleep(0.2 * attempt)
+    raise AssertionError("unreachable")
+
+
 class JetStreamBroker:
     """Broker port on NATS JetStream."""
 
@@ -217,6 +263,11 @@ class JetStreamBroker:
         copies (not clustered, too few peers) is a StreamSettingsRefused.
         """
         self._stream_settings = (duplicate_window, max_age, replicas)
+        await _answered("stream", lambda: self._ensure_stream(duplicate_window, max_age,
+                                                              replicas))
+
+    async def _ensure_stream(self, duplicate_window: timedelta, max_age: timedelta | None,
+                             replicas: int) -> None:
         config = api.StreamConfig(
             name=self.stream, subjects=[self.subject],
             retention=api.RetentionPolicy.WORK_QUEUE,
@@ -242,6 +293,13 @@ class JetStreamBroker:
         elif existing < replicas:
             log.warning("scaling the stream up to stream_replicas", stream=self.stream,
                         replicas=existing, stream_replicas=replicas)
+        changed = _stream_changes(info.config, config)
+        if not changed:
+            # Not an update that changes nothing: on a cluster, an update racing
+            # another replica's create of the same stream leaves both requests
+            # unanswered (seen on nats-server 2.15), and replicas start together.
+            return
+        log.info("stream settings updated", stream=self.stream, changed=changed)
         try:
             await self.js.update_stream(config)
         except APIError as exc:
@@ -256,11 +314,11 @@ class JetStreamBroker:
     def _refused(self, exc: APIError, replicas: int) -> Exception:
         if exc.code == 503:  # JetStream not ready (an election): not a verdict on the settings
             return exc
+        hint = ("; stream_replicas must not exceed the JetStream servers of the cluster "
+                "(1 for a single server)") if replicas > 1 else ""
         return StreamSettingsRefused(
             f"the NATS servers refused stream {self.stream} with {replicas} "
-            f"replica(s): {exc.description or exc} (code {exc.err_code}); "
-            "stream_replicas must not exceed the JetStream servers of the cluster "
-            "(1 for a single server)")
+            f"replica(s): {exc.description or exc} (code {exc.err_code}){hint}")
 
     async def ensure_consumer(self, ack_wait: timedelta, max_deliver: int,
                               max_ack_pending: int) -> None:
@@ -270,7 +328,10 @@ class JetStreamBroker:
             ack_wait=ack_wait.total_seconds(), max_deliver=max_deliver,
             max_ack_pending=max_ack_pending, filter_subject=self.subject,
         )
-        await self.js.add_consumer(self.stream, config)
+        # NotFound too: a stream created a moment ago may not be known to the
+        # server that takes the consumer yet.
+        await _answered("consumer", lambda: self.js.add_consumer(self.stream, config),
+                        also=(NotFoundError,))
 
     async def pull_subscription(self) -> JetStreamContext.PullSubscription:
         return await self.js.pull_subscribe_bind(durable=CONSUMER, stream=self.stream)

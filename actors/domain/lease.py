@@ -103,6 +103,8 @@ class TimeoutBudget:
     - ``publish_timeout``: JetStream's acknowledgement of one publish.
     - ``close_timeout``: closing the pool and the NATS connection when stopping;
       what is left then is terminated.
+    - ``api_timeout``: one JetStream API request (stream and consumer info,
+      create, update), which a cluster answers only once its leaders agree.
     - ``ping_interval`` x (``max_outstanding_pings`` + 1): a NATS connection
       that stops answering is dropped and reconnected.
     - ``keepalive_idle`` + ``keepalive_interval`` x ``keepalive_count``: a
@@ -139,7 +141,7 @@ class TimeoutBudget:
             connect_timeout=_clamp(lease / 8, _SECOND, 10 * _SECOND),
             publish_timeout=publish_timeout or _clamp(lease / 8, 250 * _MS, 5 * _SECOND),
             close_timeout=_clamp(lease / 8, _SECOND, 10 * _SECOND),
-            api_timeout=_clamp(lease / 4, 2 * _SECOND, 10 * _SECOND),
+            api_timeout=_clamp(lease / 4, 5 * _SECOND, 10 * _SECOND),
             ping_interval=_whole_seconds(min(20 * _SECOND, lease / 12)),
             max_outstanding_pings=2,
             keepalive_idle=keepalive, keepalive_interval=keepalive, keepalive_count=3,

@@ -202,7 +202,7 @@ async def test_stream_replicas_scale_an_existing_stream_up_never_down(
             await broker.ensure_stream(timedelta(minutes=2), replicas=1)
             assert (await stream_cluster(control, stream))[0] == 3
         events = [e["event"] for e in logs if e.get("stream") == stream]
-        assert events == ["scaling the stream up to stream_replicas",
+        assert events == ["scaling the stream up to stream_replicas", "stream settings updated",
                           "stream has more replicas than stream_replicas; leaving it so"]
     finally:
         await broker.close()

@@ -71,9 +71,13 @@ async def first_start_after(url: str, instant: datetime) -> datetime | None:
 
 async def test_primary_stopped_and_standby_promoted_mid_run_loses_and_doubles_nothing(
         pair: PostgresPair, nats_url: str, deployment: str, tmp_path: Path) -> None:
-    sync = await fetch(pair.url(pair.primary_port),
-                       "SELECT sync_state FROM pg_stat_replication")
-    assert [r["sync_state"] for r in sync] == ["sync"], "the standby is not synchronous"
+    async def synchronous() -> bool:
+        rows = await fetch(pair.url(pair.primary_port),
+                           "SELECT sync_state FROM pg_stat_replication")
+        return [r["sync_state"] for r in rows] == ["sync"]
+
+    # A standby catching up after its start is reported async until it has caught up.
+    await eventually(synchronous, timeout=60, what="the standby to stream synchronously")
     effects = tmp_path / "effects.txt"
     config = write_config(
         tmp_path / "claimd.toml", jobs="".join(effect_job(j, effects) for j in JOBS),
