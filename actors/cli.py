@@ -146,8 +146,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     start = datetime.fromisoformat(args.from_time) if args.from_time else datetime.now(UTC)
     if start.tzinfo is None:
         start = start.replace(tzinfo=UTC)
+    # On stderr with the summary: stdout stays the jobs and their fire times.
     for line in loaded.settings.timeouts.describe():
-        print(line)
+        print(line, file=sys.stderr)
     for name, configured in sorted(loaded.jobs.items()):
         schedule = job_from_definition(name, configured.definition()).schedule
         zone: tzinfo

@@ -217,8 +217,10 @@ def test_check_config_prints_the_budget(tmp_path: Path, capsys: pytest.CaptureFi
                     '[jobs.beat]\nevery = "1s"\nrun = { shell = ["/bin/true"] }\n')
     args = build_parser().parse_args(["check-config", str(path), "--count", "1"])
     assert args.func(args) == 0
-    out = capsys.readouterr().out.splitlines()
+    captured = capsys.readouterr()
+    out = captured.err.splitlines()  # stdout stays the jobs and their fire times
     assert out[:3] == TimeoutBudget.from_settings(6 * S, S, 2).describe()
+    assert captured.out.startswith("beat: ")
     assert out[0] == ("timeouts (from lease 6s): statement 750ms, acquire/release 375ms, "
                       "connect 1s, publish 750ms, close 1s")
     assert out[2].endswith("= 750ms + 1s x 1 + (375ms + 750ms + 375ms) = 3250ms")
