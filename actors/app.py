@@ -7,31 +7,40 @@ import contextlib
 import dataclasses
 import enum
 import json
+import math
 import os
 import signal
 import socket
 import uuid
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from actors.adapters import nats as nats_adapter
 from actors.adapters.executors import LocalExecutor
 from actors.adapters.history import Actor, record_action
 from actors.adapters.nats import JetStreamBroker
-from actors.adapters.postgres import PostgresRunStore
+from actors.adapters.postgres import PostgresRunStore, is_unreachable
 from actors.api import OperatorApi
 from actors.claimer import Claimer
 from actors.clock import DatabaseClock
+from actors.cluster_metrics import ClusterMetrics
 from actors.compensator import Compensator
 from actors.config import ConfigError, ConfigErrors, LoadedConfig, load_config
 from actors.dispatcher import Dispatcher
 from actors.domain import ClaimedRun, Job
-from actors.flow import BrokerGate, ClaimedBatch
+from actors.flow import Backoff, BrokerGate, ClaimedBatch
 from actors.http import build_app, serve
 from actors.materializer import Materializer
-from actors.observability import CONFIG_JOB_ERRORS, get_logger, redact
-from actors.operator import OperatorService
+from actors.observability import (
+    CONFIG_JOB_ERRORS,
+    get_logger,
+    init_job_series,
+    init_series,
+    redact,
+)
+from actors.operator import OperatorService, Unavailable
 from actors.reaper import Reaper
 from actors.supervisor import supervise
 from actors.worker import Worker
@@ -49,6 +58,19 @@ SELECT j.name, j.enabled, j.paused,
 
 # How long past the shutdown grace a stop may take before it is forced.
 STOP_MARGIN_S = 15.0
+# /readyz: each dependency must answer a round trip within this long.
+READY_TIMEOUT_S = 2.0
+
+T = TypeVar("T")
+
+
+class _UntilConnected:
+    """The operator service's stand-in until PostgreSQL is connected: every call is a 503."""
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        async def unavailable(*_: Any, **__: Any) -> Any:
+            raise Unavailable("not connected to PostgreSQL yet; try again")
+        return unavailable
 
 
 class Role(enum.StrEnum):
@@ -68,11 +90,18 @@ class Replica:
         default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     http_port: int | None = None
+    # Called with (host, port) once HTTP serves (`claimd dev` prints its banner).
+    on_http: Callable[[str, int], None] | None = None
 
     def __post_init__(self) -> None:
         self.jobs: dict[str, Job] = dict(self.config.jobs)
         self.forced_stop = False
         self._reloading = asyncio.Lock()
+        # Set while connected; HTTP serves before either is (see run()).
+        self._store: PostgresRunStore | None = None
+        self._broker: JetStreamBroker | None = None
+        self._api: OperatorApi | None = None
+        self.cluster_metrics = ClusterMetrics()
 
     async def reload(self, store: PostgresRunStore) -> bool:
         """Reread the config file; a file with any error changes nothing."""
@@ -104,6 +133,7 @@ class Replica:
             log.warning("reload applies jobs only; changed [claimd] settings take effect "
                         "at the next restart", path=str(self.config_path))
         self.jobs = dict(loaded.jobs)
+        init_job_series(self.jobs)
         self.config = dataclasses.replace(loaded, settings=self.config.settings)
         CONFIG_JOB_ERRORS.set(0)
         log.info("reloaded", path=str(self.config_path), changes=changes)
@@ -116,7 +146,14 @@ class Replica:
         shutdown grace plus a margin (say the database is down and completions
         cannot be recorded), everything is cancelled; the leases recover what
         was left. A second signal forces the stop at once.
+
+        HTTP starts first, before PostgreSQL and NATS are connected: /healthz
+        and /metrics answer during an outage at start (the replica waits for
+        its servers), and /readyz says which one is missing.
         """
+        init_series()
+        init_job_series(self.jobs)
+        runner = await self._serve_http()
         main = asyncio.create_task(self._run())
         loop = asyncio.get_running_loop()
 
@@ -149,18 +186,117 @@ class Replica:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
+            if runner is not None:
+                await runner.cleanup()
 
-    async def _run(self) -> None:
+    async def _serve_http(self) -> Any:
+        settings = self.config.settings
+        if settings.http_port < 0:
+            return None
+        # The operator API answers 503 until PostgreSQL is connected (see _run).
+        self._api = OperatorApi(cast(OperatorService, _UntilConnected()), settings.api_tokens)
+        runner, self.http_port = await serve(
+            build_app(self._ready, self._jobs_summary, self._api,
+                      refresh=self.cluster_metrics.refresh),
+            settings.http_host, settings.http_port)
+        log.info("http serving", http=f"{settings.http_host}:{self.http_port}")
+        if self.on_http is not None:
+            self.on_http(settings.http_host, self.http_port)
+        return runner
+
+    async def _ready(self) -> dict[str, Any]:
+        """A real round trip to each server, with a deadline: a frozen server fails it."""
+        async def postgres() -> str:
+            if self._store is None:
+                return "not connected"
+            await self._store.ping()
+            return "ok"
+
+        async def nats() -> str:
+            if self._broker is None:
+                return "not connected"
+            if not self._broker.nc.is_connected:
+                return "disconnected"
+            # PING, wait for the PONG (the outer deadline is what bounds it)
+            await self._broker.nc.flush(timeout=math.ceil(READY_TIMEOUT_S))
+            return "ok"
+
+        async def check(probe: Callable[[], Awaitable[str]]) -> str:
+            try:
+                return await asyncio.wait_for(probe(), READY_TIMEOUT_S)
+            except TimeoutError:
+                return f"no answer within {READY_TIMEOUT_S:g}s"
+            except Exception as exc:  # noqa: BLE001 - reported, not raised
+                return redact(repr(exc))[:300]
+
+        pg, nc = await asyncio.gather(check(postgres), check(nats))
+        return {"postgres": pg, "nats": nc}
+
+    async def _jobs_summary(self) -> list[dict[str, Any]]:
+        if self._store is None:
+            raise ConnectionError("not connected to PostgreSQL yet")
+        rows = await self._store.pool.fetch(JOBS_SUMMARY)
+        return [json.loads(json.dumps(dict(r), default=str)) for r in rows]
+
+    async def _until_connected(self, what: str, connect: Callable[[], Coroutine[Any, Any, T]],
+                               transient: Callable[[BaseException], bool]) -> T | None:
+        """Connect, waiting out an unreachable server; None if a stop comes first.
+
+        An error that is not about reaching the server (a refused password, say)
+        is raised: waiting would not fix it.
+        """
+        backoff = Backoff(initial=0.5, maximum=5.0)
+        while not self.stop_requested.is_set():
+            attempt = asyncio.create_task(connect())
+            stop = asyncio.create_task(self.stop_requested.wait())
+            await asyncio.wait({attempt, stop}, return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            if not attempt.done():
+                attempt.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await attempt
+                return None
+            exc = attempt.exception()
+            if exc is None:
+                return attempt.result()
+            if not transient(exc):
+                raise exc
+            delay = backoff.next_delay()
+            log.warning(f"{what} unreachable; waiting for it", error=redact(repr(exc))[:300],
+                        retry_in_s=round(delay, 3))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop_requested.wait(), delay)
+        return None
+
+    async def _open_store(self) -> PostgresRunStore:
         settings = self.config.settings
         store = await PostgresRunStore.connect(settings.database_url,
                                                max_size=min(20, 4 + settings.worker_concurrency),
                                                timeouts=settings.timeouts)
         try:
             applied = await store.migrate()
-            if applied:
-                log.info("migrated", applied=applied)
+        except BaseException:
+            await store.close()
+            raise
+        if applied:
+            log.info("migrated", applied=applied)
+        return store
+
+    async def _run(self) -> None:
+        store = await self._until_connected("PostgreSQL", self._open_store, is_unreachable)
+        if store is None:
+            return
+        self._store = store
+        self.cluster_metrics.read = store.cluster_figures
+        if self._api is not None:
+            self._api.service = OperatorService(store.pool)
+        try:
             await self._run_with(store)
         finally:
+            self.cluster_metrics.read = None
+            self._store = None
+            if self._api is not None:
+                self._api.service = cast(OperatorService, _UntilConnected())
             await store.close()
 
     async def _run_with(self, store: PostgresRunStore) -> None:
@@ -173,14 +309,23 @@ class Replica:
             changes = await store.sync_jobs(list(self.jobs.values()),
                                             keep=[e.job for e in self.config.errors if e.job])
             log.info("jobs synced", jobs=len(self.jobs), changes=changes)
-        broker = await JetStreamBroker.connect(settings.nats_servers, settings.stream,
-                                               settings.subject, name=self.replica_id,
-                                               tls_ca=settings.nats_tls_ca,
-                                               timeouts=settings.timeouts)
+        async def connect_broker() -> JetStreamBroker:
+            return await JetStreamBroker.connect(settings.nats_servers, settings.stream,
+                                                 settings.subject, name=self.replica_id,
+                                                 tls_ca=settings.nats_tls_ca,
+                                                 timeouts=settings.timeouts)
+
+        # Whatever fails while connecting to NATS is worth waiting out (an
+        # authorization error too is logged with every retry).
+        broker = await self._until_connected("NATS", connect_broker, lambda _: True)
+        if broker is None:
+            return
+        self._broker = broker
         try:
             await self._ensure_channel(broker)
             await self._run_actors(store, broker)
         finally:
+            self._broker = None
             await broker.close()
 
     async def _ensure_channel(self, broker: JetStreamBroker) -> None:
@@ -210,34 +355,12 @@ class Replica:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGHUP, on_hup)
 
-        async def ready() -> dict[str, Any]:
-            checks: dict[str, Any] = {}
-            try:
-                await asyncio.wait_for(store.ping(), 2)
-                checks["postgres"] = "ok"
-            except Exception as exc:  # noqa: BLE001
-                checks["postgres"] = redact(repr(exc))
-            checks["nats"] = "ok" if broker.nc.is_connected else "disconnected"
-            return checks
-
-        async def jobs_summary() -> list[dict[str, Any]]:
-            rows = await store.pool.fetch(JOBS_SUMMARY)
-            return [json.loads(json.dumps(dict(r), default=str)) for r in rows]
-
-        runner = None
-        if settings.http_port >= 0:
-            api = OperatorApi(OperatorService(store.pool), settings.api_tokens)
-            runner, self.http_port = await serve(build_app(ready, jobs_summary, api),
-                                                 settings.http_host, settings.http_port)
         log.info("replica started", replica=self.replica_id, role=self.role.value,
-                 http=(f"{settings.http_host}:{self.http_port}" if runner else "off"),
+                 http=(f"{settings.http_host}:{self.http_port}" if settings.http_port >= 0
+                       else "off"),
                  jobs=len(self.jobs),
                  database=redact(settings.database_url), nats=redact(settings.nats_url))
-        try:
-            await self._supervise_actors(store, broker)
-        finally:
-            if runner is not None:
-                await runner.cleanup()
+        await self._supervise_actors(store, broker)
         log.info("replica stopped", replica=self.replica_id)
 
     async def _supervise_actors(self, store: PostgresRunStore, broker: JetStreamBroker) -> None:

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import logging
 import os
 import sys
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
@@ -24,7 +27,7 @@ from actors.adapters.resources import config_dir
 from actors.app import Replica, Role
 from actors.config import ConfigError, LoadedConfig, load_config
 from actors.domain import CronSchedule, job_from_definition, take
-from actors.observability import configure_logging, get_logger, redact
+from actors.observability import LOG_FORMATS, configure_logging, get_logger, redact
 from actors.supervisor import ActorGaveUp
 
 log = get_logger("cli")
@@ -38,8 +41,9 @@ def _load(path: str) -> LoadedConfig:
         raise SystemExit(2) from None
 
 
-def _run_replica(path: Path, loaded: LoadedConfig, role: Role) -> int:
-    replica = Replica(path, loaded, role)
+def _run_replica(path: Path, loaded: LoadedConfig, role: Role,
+                 on_http: Callable[[str, int], None] | None = None) -> int:
+    replica = Replica(path, loaded, role, on_http=on_http)
     try:
         asyncio.run(replica.run())
     except StreamSettingsRefused as exc:
@@ -75,9 +79,13 @@ def cmd_dev(args: argparse.Namespace) -> int:
     config = Path(args.config) if args.config else config_dir() / "jobs.toml"
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
-    print(f"claimd dev: data in {data_dir}, config {config}", file=sys.stderr)
     _write_pid_file(args.pid_file)
-    postgres = start_postgres(data_dir)
+    # The embedded servers' set-up chatter (initdb, pg_ctl) goes to a file, not
+    # the terminal; nats-server writes its own log beside its data.
+    server_log = data_dir / "servers.log"
+    with _logs_to_file(server_log, "pgserver", "py.warnings"):
+        postgres = start_postgres(data_dir)
+    _keep_logs_in_file(server_log, "pgserver")  # its messages at stop too
     nats = start_nats(data_dir, port=args.nats_port)
     try:
         env = {**os.environ, "CLAIMD_DATABASE_URL": postgres.url, "CLAIMD_NATS_URL": nats.url}
@@ -88,9 +96,23 @@ def cmd_dev(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(f"claimd dev: postgres {postgres.url}  nats {nats.url}  "
-              f"http http://{loaded.settings.http_host}:{loaded.settings.http_port}/metrics",
-              file=sys.stderr)
+
+        def banner(host: str | None, port: int | None) -> None:
+            base = f"http://{host}:{port}" if host is not None else None
+            print("\n".join([
+                "claimd dev is starting",
+                f"  status page  {base}/" if base else "  http         off",
+                *([f"  metrics      {base}/metrics"] if base else []),
+                f"  postgres     {redact(postgres.url)}",
+                f"  nats         {nats.url}",
+                f"  config       {config}",
+                f"  data         {data_dir}  (server logs: {server_log}, "
+                f"{data_dir / 'nats' / 'nats-server.log'})",
+                f"  stop         Ctrl-C, or kill -TERM {os.getpid()}",
+                ""]), file=sys.stderr, flush=True)
+
+        if loaded.settings.http_port < 0:
+            banner(None, None)
         # Operator commands run in this directory find this instance through it.
         settings = loaded.settings
         endpoints = operator_cli.record_dev_endpoints(
@@ -98,12 +120,40 @@ def cmd_dev(args: argparse.Namespace) -> int:
             f"http://{settings.http_host}:{settings.http_port}" if settings.http_port > 0
             else None)
         try:
-            return _run_replica(config, loaded, Role.ALL)
+            return _run_replica(config, loaded, Role.ALL, on_http=banner)
         finally:
             operator_cli.forget_dev_endpoints(endpoints)
     finally:
         nats.stop()
         postgres.stop()
+
+
+@contextlib.contextmanager
+def _logs_to_file(path: Path, *loggers: str) -> Iterator[None]:
+    """While the block runs, these stdlib loggers write to ``path`` instead of stderr."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    saved = []
+    for name in loggers:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.propagate))
+        logger.addHandler(handler)
+        logger.propagate = False
+    try:
+        yield
+    finally:
+        for logger, propagate in saved:
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+        handler.close()
+
+
+def _keep_logs_in_file(path: Path, name: str) -> None:
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logger = logging.getLogger(name)
+    logger.addHandler(handler)
+    logger.propagate = False
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
@@ -173,9 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = operator_cli.OneLineParser(
         prog="claimd", description=__doc__, formatter_class=argparse.RawTextHelpFormatter,
         epilog=f"exit status of the operator's commands{operator_cli.EXIT_CODES}")
-    parser.add_argument("--log-level", default=os.environ.get("CLAIMD_LOG_LEVEL", "INFO"))
-    parser.add_argument("--console-logs", action="store_true",
-                        help="human-readable logs instead of JSON lines")
+    _logging_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True)
 
     dev = sub.add_parser("dev", help="embedded PostgreSQL + NATS, example jobs, every actor")
@@ -205,12 +253,37 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--from", dest="from_time", help="ISO 8601 start (default now)")
     chk.add_argument("--count", type=int, default=5)
     chk.set_defaults(func=cmd_check_config)
+    # The logging options are accepted after the subcommand too (`claimd run
+    # --log-format console`); there they only override what was given before it.
+    for command in sub.choices.values():
+        _logging_options(command, defaults=False)
     return parser
+
+
+def _logging_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    def default(value: str) -> str:
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument("--log-level", default=default(os.environ.get("CLAIMD_LOG_LEVEL",
+                                                                      "INFO")),
+                        help="DEBUG, INFO, WARNING or ERROR (default INFO; CLAIMD_LOG_LEVEL)")
+    parser.add_argument("--log-format", choices=LOG_FORMATS,
+                        default=default(os.environ.get("CLAIMD_LOG_FORMAT", "auto")),
+                        help="json: one JSON object per line; console: for people; auto "
+                             "(default; CLAIMD_LOG_FORMAT): console when stderr is a "
+                             "terminal, else json")
+    parser.add_argument("--console-logs", dest="log_format", action="store_const",
+                        const="console", default=argparse.SUPPRESS,
+                        help="the same as --log-format console")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    configure_logging(args.log_level.upper(), json_logs=not args.console_logs)
+    if args.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        print(f"error: --log-level {args.log_level!r} is not DEBUG, INFO, WARNING or ERROR",
+              file=sys.stderr)
+        return 2
+    configure_logging(args.log_level.upper(), args.log_format)
     result: int = args.func(args)
     return result
 

@@ -59,10 +59,16 @@ async def _revalidate_static(request: web.Request, response: web.StreamResponse)
 
 
 def build_app(ready: ReadyCheck, jobs_summary: Callable[[], Awaitable[list[dict[str, Any]]]],
-              api: OperatorApi | None = None) -> web.Application:
-    """The replica's HTTP surface; with ``api``, the operator API and /openapi.json too."""
+              api: OperatorApi | None = None, *,
+              refresh: Callable[[], Awaitable[None]] | None = None) -> web.Application:
+    """The replica's HTTP surface; with ``api``, the operator API and /openapi.json too.
+
+    ``refresh`` runs before each /metrics render (the cluster gauges; it must not raise).
+    """
 
     async def metrics(_: web.Request) -> web.Response:
+        if refresh is not None:
+            await refresh()
         return web.Response(body=generate_latest(),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -76,7 +82,12 @@ def build_app(ready: ReadyCheck, jobs_summary: Callable[[], Awaitable[list[dict[
                                  status=200 if ok else 503)
 
     async def jobs(_: web.Request) -> web.Response:
-        return web.json_response(await jobs_summary())
+        try:
+            rows = await jobs_summary()
+        except Exception as exc:  # noqa: BLE001 - the database is away: say so, do not 500
+            return web.json_response({"error": f"unavailable: {type(exc).__name__}"},
+                                     status=503)
+        return web.json_response(rows)
 
     async def status_json(_: web.Request) -> web.Response:
         return web.json_response({"checks": await ready(), "counters": counters()})

@@ -65,7 +65,7 @@ class Materializer:
             plan = plan_materialization(job, state.materialized_until, now, self.horizon,
                                         first_seen=state.created_at, on_time=self.on_time)
             if plan.missed:
-                RUNS_MISSED.labels(job=name).inc(plan.missed)
+                RUNS_MISSED.labels(name).inc(plan.missed)
                 log.warning("missed instants dropped by catch-up policy", job=name,
                             missed=plan.missed, catchup=job.catchup.value)
             if plan.runs or plan.materialized_until != state.materialized_until:

@@ -72,6 +72,8 @@ class StartedRun:
     executor: ExecutorSpec
     timeout: timedelta
     retry_delay: timedelta
+    trigger: str = "schedule"  # schedule | manual | backfill
+    due_at: datetime | None = None  # when it became due (instant + jitter, or retry time)
 
     def context(self) -> RunContext:
         return RunContext(run_id=self.run_id, job=self.job, scheduled_at=self.scheduled_at,
@@ -97,6 +99,31 @@ class Completion:
     result: ExecutionResult
     retry_delay: timedelta | None  # set when the attempt failed and may be retried
     worker: str
+
+
+@dataclass(frozen=True)
+class JobReading:
+    """One job's cluster-wide figures as the store reads them (for /metrics)."""
+
+    name: str
+    paused: bool
+    fingerprint: str
+    definition: str
+    last_success: datetime | None  # finished_at of its latest succeeded run
+    last_failure: datetime | None  # finished_at of its latest run failed for good
+    overdue: int  # runs due and not started (0 while paused)
+    overdue_oldest_age: float  # seconds the oldest of them has been due
+    materialized_behind: float  # seconds its rows stop short of now (0 when ahead)
+
+
+@dataclass(frozen=True)
+class ClusterReading:
+    """What every replica reports alike: read from the database, not counted locally."""
+
+    jobs: tuple[JobReading, ...]
+    claimed: int
+    running: int
+    past_lease: int
 
 
 class Outage(Exception):

@@ -12,7 +12,7 @@ import contextlib
 import time
 from datetime import timedelta
 
-from actors.observability import RUNS_PRUNED, RUNS_REAPED, get_logger
+from actors.observability import RUNS_FAILED_FINALLY, RUNS_PRUNED, RUNS_REAPED, get_logger
 from actors.ports import RunStore
 
 log = get_logger("reaper")
@@ -56,6 +56,12 @@ class Reaper:
         reaped = await self.store.reap_expired_leases(REAP_BATCH)
         for run_id, job, transition in reaped:
             RUNS_REAPED.labels(transition=transition).inc()
+            if transition.endswith("->failed"):
+                RUNS_FAILED_FINALLY.labels(job).inc()
+                log.error("run failed; lease expired on its last attempt", run_id=run_id,
+                          job=job, transition=transition,
+                          error="lease expired: the worker running it stopped answering")
+                continue
             log.warning("lease expired", run_id=run_id, job=job, transition=transition)
         return len(reaped)
 

@@ -32,6 +32,7 @@ from actors.observability import (
     REDELIVERIES,
     RUN_DURATION,
     RUNS_COMPLETED,
+    RUNS_FAILED_FINALLY,
     RUNS_IN_FLIGHT,
     RUNS_STARTED,
     SCHEDULE_LAG,
@@ -304,10 +305,13 @@ class Worker:
             self._start_unknown.popitem(last=False)
 
     async def _execute(self, run: StartedRun, entry: InFlight) -> None:
-        RUNS_STARTED.labels(job=run.job).inc()
-        now = self.clock.now() if self.clock is not None else datetime.now(UTC)
-        lag = (now - run.scheduled_at).total_seconds()
-        SCHEDULE_LAG.observe(max(0.0, lag))
+        RUNS_STARTED.labels(run.job).inc()
+        if run.trigger == "schedule":
+            # Triggered and backfilled runs are due when asked for, often long
+            # ago: they would fill the top bucket and swamp the sum.
+            now = self.clock.now() if self.clock is not None else datetime.now(UTC)
+            lag = (now - (run.due_at or run.scheduled_at)).total_seconds()
+            SCHEDULE_LAG.labels(run.job).observe(max(0.0, lag))
         bound = log.bind(run_id=run.run_id, job=run.job, attempt=run.attempt, epoch=run.epoch)
         bound.info("run started")
         try:
@@ -325,10 +329,19 @@ class Worker:
             result = ExecutionResult(Outcome.FAILED, error=f"executor error: {exc!r}"[:1000])
         retry = (run.retry_delay if result.outcome is not Outcome.SUCCEEDED
                  and run.attempt < run.max_attempts else None)
-        RUN_DURATION.labels(job=run.job).observe(result.duration.total_seconds())
-        bound.info("run finished", outcome=result.outcome.value, exit_code=result.exit_code,
-                   duration_s=round(result.duration.total_seconds(), 3),
-                   retry_in_s=None if retry is None else retry.total_seconds())
+        RUN_DURATION.labels(run.job).observe(result.duration.total_seconds())
+        fields: dict[str, Any] = {
+            "outcome": result.outcome.value, "exit_code": result.exit_code,
+            "duration_s": round(result.duration.total_seconds(), 3)}
+        if result.outcome is Outcome.SUCCEEDED:
+            bound.info("run finished", **fields)
+        elif retry is not None:
+            bound.warning("run attempt failed; will retry", **fields, error=result.error,
+                          retry_in_s=retry.total_seconds(), max_attempts=run.max_attempts)
+        else:
+            # The last attempt: the run fails for good. What failed is in the line.
+            bound.error("run failed; no attempts left", **fields, error=result.error,
+                        max_attempts=run.max_attempts)
         completion = Completion(run.run_id, run.epoch, result, retry, self.worker_id)
         await self.completions.put(_Pending(completion, entry.message, run.job))
 
@@ -431,7 +444,9 @@ class Worker:
             c = pending.completion
             key = (c.run_id, c.epoch)
             if key in recorded:
-                RUNS_COMPLETED.labels(job=pending.job, outcome=c.result.outcome.value).inc()
+                RUNS_COMPLETED.labels(pending.job, c.result.outcome.value).inc()
+                if c.result.outcome is not Outcome.SUCCEEDED and c.retry_delay is None:
+                    RUNS_FAILED_FINALLY.labels(pending.job).inc()
             else:
                 # The epoch moved on (reaped, cancelled): this execution was a duplicate.
                 FENCED_COMPLETIONS.inc()

@@ -44,8 +44,10 @@ from actors.domain import (
 )
 from actors.observability import RUNS_SKIPPED, DependencyHealth, get_logger
 from actors.ports import (
+    ClusterReading,
     Completion,
     DispatchMessage,
+    JobReading,
     JobState,
     NotStarted,
     RecordRejected,
@@ -513,10 +515,11 @@ moved AS (
       FROM m JOIN locked l ON l.id = m.id
      WHERE r.id = m.id AND r.claim_epoch = m.epoch
        AND (r.state = 'claimed' OR (r.state = 'running' AND r.lease_owner = $3 AND m.retake))
-    RETURNING r.id, r.claim_epoch, r.job_id, r.scheduled_at, r.attempt, l.skip
+    RETURNING r.id, r.claim_epoch, r.job_id, r.scheduled_at, r.attempt, l.skip, r.trigger,
+              r.due_at
 )
 SELECT s.id::text AS id, s.claim_epoch, j.name, s.scheduled_at, s.attempt, j.max_attempts,
-       j.definition, s.skip AS skipped
+       j.definition, s.skip AS skipped, s.trigger, s.due_at
   FROM moved s JOIN jobs j ON j.id = s.job_id
 """  # noqa: S608 - spliced from a constant, never from input
 # A clean shutdown whose grace ran out hands its unfinished runs back: pending
@@ -795,6 +798,47 @@ async def connect_pool(dsn: str, timeouts: TimeoutBudget, *, min_size: int = 1,
     return pool
 
 
+# --- cluster-wide figures for /metrics ------------------------------------------
+
+# Read on scrape (rate-limited by actors/cluster_metrics.py), so every replica
+# reports the same figures straight from the truth. "Overdue": due and not yet
+# started (pending, or claimed and still on its way to a worker), of enabled
+# jobs that are not paused. Each part uses an index: the pending partial index,
+# the leased one, and job_runs_job_last_finished (one probe per job).
+CLUSTER_JOB_FIGURES = """
+WITH due AS (
+    SELECT job_id, due_at FROM job_runs WHERE state = 'pending' AND due_at <= now()
+    UNION ALL
+    SELECT job_id, due_at FROM job_runs WHERE state = 'claimed' AND due_at <= now()
+),
+overdue AS (SELECT job_id, count(*) AS n, min(due_at) AS oldest FROM due GROUP BY job_id)
+SELECT j.name, j.paused, j.fingerprint, j.definition,
+       s.finished_at AS last_success, f.finished_at AS last_failure,
+       CASE WHEN j.paused THEN 0 ELSE coalesce(o.n, 0) END AS overdue,
+       CASE WHEN j.paused OR o.oldest IS NULL THEN 0
+            ELSE extract(epoch FROM now() - o.oldest) END::float8 AS overdue_oldest_age,
+       CASE WHEN j.paused THEN 0
+            ELSE greatest(0, extract(epoch FROM
+                 now() - coalesce(j.materialized_until, j.created_at))) END::float8
+           AS materialized_behind
+  FROM jobs j
+  LEFT JOIN overdue o ON o.job_id = j.id
+  LEFT JOIN LATERAL (SELECT r.finished_at FROM job_runs r
+                      WHERE r.job_id = j.id AND r.state = 'succeeded'
+                      ORDER BY r.finished_at DESC LIMIT 1) s ON true
+  LEFT JOIN LATERAL (SELECT r.finished_at FROM job_runs r
+                      WHERE r.job_id = j.id AND r.state = 'failed'
+                      ORDER BY r.finished_at DESC LIMIT 1) f ON true
+ WHERE j.enabled
+ ORDER BY j.name
+"""
+CLUSTER_LEASE_FIGURES = """
+SELECT count(*) FILTER (WHERE state = 'claimed') AS claimed,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       count(*) FILTER (WHERE lease_expires_at < now()) AS past_lease
+  FROM job_runs WHERE state IN ('claimed', 'running')
+"""
+
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
@@ -810,6 +854,11 @@ def _is_outage(exc: BaseException) -> bool:
         state = getattr(exc, "sqlstate", "") or ""
         return state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_STATES
     return False
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether an error (from connecting, say) means the database is away, not refusing us."""
+    return _is_outage(exc)
 
 
 def _outage_as_store_unavailable(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
@@ -1105,6 +1154,22 @@ class PostgresRunStore:
         rows = await self._pool.fetch(REAP_EXPIRED_LEASES, limit)
         return [(r["id"], r["name"], f"{r['from_state']}->{r['to_state']}") for r in rows]
 
+    async def cluster_figures(self, timeout: float) -> ClusterReading:
+        """The cluster-wide figures /metrics reports (every replica reads the same)."""
+        async with self._pool.acquire(timeout=timeout) as conn:
+            jobs = await conn.fetch(CLUSTER_JOB_FIGURES, timeout=timeout)
+            leases = await conn.fetchrow(CLUSTER_LEASE_FIGURES, timeout=timeout)
+        assert leases is not None
+        return ClusterReading(
+            jobs=tuple(JobReading(
+                name=r["name"], paused=r["paused"], fingerprint=r["fingerprint"],
+                definition=r["definition"], last_success=r["last_success"],
+                last_failure=r["last_failure"], overdue=r["overdue"],
+                overdue_oldest_age=r["overdue_oldest_age"],
+                materialized_behind=r["materialized_behind"]) for r in jobs),
+            claimed=leases["claimed"], running=leases["running"],
+            past_lease=leases["past_lease"])
+
 
 # --- operator actions ---------------------------------------------------------
 
@@ -1322,6 +1387,7 @@ def _started_run(row: asyncpg.Record) -> StartedRun:
         executor=executor_from_dict(definition["executor"]),
         timeout=timedelta(milliseconds=definition.get("timeout_ms", 3_600_000)),
         retry_delay=policy.delay(row["attempt"], row["id"]),
+        trigger=row["trigger"], due_at=row["due_at"],
     )
 
 

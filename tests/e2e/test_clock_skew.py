@@ -364,16 +364,18 @@ def judge_metrics(cluster: Cluster, metrics: dict[str, dict[str, float]]) -> Non
         expected = {"true": 0.0, "ahead": SKEW_S, "behind": -SKEW_S}[name]
         assert abs(skew - expected) < 5, f"{name}: claimd_clock_skew_seconds = {skew}"
         assert bool(warned) == (name != "true"), f"{name}: skew warnings {warned}"
-        started = samples.get("claimd_start_lag_seconds_count", 0.0)
+        started = metric_total(samples, "claimd_start_lag_seconds_count")
         if started:
-            mean_lag = samples["claimd_start_lag_seconds_sum"] / started
+            mean_lag = metric_total(samples, "claimd_start_lag_seconds_sum") / started
             assert abs(mean_lag) < 60, f"{name}: mean start lag {mean_lag:.1f}s"
-    executed = {n for n, s in metrics.items() if s.get("claimd_start_lag_seconds_count")}
+    executed = {n for n, s in metrics.items()
+                if metric_total(s, "claimd_start_lag_seconds_count")}
     assert executed & {"ahead", "behind"}, f"no skewed replica executed a run: {executed}"
     print("\n[clock skew] gauges: " + json.dumps(
         {n: round(s["claimd_clock_skew_seconds"], 3) for n, s in metrics.items()})
         + "; runs started per replica: "
-        + json.dumps({n: s.get("claimd_start_lag_seconds_count", 0) for n, s in metrics.items()}))
+        + json.dumps({n: metric_total(s, "claimd_start_lag_seconds_count")
+                      for n, s in metrics.items()}))
 
 
 async def test_replicas_ten_minutes_ahead_and_behind_beside_a_true_clock(

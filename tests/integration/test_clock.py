@@ -45,7 +45,7 @@ JOBS = [_job(f"{c.value}-{w}", 1, c, timedelta(minutes=w)) for c in Catchup for 
 
 
 def _missed() -> float:
-    return sum(REGISTRY.get_sample_value("claimd_runs_missed_total", {"job": j.name}) or 0.0
+    return sum(REGISTRY.get_sample_value("claimd_runs_missed_total", {"claimd_job": j.name}) or 0.0
                for j in JOBS)
 
 

@@ -199,7 +199,7 @@ async def test_catchup_all_latest_none_after_downtime(store: PostgresRunStore) -
     horizon = timedelta(minutes=30)
     await Materializer(store, clock, horizon, timedelta(seconds=1),
                        asyncio.Event(), guard_stale_plans=False).tick()
-    before = {name: counter("claimd_runs_missed_total", job=name) for name in jobs}
+    before = {name: counter("claimd_runs_missed_total", claimd_job=name) for name in jobs}
 
     # The scheduler is down for five hours; a new one starts with the clock moved on.
     clock.current = T0 + timedelta(hours=5, minutes=1)
@@ -218,7 +218,7 @@ async def test_catchup_all_latest_none_after_downtime(store: PostgresRunStore) -
     }
     for name, instants in expected.items():
         assert [r["scheduled_at"] for r in await _rows(store, name)] == instants, name
-    missed = {name: counter("claimd_runs_missed_total", job=name) - before[name]
+    missed = {name: counter("claimd_runs_missed_total", claimd_job=name) - before[name]
               for name in jobs}
     assert missed == {"catchup-all": 10, "catchup-latest": 17, "catchup-none": 18}
     marks = await store.pool.fetch("SELECT materialized_until FROM jobs")
