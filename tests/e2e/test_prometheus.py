@@ -1,0 +1,204 @@
+"""The shipped alert rules, checked by promtool and run by a real Prometheus against claimd.
+
+- `promtool check rules` and `promtool test rules` on docker/alerts.yml and its
+  unit tests (docker/alerts.test.yml).
+- A real Prometheus (Debian's `prometheus` package), configured from
+  docker/prometheus.yml pointed at a `claimd run` on loopback (1 s scrape and
+  evaluation) with the shipped rules as they are: a counter read back through
+  its query API equals the run history in SQL, carries the scrape's own `job`
+  label beside `claimd_job` (no `exported_job`), and the failure alert fires
+  for a job that always fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import urllib.parse
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+import yaml
+
+from actors.adapters.embedded import free_port
+from tests.e2e.helpers import ClaimdProcess, child_env, claimd_command, eventually, write_config
+from tests.e2e.observe_helpers import http_get, spawn
+
+__all__ = ["spawn"]  # fixture
+
+DOCKER = Path(__file__).resolve().parents[2] / "docker"
+PROMTOOL = shutil.which("promtool")
+PROMETHEUS = shutil.which("prometheus")
+NO_PROMTOOL = "promtool not installed (Debian: apt-get install prometheus)"
+
+pytestmark = pytest.mark.timeout(150)
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason=NO_PROMTOOL)
+def test_promtool_checks_the_shipped_rules() -> None:
+    assert PROMTOOL is not None
+    done = subprocess.run([PROMTOOL, "check", "rules", str(DOCKER / "alerts.yml")],
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    print("\n" + done.stdout.strip())
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason=NO_PROMTOOL)
+def test_promtool_rule_unit_tests_pass() -> None:
+    assert PROMTOOL is not None
+    done = subprocess.run([PROMTOOL, "test", "rules", "alerts.test.yml"], cwd=DOCKER,
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    print("\n" + done.stdout.strip())
+
+
+def test_every_alert_has_a_unit_test_and_prometheus_loads_the_file_compose_mounts() -> None:
+    rules = yaml.safe_load((DOCKER / "alerts.yml").read_text())
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    tests = yaml.safe_load((DOCKER / "alerts.test.yml").read_text())
+    tested = {case["alertname"] for t in tests["tests"] for case in t["alert_rule_test"]
+              if case["exp_alerts"]}
+    assert alerts - tested == set(), "alerts without a firing unit test"
+    config = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
+    compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
+    mounts = compose["services"]["prometheus"]["volumes"]
+    assert config["rule_files"] == ["/etc/prometheus/alerts.yml"]
+    assert "./alerts.yml:/etc/prometheus/alerts.yml:ro" in mounts
+
+
+# --- a real Prometheus --------------------------------------------------------------
+
+
+def prometheus_config(path: Path, claimd_port: int, rules: Path) -> Path:
+    """docker/prometheus.yml with its target on loopback, 1 s intervals, the shipped rules."""
+    config: dict[str, Any] = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
+    config["global"] = {**config.get("global", {}), "scrape_interval": "1s",
+                        "evaluation_interval": "1s"}
+    config["rule_files"] = [str(rules)]
+    (scrape,) = config["scrape_configs"]
+    assert scrape["job_name"] == "claimd"
+    scrape.pop("dns_sd_configs")
+    scrape["scrape_interval"] = "1s"
+    scrape["static_configs"] = [{"targets": [f"127.0.0.1:{claimd_port}"]}]
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Callable[[int], str]]:
+    """Start a Prometheus scraping claimd on the given port; yields its base URL maker."""
+    if PROMETHEUS is None:
+        pytest.skip("prometheus not installed (Debian: apt-get install prometheus)")
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(claimd_port: int) -> str:
+        assert PROMETHEUS is not None
+        rules = tmp_path / "alerts.yml"
+        shutil.copy(DOCKER / "alerts.yml", rules)  # the shipped rules, as they are
+        config = prometheus_config(tmp_path / "prometheus.yml", claimd_port, rules)
+        port = free_port()
+        with (tmp_path / "prometheus.log").open("wb") as log:
+            procs.append(subprocess.Popen(
+                [PROMETHEUS, f"--config.file={config}",
+                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                 f"--web.listen-address=127.0.0.1:{port}"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+async def query(base: str, promql: str) -> list[dict[str, Any]]:
+    status, body = await http_get(f"{base}/api/v1/query?"
+                                  + urllib.parse.urlencode({"query": promql}))
+    if status != 200:
+        return []
+    result: list[dict[str, Any]] = json.loads(body)["data"]["result"]
+    return result
+
+
+@pytest.mark.e2e
+@pytest.mark.prometheus
+async def test_a_real_prometheus_reads_the_run_history_and_fires_the_failure_alert(
+        tmp_path: Path, schema_url: str, nats_url: str, deployment: str,
+        spawn: Callable[..., ClaimdProcess], prometheus: Callable[[int], str]) -> None:
+    port = free_port()
+    jobs = """
+[jobs.beat]
+every = "1s"
+run = { shell = ["true"] }
+
+[jobs.broken]
+every = "1s"
+max_attempts = 1
+run = { shell = ["sh", "-c", "echo no such table >&2; exit 1"] }
+"""
+    replica = spawn("run", "--config", str(write_config(
+        tmp_path / "claimd.toml", jobs=jobs, database_url=schema_url, nats_url=nats_url,
+        deployment=deployment, http=f"127.0.0.1:{port}", claim_interval="100ms",
+        materialize_interval="500ms", shutdown_grace="5s")), label="replica")
+    base = prometheus(port)
+
+    async def scraping() -> bool:
+        return [r["value"][1] for r in await query(base, 'up{job="claimd"}')] == ["1"]
+    await eventually(scraping, timeout=60, what="Prometheus to scrape claimd (up == 1)")
+
+    # The failure alert, from the shipped rule as it is (no `for`), for the job that fails.
+    async def firing() -> list[dict[str, Any]]:
+        status, body = await http_get(f"{base}/api/v1/alerts")
+        alerts = json.loads(body)["data"]["alerts"] if status == 200 else []
+        return [a for a in alerts if a["labels"]["alertname"] == "ClaimdJobFailing"
+                and a["state"] == "firing"]
+
+    async def alert_fired() -> bool:
+        return bool(await firing())
+    await eventually(alert_fired, timeout=60, what="ClaimdJobFailing to fire")
+    (alert,) = await firing()
+    assert alert["labels"]["claimd_job"] == "broken"
+    assert alert["labels"]["severity"] == "warning"
+    assert "failed with no attempt left" in alert["annotations"]["description"]
+
+    # Stop the job's runs (pause), let what was claimed finish, then the counter
+    # Prometheus scraped must equal the attempts recorded in SQL.
+    paused = await asyncio.to_thread(
+        subprocess.run, [*claimd_command(), "pause", "beat", "--database-url", schema_url],
+        capture_output=True, text=True, env=child_env(), timeout=60, check=False)
+    assert paused.returncode == 0, paused.stderr
+    conn = await asyncpg.connect(schema_url)
+    try:
+        async def quiet() -> bool:
+            return await conn.fetchval(
+                "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id "
+                "WHERE j.name = 'beat' AND r.state IN ('claimed', 'running')") == 0
+        await eventually(quiet, timeout=30, what="beat's claimed runs to finish")
+        recorded = await conn.fetchval(
+            "SELECT count(*) FROM job_run_attempts a JOIN job_runs r ON r.id = a.run_id "
+            "JOIN jobs j ON j.id = r.job_id WHERE j.name = 'beat' AND a.outcome = 'succeeded'")
+    finally:
+        await conn.close()
+    assert recorded > 0
+    promql = 'claimd_runs_completed_total{job="claimd",claimd_job="beat",outcome="succeeded"}'
+
+    async def counter_matches() -> bool:
+        result = await query(base, promql)
+        return [float(r["value"][1]) for r in result] == [float(recorded)]
+    await eventually(counter_matches, timeout=30,
+                     what=f"Prometheus to read {recorded} succeeded attempts of beat")
+    (series,) = await query(base, promql)
+    assert "exported_job" not in series["metric"]
+    assert series["metric"]["instance"] == f"127.0.0.1:{port}"
+    print(f"\n[prometheus] {promql} = {recorded} = succeeded attempts in SQL; "
+          f"ClaimdJobFailing firing for claimd_job=broken")
+    assert replica.returncode() is None
