@@ -56,6 +56,9 @@ def _run_replica(path: Path, loaded: LoadedConfig, role: Role,
                     else "a server is unreachable or failed")
             log.error(f"stopping: {what}", error=redact(repr(failure)))
         return 1
+    except Exception as exc:  # logged: one JSON line with the traceback, not raw lines
+        log.error("stopping: unexpected error", error=redact(repr(exc)), exc_info=True)
+        return 1
     return 1 if replica.forced_stop else 0
 
 

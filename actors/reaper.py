@@ -57,10 +57,10 @@ class Reaper:
         for run_id, job, transition in reaped:
             RUNS_REAPED.labels(transition=transition).inc()
             if transition.endswith("->failed"):
+                # The last attempt's worker vanished: the run fails for good.
                 RUNS_FAILED_FINALLY.labels(job).inc()
-                log.error("run failed; lease expired on its last attempt", run_id=run_id,
-                          job=job, transition=transition,
-                          error="lease expired: the worker running it stopped answering")
+                log.error("lease expired", run_id=run_id, job=job, transition=transition,
+                          error="lease expired on the last attempt: the run failed")
                 continue
             log.warning("lease expired", run_id=run_id, job=job, transition=transition)
         return len(reaped)

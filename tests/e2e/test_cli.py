@@ -360,6 +360,7 @@ async def test_dev_runs_jobs_on_embedded_servers_and_stops_them(
     data_dir = short_data_dir()
     try:
         dev = await dev_session(spawn, data_dir, free_port(), "--config", str(config))
+        server_log = (data_dir / "servers.log").read_text()
     finally:
         stop_embedded_postgres(data_dir)
     finished = [e for e in dev.events("run finished") if e["outcome"] == "succeeded"]
@@ -367,6 +368,17 @@ async def test_dev_runs_jobs_on_embedded_servers_and_stops_them(
     assert {e["run_id"] for e in finished} <= {e.run_id for e in read_effects(effects)}
     # The database is the embedded one in the data folder, not the machine's server.
     assert f"host={data_dir}/pg" in dev.stderr()
+    # The embedded servers' set-up chatter is in a file of the data folder; stderr has
+    # the banner (its URLs, the data folder, how to stop) and the JSON log lines.
+    assert "initdb" in server_log
+    assert not [e for e in dev.logs() if e.get("logger") == "pgserver"]
+    other = [line for line in dev.stderr().splitlines() if not line.startswith("{")]
+    assert other[0] == "claimd dev is starting"
+    assert any(line.startswith("  status page  http://127.0.0.1:") for line in other)
+    assert f"  data         {data_dir}  (server logs: {data_dir / 'servers.log'}" in "\n".join(
+        other)
+    assert any(line.startswith("  stop         Ctrl-C") for line in other)
+    assert len(other) <= 10, other
 
 
 async def test_dev_without_config_runs_the_shipped_jobs(
