@@ -41,6 +41,7 @@ from actors.observability import (
     redact,
 )
 from actors.operator import OperatorService, Unavailable
+from actors.ports import Outage
 from actors.reaper import Reaper
 from actors.supervisor import supervise
 from actors.worker import Worker
@@ -283,7 +284,9 @@ class Replica:
         return store
 
     async def _run(self) -> None:
-        store = await self._until_connected("PostgreSQL", self._open_store, is_unreachable)
+        store = await self._until_connected(
+            "PostgreSQL", self._open_store,
+            lambda exc: isinstance(exc, Outage) or is_unreachable(exc))
         if store is None:
             return
         self._store = store

@@ -4,8 +4,9 @@
   run, a reaped run, a backfill) every series on /metrics has its exact value,
   the start-lag histogram holds the scheduled runs only (not the backfill) and
   the last-success gauge is the database's time of the last success.
-- HTTP answers before the servers do; /readyz fails within seconds of a frozen
-  nats-server while /healthz stays 200.
+- HTTP answers before the servers do (PostgreSQL unreachable at start: /healthz
+  and /metrics answer, the replica waits and starts once it is reachable);
+  /readyz fails within seconds of a frozen nats-server while /healthz stays 200.
 - A run's final failure is one JSON line at error level with its error; a NATS
   outage under a running replica produces JSON lines only.
 
@@ -19,13 +20,15 @@ error: each test below fails on that build.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import nats
@@ -300,14 +303,15 @@ async def test_readyz_fails_within_seconds_of_a_frozen_nats_and_healthz_stays_up
     await eventually(ready, timeout=30, what="/readyz 200 again after SIGCONT")
 
 
-async def test_http_answers_while_postgres_is_unreachable_at_start(
-        tmp_path: Path, nats_url: str, deployment: str,
+async def test_http_answers_while_postgres_is_unreachable_at_start_then_the_replica_starts(
+        tmp_path: Path, schema_url: str, nats_url: str, deployment: str,
         spawn: Callable[..., ClaimdProcess]) -> None:
-    closed = free_port()  # nothing listens there
+    closed = free_port()  # nothing listens there, until the forwarder below does
     port = free_port()
-    replica = spawn("run", "--config", str(config(
-        tmp_path, f"postgresql://postgres:hunter2@127.0.0.1:{closed}/postgres", nats_url,
-        deployment, port)), label="replica")
+    real = urlsplit(schema_url)
+    unreachable = urlunsplit(real._replace(netloc=f"postgres:hunter2@127.0.0.1:{closed}"))
+    replica = spawn("run", "--config", str(config(tmp_path, unreachable, nats_url,
+                                                  deployment, port)), label="replica")
     base = f"http://127.0.0.1:{port}"
 
     async def healthy() -> bool:
@@ -321,14 +325,52 @@ async def test_http_answers_while_postgres_is_unreachable_at_start(
     status, body = await http_get(f"{base}/readyz")
     assert status == 503
     assert json.loads(body)["checks"] == {"postgres": "not connected", "nats": "not connected"}
+    assert (await http_get(f"{base}/api/jobs"))[0] == 503
 
     async def retrying() -> bool:
-        return bool(replica.events("PostgreSQL unreachable; waiting for it"))
+        return len(replica.events("PostgreSQL unreachable; waiting for it")) >= 2
     await eventually(retrying, timeout=30, what="the replica to wait for PostgreSQL")
     assert replica.returncode() is None, "the replica gave up instead of waiting"
     assert "hunter2" not in replica.stderr()
-    replica.terminate()
-    assert await replica.wait(30) == 0
+
+    # PostgreSQL becomes reachable on that port: the replica connects and starts.
+    async with forward(closed, real.hostname or "127.0.0.1", real.port or 5432):
+        async def ready() -> bool:
+            return (await http_get(f"{base}/readyz"))[0] == 200
+        await eventually(ready, timeout=30, what="/readyz 200 once PostgreSQL answers")
+        assert replica.events("replica started")
+        replica.terminate()
+        assert await replica.wait(30) == 0
+
+
+@contextlib.asynccontextmanager
+async def forward(port: int, host: str, to_port: int) -> AsyncIterator[None]:
+    """Listen on 127.0.0.1:``port`` and pipe every connection to ``host:to_port``."""
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(host, to_port)
+        for task in (asyncio.create_task(pipe(reader, up_writer)),
+                     asyncio.create_task(pipe(up_reader, writer))):
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    server = await asyncio.start_server(connection, "127.0.0.1", port)
+    try:
+        yield
+    finally:
+        server.close()
+        for task in list(tasks):
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
 
 
 async def test_a_final_failure_is_one_error_line_with_its_error(
