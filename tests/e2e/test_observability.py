@@ -6,7 +6,8 @@
   the last-success gauge is the database's time of the last success.
 - HTTP answers before the servers do (PostgreSQL unreachable at start: /healthz
   and /metrics answer, the replica waits and starts once it is reachable);
-  /readyz fails within seconds of a frozen nats-server while /healthz stays 200.
+  /readyz fails within seconds of a frozen nats-server, or a frozen database,
+  while /healthz and /metrics answer.
 - A run's final failure is one JSON line at error level with its error; a NATS
   outage under a running replica produces JSON lines only.
 
@@ -334,21 +335,52 @@ async def test_http_answers_while_postgres_is_unreachable_at_start_then_the_repl
     assert "hunter2" not in replica.stderr()
 
     # PostgreSQL becomes reachable on that port: the replica connects and starts.
-    async with forward(closed, real.hostname or "127.0.0.1", real.port or 5432):
+    async with forward(closed, real.hostname or "127.0.0.1", real.port or 5432) as link:
         async def ready() -> bool:
             return (await http_get(f"{base}/readyz"))[0] == 200
         await eventually(ready, timeout=30, what="/readyz 200 once PostgreSQL answers")
         assert replica.events("replica started")
+
+        # The database freezes (its connections stay open, nothing answers).
+        link.freeze()
+
+        async def unready() -> bool:
+            status, body = await http_get(f"{base}/readyz")
+            return status == 503 and json.loads(body)["checks"]["postgres"] != "ok"
+        await eventually(unready, timeout=15, what="/readyz 503 with PostgreSQL frozen")
+        status, body = await http_get(f"{base}/readyz")
+        assert json.loads(body)["checks"]["postgres"] == "no answer within 2s"
+        assert (await http_get(f"{base}/healthz"))[0] == 200
+        assert (await http_get(f"{base}/metrics", timeout=10))[0] == 200  # bounded read
+        link.thaw()
+        await eventually(ready, timeout=60, what="/readyz 200 once PostgreSQL answers again")
         replica.terminate()
         assert await replica.wait(30) == 0
 
 
+class Forwarder:
+    """A TCP forwarder on loopback; ``frozen`` holds every byte (a server that froze)."""
+
+    def __init__(self) -> None:
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+
+    def freeze(self) -> None:
+        self.flowing.clear()
+
+    def thaw(self) -> None:
+        self.flowing.set()
+
+
 @contextlib.asynccontextmanager
-async def forward(port: int, host: str, to_port: int) -> AsyncIterator[None]:
+async def forward(port: int, host: str, to_port: int) -> AsyncIterator[Forwarder]:
     """Listen on 127.0.0.1:``port`` and pipe every connection to ``host:to_port``."""
+    forwarder = Forwarder()
+
     async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError):
             while data := await reader.read(65536):
+                await forwarder.flowing.wait()
                 writer.write(data)
                 await writer.drain()
         writer.close()
@@ -364,7 +396,7 @@ async def forward(port: int, host: str, to_port: int) -> AsyncIterator[None]:
 
     server = await asyncio.start_server(connection, "127.0.0.1", port)
     try:
-        yield
+        yield forwarder
     finally:
         server.close()
         for task in list(tasks):
