@@ -20,8 +20,8 @@ from typing import Any, TypeVar, cast
 from actors.adapters import nats as nats_adapter
 from actors.adapters.executors import LocalExecutor
 from actors.adapters.history import Actor, record_action
-from actors.adapters.nats import JetStreamBroker
-from actors.adapters.postgres import PostgresRunStore, is_unreachable
+from actors.adapters.nats import NATS_HEALTH, JetStreamBroker
+from actors.adapters.postgres import POSTGRES_HEALTH, PostgresRunStore, is_unreachable
 from actors.api import OperatorApi
 from actors.claimer import Claimer
 from actors.clock import DatabaseClock
@@ -102,6 +102,7 @@ class Replica:
         self._store: PostgresRunStore | None = None
         self._broker: JetStreamBroker | None = None
         self._api: OperatorApi | None = None
+        self._probed_at = float("-inf")
         self.cluster_metrics = ClusterMetrics()
 
     async def reload(self, store: PostgresRunStore) -> bool:
@@ -197,16 +198,29 @@ class Replica:
         # The operator API answers 503 until PostgreSQL is connected (see _run).
         self._api = OperatorApi(cast(OperatorService, _UntilConnected()), settings.api_tokens)
         runner, self.http_port = await serve(
-            build_app(self._ready, self._jobs_summary, self._api,
-                      refresh=self.cluster_metrics.refresh),
+            build_app(self._ready, self._jobs_summary, self._api, refresh=self._refresh_metrics),
             settings.http_host, settings.http_port)
         log.info("http serving", http=f"{settings.http_host}:{self.http_port}")
         if self.on_http is not None:
             self.on_http(settings.http_host, self.http_port)
         return runner
 
+    async def _refresh_metrics(self) -> None:
+        """Before a scrape: the cluster gauges, and a round trip to each server (at most
+        once a second) so that ``claimd_dependency_up`` is as fresh as the scrape."""
+        now = asyncio.get_running_loop().time()
+        probe = now - self._probed_at >= 1.0
+        if probe:
+            self._probed_at = now
+        await asyncio.gather(self.cluster_metrics.refresh(),
+                             self._ready() if probe else asyncio.sleep(0))
+
     async def _ready(self) -> dict[str, Any]:
-        """A real round trip to each server, with a deadline: a frozen server fails it."""
+        """A real round trip to each server, with a deadline: a frozen server fails it.
+
+        The verdicts also set ``claimd_dependency_up``: a server that holds the
+        connection open and answers nothing is down, though no call has failed.
+        """
         async def postgres() -> str:
             if self._store is None:
                 return "not connected"
@@ -231,6 +245,11 @@ class Replica:
                 return redact(repr(exc))[:300]
 
         pg, nc = await asyncio.gather(check(postgres), check(nats))
+        for health, verdict in ((POSTGRES_HEALTH, pg), (NATS_HEALTH, nc)):
+            if verdict == "ok":
+                health.reached()
+            elif verdict.startswith("no answer within"):
+                health.lost(f"/readyz round trip: {verdict}")
         return {"postgres": pg, "nats": nc}
 
     async def _jobs_summary(self) -> list[dict[str, Any]]:

@@ -242,6 +242,7 @@ DELIVERY_SKIP_REASONS = ("terminal", "owned", "stale", "unknown", "unreadable", 
 POISON_REASONS = ("oversized", "not_json", "wrong_schema", "other_deployment", "invalid")
 REAP_TRANSITIONS = ("claimed->pending", "running->pending", "running->failed")
 ACTORS = ("materializer", "claimer", "dispatcher", "compensator", "reaper", "worker", "clock")
+DEPENDENCIES = ("postgres", "nats")
 
 
 def claimd_version() -> str:
@@ -264,6 +265,9 @@ def init_series() -> None:
     for actor in ACTORS:
         ACTOR_RESTARTS.labels(actor=actor)
         ACTOR_OUTAGES.labels(actor=actor)
+    for dependency in DEPENDENCIES:
+        RECONNECTS.labels(dependency)
+        DEPENDENCY_UP.labels(dependency)  # 0 (not reached) until the first connection
 
 
 def init_job_series(jobs: Iterable[str]) -> None:

@@ -246,6 +246,10 @@ async def test_metrics_after_a_known_sequence_are_exact(
         ("claimd_runs_in_flight", (("state", "running"),)): 0,
         ("claimd_runs_past_lease", ()): 0,
         ("claimd_job_paused", (("claimd_job", "ok"),)): 0,
+        ("claimd_dependency_up", (("dependency", "postgres"),)): 1,
+        ("claimd_dependency_up", (("dependency", "nats"),)): 1,
+        ("claimd_reconnects_total", (("dependency", "postgres"),)): 0,
+        ("claimd_reconnects_total", (("dependency", "nats"),)): 0,
         ("claimd_build_info", (("python", _python()), ("version", claimd_version()))): 1,
     }
     actual = {key: sample(got, key[0], **dict(key[1])) for key in expected}
@@ -297,11 +301,16 @@ async def test_readyz_fails_within_seconds_of_a_frozen_nats_and_healthz_stays_up
         assert checks["postgres"] == "ok", checks
         assert checks["nats"] != "ok", checks
         assert (await http_get(f"{base}/healthz"))[0] == 200
-        assert (await http_get(f"{base}/metrics"))[0] == 200
+        frozen = await metrics(port)  # its round trip to NATS fails too: the gauge says so
+        assert sample(frozen, "claimd_dependency_up", dependency="nats") == 0
+        assert sample(frozen, "claimd_dependency_up", dependency="postgres") == 1
         print(f"\n[readyz] 503 {noticed_s:.1f}s after SIGSTOP of nats-server: {checks['nats']}")
     finally:
         private_nats.thaw()
     await eventually(ready, timeout=30, what="/readyz 200 again after SIGCONT")
+    thawed = await metrics(port)
+    assert sample(thawed, "claimd_dependency_up", dependency="nats") == 1
+    assert sample(thawed, "claimd_reconnects_total", dependency="nats") == 1
 
 
 async def test_http_answers_while_postgres_is_unreachable_at_start_then_the_replica_starts(
@@ -323,6 +332,8 @@ async def test_http_answers_while_postgres_is_unreachable_at_start_then_the_repl
     samples = parse_metrics(text)
     assert sample(samples, "claimd_runs_started_total", claimd_job="ok") == 0
     assert sample(samples, "claimd_cluster_metrics_age_seconds") == float("inf")
+    assert sample(samples, "claimd_dependency_up", dependency="postgres") == 0
+    assert sample(samples, "claimd_dependency_up", dependency="nats") == 0
     status, body = await http_get(f"{base}/readyz")
     assert status == 503
     assert json.loads(body)["checks"] == {"postgres": "not connected", "nats": "not connected"}
@@ -351,7 +362,9 @@ async def test_http_answers_while_postgres_is_unreachable_at_start_then_the_repl
         status, body = await http_get(f"{base}/readyz")
         assert json.loads(body)["checks"]["postgres"] == "no answer within 2s"
         assert (await http_get(f"{base}/healthz"))[0] == 200
-        assert (await http_get(f"{base}/metrics", timeout=10))[0] == 200  # bounded read
+        status, text = await http_get(f"{base}/metrics", timeout=10)  # bounded reads
+        assert status == 200
+        assert sample(parse_metrics(text), "claimd_dependency_up", dependency="postgres") == 0
         link.thaw()
         await eventually(ready, timeout=60, what="/readyz 200 once PostgreSQL answers again")
         replica.terminate()
