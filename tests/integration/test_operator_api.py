@@ -34,7 +34,10 @@ cron = "0 2 * * *"
 timezone = "Europe/Berlin"
 run = { python = "actors.examples:hello" }
 """
-FAST = {"http": "127.0.0.1:0", "claim_interval": "50ms", "materialize_interval": "200ms"}
+# The seeded history is from January: a retention longer than that keeps the
+# replica's pruning from deleting it mid-test (seen once in CI).
+FAST = {"http": "127.0.0.1:0", "claim_interval": "50ms", "materialize_interval": "200ms",
+        "history_retention": "3650d"}
 
 
 @asynccontextmanager
