@@ -286,3 +286,23 @@ def test_shipped_examples_load_cleanly(name: str) -> None:
     loaded: LoadedConfig = load_config(ROOT / "config" / name, env={})
     assert loaded.errors == []
     assert loaded.jobs
+
+
+def test_environment_overrides_the_file_and_an_error_names_the_variable() -> None:
+    text = '[claimd]\ndatabase_url = "postgresql://file/db"\nhttp = "127.0.0.1:1"\n'
+    env = {"CLAIMD_DATABASE_URL": "postgresql://env/db", "CLAIMD_HTTP": "off",
+           "CLAIMD_NATS_TLS_CA": "ca.pem", "CLAIMD_NATS_URL": ""}  # empty: not an override
+    settings = parse_config(text, PATH, env=env).settings
+    assert (settings.database_url, settings.http_host, settings.http_port) == \
+        ("postgresql://env/db", "", -1)
+    assert settings.nats_tls_ca == "ca.pem"
+    assert settings.nats_url == "nats://127.0.0.1:4222"
+    err = single_error_env(text, {"CLAIMD_HTTP": "localhost"})
+    assert err.field_name == "claimd.http"
+    assert err.message == "from CLAIMD_HTTP: expected host:port or \"off\", got 'localhost'"
+
+
+def single_error_env(text: str, env: dict[str, str]) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, PATH, env=env)
+    return info.value

@@ -1,0 +1,81 @@
+"""The config file: TOML settings and job definitions -> domain objects, with clear errors.
+
+Every error names the file, the job (where there is one) and the field. A bad
+job never hides the good ones: :func:`load_config` returns the valid jobs and
+one error per invalid job; the caller decides (start-up runs the valid ones,
+reload refuses the whole file).
+
+Rooms: ``settings`` (the ``[claimd]`` table), ``jobs`` (the ``[jobs.NAME]``
+tables), ``errors`` (ConfigError and pydantic's errors in our words); this
+module reads the file and puts the two together.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from actors.config.errors import ConfigError, ConfigErrors
+from actors.config.jobs import JOB_NAME_PATTERN, job_from_raw
+from actors.config.settings import ENV_OVERRIDES, Duration, Settings
+from actors.domain import Job
+
+__all__ = ["ENV_OVERRIDES", "JOB_NAME_PATTERN", "ConfigError", "ConfigErrors", "Duration",
+           "LoadedConfig", "Settings", "job_from_raw", "load_config", "parse_config"]
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """What a config file yields: settings, the valid jobs, and one error per bad job."""
+
+    path: str
+    settings: Settings
+    jobs: dict[str, Job]
+    errors: list[ConfigError] = field(default_factory=list)
+
+    def raise_for_errors(self) -> None:
+        if self.errors:
+            raise ConfigErrors(self.errors)
+
+
+def parse_config(text: str, path: str = "<string>",
+                 env: dict[str, str] | None = None) -> LoadedConfig:
+    """Parse config text. Settings errors raise; job errors are collected per job."""
+    env = dict(os.environ) if env is None else env
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, f"not valid TOML: {exc}") from None
+    unknown = set(raw) - {"claimd", "jobs"}
+    if unknown:
+        raise ConfigError(path, "unknown top-level table (expected [claimd] and [jobs.NAME])",
+                          field_name=sorted(unknown)[0])
+    settings_raw = raw.get("claimd", {})
+    if not isinstance(settings_raw, dict):
+        raise ConfigError(path, "must be a table", field_name="claimd")
+    settings = Settings.from_table(path, settings_raw, env)
+    jobs_raw = raw.get("jobs", {})
+    if not isinstance(jobs_raw, dict):
+        raise ConfigError(path, "must be a table of jobs", field_name="jobs")
+    jobs: dict[str, Job] = {}
+    errors: list[ConfigError] = []
+    for name, job_raw in jobs_raw.items():
+        try:
+            jobs[name] = job_from_raw(path, name, job_raw)
+        except ConfigError as exc:
+            errors.append(exc)
+    return LoadedConfig(path=path, settings=settings, jobs=jobs, errors=errors)
+
+
+def load_config(path: str | Path, env: dict[str, str] | None = None) -> LoadedConfig:
+    """Read and parse a config file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(str(p), f"cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(str(p), "not UTF-8 text") from None
+    return parse_config(text, str(p), env)

@@ -1,0 +1,64 @@
+"""Config errors, located by file, job and field, and how pydantic's errors become them."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from actors.domain import ClaimdError
+
+
+class ConfigError(ClaimdError):
+    """One problem in a config file, located by file, job and field."""
+
+    def __init__(self, path: str, message: str, *, job: str | None = None,
+                 field_name: str | None = None) -> None:
+        self.path = path
+        self.job = job
+        self.field_name = field_name
+        self.message = message
+        where = path
+        if job is not None:
+            where += f": job {job!r}"
+        if field_name is not None:
+            where += f": field {field_name!r}"
+        super().__init__(f"{where}: {message}")
+
+
+class ConfigErrors(ClaimdError):
+    """Several problems at once; ``str()`` lists each on its own line."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        self.errors = errors
+        super().__init__("\n".join(str(e) for e in errors))
+
+
+class FieldProblem(ValueError):
+    """A check across several fields that names the one field to blame.
+
+    Raised inside a model validator, whose errors pydantic locates at the model;
+    :func:`first_error_field` reads the field from here instead.
+    """
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(message)
+        self.field_name = field_name
+
+
+class StrictModel(BaseModel):
+    # Unknown keys are errors: a typo must never be silently ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def first_error_field(exc: ValidationError) -> tuple[str | None, str]:
+    """The first error of a validation: the dotted field it names and our words for it."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or None
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key (a typo?); remove it or check the spelling"
+    elif err["type"] == "value_error" and "error" in err.get("ctx", {}):
+        problem = err["ctx"]["error"]
+        msg = str(problem)  # our own words, without "Value error, "
+        if isinstance(problem, FieldProblem):
+            loc = problem.field_name
+    return loc, msg

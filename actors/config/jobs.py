@@ -1,0 +1,185 @@
+"""The ``[jobs.NAME]`` tables -> domain Jobs, each error naming the file, job and field.
+
+Durations here stay text in the model and are parsed in :func:`job_from_raw`,
+after the schedule and executor checks, so that the error a bad job reports
+is the one it always reported.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+
+from actors.config.errors import ConfigError, StrictModel, first_error_field
+from actors.domain import (
+    Catchup,
+    ClaimdError,
+    CronSchedule,
+    ExecutorSpec,
+    HttpSpec,
+    IntervalSchedule,
+    Job,
+    Overlap,
+    PythonSpec,
+    RetryPolicy,
+    ShellSpec,
+    parse_duration,
+)
+
+JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+DurationText = Annotated[str, Field(description="a duration with a unit: 500ms, 30s, 15m, 2h")]
+
+
+class HttpRunModel(StrictModel):
+    url: str
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: str | None = None
+    expect_status: list[int] = Field(default_factory=lambda: [200, 201, 202, 204])
+    secret_headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return value
+
+
+
+class RunModel(StrictModel):
+    shell: list[str] | str | None = None
+    use_shell: bool = False
+    env: dict[str, str] = Field(default_factory=dict)
+    secret_env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    python: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    http: HttpRunModel | None = None
+
+
+class BackoffModel(StrictModel):
+    initial: DurationText = "1s"
+    max: DurationText = "5m"
+    multiplier: float = Field(default=2.0, ge=1.0, le=10.0)
+
+
+class JobModel(StrictModel):
+    cron: str | None = None
+    every: DurationText | None = None
+    timezone: str = "UTC"
+    timeout: DurationText = "1h"
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    enabled: bool = True
+    overlap: Literal["allow", "forbid", "queue"] = "allow"
+    catchup: Literal["all", "latest", "none"] = "all"
+    catchup_window: DurationText = "1h"
+    starting_deadline: DurationText | None = None
+    jitter: DurationText | None = None
+    backoff: BackoffModel = Field(default_factory=BackoffModel)
+    run: RunModel
+
+
+def _executor_from(run: RunModel) -> ExecutorSpec:
+    chosen = [k for k in ("shell", "python", "http") if getattr(run, k) is not None]
+    if len(chosen) != 1:
+        raise ValueError("give exactly one of shell, python or http"
+                         + (f" (got {', '.join(chosen)})" if chosen else ""))
+    if run.shell is not None:
+        if isinstance(run.shell, str):
+            if not run.use_shell:
+                raise ValueError("a string command needs use_shell = true; "
+                                 "otherwise give an argv list such as [\"/bin/echo\", \"hi\"]")
+            argv: tuple[str, ...] = (run.shell,)
+        else:
+            if not run.shell:
+                raise ValueError("shell needs at least the program to run")
+            argv = tuple(run.shell)
+        for name, source in run.secret_env.items():
+            if not re.match(ENV_NAME, name) or not re.match(ENV_NAME, source):
+                raise ValueError(f"secret_env maps variable names to variable names; "
+                                 f"{name!r} = {source!r} is not one")
+        return ShellSpec(argv=argv, env=dict(run.env), cwd=run.cwd, use_shell=run.use_shell,
+                         secret_env=dict(run.secret_env))
+    if run.use_shell or run.env or run.cwd or run.secret_env:
+        raise ValueError("use_shell, env, secret_env and cwd apply only to shell jobs")
+    if run.python is not None:
+        return PythonSpec(target=run.python)
+    assert run.http is not None
+    for header, source in run.http.secret_headers.items():
+        if not re.match(ENV_NAME, source):
+            raise ValueError(f"secret_headers maps a header to an environment variable "
+                             f"name; {header!r} = {source!r} is not one")
+    return HttpSpec(url=run.http.url, method=run.http.method, headers=dict(run.http.headers),
+                    body=run.http.body, expect_status=tuple(run.http.expect_status),
+                    secret_headers=dict(run.http.secret_headers))
+
+
+def _schedule_from(path: str, name: str, model: JobModel) -> CronSchedule | IntervalSchedule:
+    if (model.cron is None) == (model.every is None):
+        raise ConfigError(path, "give exactly one of cron or every", job=name,
+                          field_name="cron" if model.cron is not None else "every")
+    try:
+        if model.cron is not None:
+            return CronSchedule(model.cron, model.timezone)
+        if model.timezone != "UTC":
+            CronSchedule("* * * * *", model.timezone)  # validates the zone
+        assert model.every is not None
+        return IntervalSchedule(parse_duration(model.every))
+    except ClaimdError as exc:
+        bad = "timezone" if "time zone" in str(exc) else ("cron" if model.cron else "every")
+        raise ConfigError(path, str(exc), job=name, field_name=bad) from None
+
+
+def job_from_raw(path: str, name: str, raw: Any) -> Job:
+    """One job table -> a domain Job, or ConfigError naming the job and field."""
+    if not re.match(JOB_NAME_PATTERN, name):
+        raise ConfigError(path, "a job name is 1-100 letters, digits, '_', '.', '-'", job=name)
+    if not isinstance(raw, dict):
+        raise ConfigError(path, "a job must be a table ([jobs.NAME])", job=name)
+    try:
+        model = JobModel.model_validate(raw)
+    except ValidationError as exc:
+        loc, msg = first_error_field(exc)
+        raise ConfigError(path, msg, job=name, field_name=loc) from None
+
+    def fail(field_name: str, exc: Exception) -> ConfigError:
+        return ConfigError(path, str(exc), job=name, field_name=field_name)
+
+    schedule = _schedule_from(path, name, model)
+    try:
+        executor = _executor_from(model.run)
+    except ValueError as exc:
+        raise fail("run", exc) from None
+    values: dict[str, timedelta | None] = {}
+    for key in ("timeout", "catchup_window", "starting_deadline", "jitter"):
+        text = getattr(model, key)
+        try:
+            # jitter = "0s" reads as "no jitter"; every other duration must be positive.
+            values[key] = None if text is None else parse_duration(text,
+                                                              allow_zero=key == "jitter")
+        except ClaimdError as exc:
+            raise fail(key, exc) from None
+    backoff: dict[str, timedelta] = {}
+    for key in ("initial", "max"):
+        try:
+            backoff[key] = parse_duration(getattr(model.backoff, key))
+        except ClaimdError as exc:
+            raise fail(f"backoff.{key}", exc) from None
+    retry = RetryPolicy(initial=backoff["initial"], maximum=backoff["max"],
+                        multiplier=model.backoff.multiplier)
+    timeout = values["timeout"]
+    catchup_window = values["catchup_window"]
+    assert timeout is not None
+    assert catchup_window is not None
+    return Job(
+        name=name, schedule=schedule, executor=executor, timeout=timeout,
+        max_attempts=model.max_attempts, enabled=model.enabled,
+        overlap=Overlap(model.overlap), catchup=Catchup(model.catchup),
+        catchup_window=catchup_window, starting_deadline=values["starting_deadline"],
+        jitter=values["jitter"] or timedelta(0), retry=retry,
+    )

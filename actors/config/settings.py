@@ -1,0 +1,240 @@
+"""The ``[claimd]`` table: process settings, parsed once into their real types.
+
+One pydantic model is both the schema and the value the rest of claimd reads:
+durations arrive as timedelta, the NATS servers as one comma-separated string,
+the API tokens read from their file or variable. The environment overrides a
+few settings (:data:`ENV_OVERRIDES`), applied in :meth:`Settings.from_table`
+only; the checks across fields (API tokens, the lease invariant and the timeout
+budget) run once, after the fields.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, Self
+
+from pydantic import (
+    Field,
+    GetCoreSchemaHandler,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import core_schema
+
+from actors.config.errors import ConfigError, FieldProblem, StrictModel, first_error_field
+from actors.domain import (
+    ClaimdError,
+    LeaseSettings,
+    TimeoutBudget,
+    check_timeout_budget,
+    format_duration,
+    parse_duration,
+)
+from actors.observability import redact
+
+
+def _parse_duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ClaimdError as exc:
+        # pydantic reports only ValueError as a field error; anything else
+        # would escape without the file and field.
+        raise ValueError(str(exc)) from None
+
+
+class _DurationText:
+    """Pydantic marker: a string such as "500ms", "30s", "2h", "1d", parsed once."""
+
+    def __get_pydantic_core_schema__(self, source: Any,
+                                     handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        # A number without a unit is refused as "not a valid string", before parsing.
+        return core_schema.no_info_after_validator_function(
+            _parse_duration, core_schema.str_schema(strict=True),
+            serialization=core_schema.plain_serializer_function_ser_schema(format_duration))
+
+
+Duration = Annotated[timedelta, _DurationText()]
+
+# Setting -> the environment variable that overrides it (when set and not empty).
+ENV_OVERRIDES = {
+    "database_url": "CLAIMD_DATABASE_URL",
+    "nats_url": "CLAIMD_NATS_URL",
+    "nats_tls_ca": "CLAIMD_NATS_TLS_CA",
+    "http": "CLAIMD_HTTP",
+}
+MIN_TOKEN_LENGTH = 16
+_NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+class Settings(StrictModel):
+    """Validated process settings."""
+
+    database_url: str = "postgresql://localhost/claimd"
+    # One server, or several of one cluster: a list, or one string separated by
+    # commas; kept as one comma-separated string (see nats_servers).
+    nats_url: str = "nats://127.0.0.1:4222"
+    nats_tls_ca: str | None = None
+    deployment: str = Field(default="claimd", pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    lease: Duration = parse_duration("120s")
+    ack_wait: Duration = parse_duration("5s")
+    max_deliver: int = Field(default=5, ge=1, le=100)
+    # host:port (port 0 picks a free port), or "off" to serve nothing.
+    http: str = "127.0.0.1:8780"
+    claim_batch: int = Field(default=500, ge=1, le=10_000)
+    max_claimed: int = Field(default=5_000, ge=1, le=1_000_000)
+    worker_concurrency: int = Field(default=64, ge=1, le=10_000)
+    claim_interval: Duration = parse_duration("200ms")
+    materialize_interval: Duration = parse_duration("1s")
+    reap_interval: Duration = parse_duration("1s")
+    horizon: Duration = parse_duration("2m")
+    shutdown_grace: Duration = parse_duration("30s")
+    duplicate_window: Duration = parse_duration("2m")
+    history_retention: Duration = parse_duration("30d")
+    # Bearer tokens for the API's actions: a file of lines "NAME TOKEN" (or one
+    # bare token), and/or the name of an environment variable holding one.
+    # Without either the API is read-only.
+    api_token_file: str | None = None
+    api_token_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # The stream's copies in a JetStream cluster: 1 for one server, 3 for a cluster.
+    stream_replicas: int = Field(default=1, ge=1, le=5)
+    # Derived from the lease when not given (see actors.domain.lease.TimeoutBudget).
+    statement_timeout: Duration | None = None
+    publish_timeout: Duration | None = None
+    # (name, token) pairs read at load time; the name is who the API records as the actor.
+    _api_tokens: tuple[tuple[str, str], ...] = PrivateAttr(default=())
+
+    @classmethod
+    def from_table(cls, path: str, raw: dict[str, Any], env: dict[str, str]) -> Settings:
+        """The ``[claimd]`` table with the environment's overrides, or one ConfigError."""
+        overrides = {name: env[var] for name, var in ENV_OVERRIDES.items() if env.get(var)}
+        try:
+            return cls.model_validate({**raw, **overrides}, context={"env": env})
+        except ValidationError as exc:
+            loc, msg = first_error_field(exc)
+            setting = (loc or "").split(".")[0]
+            if setting in overrides:
+                msg = f"from {ENV_OVERRIDES[setting]}: {msg}"
+            raise ConfigError(path, msg,
+                              field_name=f"claimd.{loc}" if loc else "claimd") from None
+
+    @field_validator("nats_url", mode="before")
+    @classmethod
+    def _nats_servers(cls, value: Any) -> Any:
+        """Several NATS URLs (a list or comma-separated) -> one comma-separated string."""
+        if isinstance(value, str):
+            urls = value.split(",")
+        elif isinstance(value, list) and all(isinstance(u, str) for u in value):
+            urls = value
+        else:
+            raise ValueError("expected a server URL, a list of them, or URLs separated by commas")
+        urls = [u.strip() for u in urls]
+        if not urls or not all(urls):
+            raise ValueError("give one or more server URLs (a list, or separated by commas), "
+                             "none empty")
+        for url in urls:
+            scheme, sep, rest = url.partition("://")
+            if not sep or scheme not in _NATS_SCHEMES or not rest.rpartition("@")[2]:
+                raise ValueError(f"{redact(url)!r} is not a NATS server URL "
+                                 "(nats://host:port, tls://host:port)")
+        return ",".join(urls)
+
+    @field_validator("http")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, _, port = value.rpartition(":")
+        if value != "off" and (not host or not port.isdigit()):
+            raise ValueError(f"expected host:port or \"off\", got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _across_fields(self, info: ValidationInfo) -> Self:
+        env = (info.context or {}).get("env", os.environ)
+        self._api_tokens = _read_api_tokens(self, env)
+        try:
+            # The redelivery rule, then every deadline of the budget inside the lease.
+            check_timeout_budget(self.timeouts)
+        except ClaimdError as exc:
+            raise FieldProblem("lease", str(exc)) from None
+        return self
+
+    @property
+    def http_host(self) -> str:
+        return "" if self.http == "off" else self.http.rpartition(":")[0]
+
+    @property
+    def http_port(self) -> int:
+        """The port to serve on: 0 picks a free port; -1 ("off") serves nothing."""
+        return -1 if self.http == "off" else int(self.http.rpartition(":")[2])
+
+    @property
+    def api_tokens(self) -> tuple[tuple[str, str], ...]:
+        """(name, token) pairs; the name is who the API records as the actor."""
+        return self._api_tokens
+
+    @property
+    def lease_settings(self) -> LeaseSettings:
+        return LeaseSettings(lease=self.lease, ack_wait=self.ack_wait,
+                             max_deliver=self.max_deliver)
+
+    @property
+    def timeouts(self) -> TimeoutBudget:
+        """Every database and broker deadline, derived from the lease."""
+        return TimeoutBudget.from_settings(self.lease, self.ack_wait, self.max_deliver,
+                                           statement_timeout=self.statement_timeout,
+                                           publish_timeout=self.publish_timeout)
+
+    @property
+    def nats_servers(self) -> list[str]:
+        """The NATS server URLs (``nats_url`` keeps them comma-separated)."""
+        return self.nats_url.split(",")
+
+    @property
+    def stream(self) -> str:
+        return f"CLAIMD_{self.deployment}"
+
+    @property
+    def subject(self) -> str:
+        return f"claimd.{self.deployment}.runs"
+
+
+def _read_api_tokens(settings: Settings, env: Any) -> tuple[tuple[str, str], ...]:
+    """The API tokens the settings name, read now so that a bad one stops the load."""
+    tokens: list[tuple[str, str]] = []
+
+    def add(name: str, token: str, field_name: str) -> None:
+        if len(token) < MIN_TOKEN_LENGTH:
+            # The message names the token's name, never the token.
+            raise FieldProblem(field_name, f"the API token named {name!r} is shorter than "
+                               f"{MIN_TOKEN_LENGTH} characters (make one with "
+                               "`openssl rand -hex 32`)")
+        tokens.append((name, token))
+
+    token_file = settings.api_token_file
+    if token_file:
+        field_name = "api_token_file"
+        try:
+            text = Path(token_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise FieldProblem(field_name, f"cannot read {token_file}: {reason}") from None
+        lines = [line.split() for line in text.splitlines()
+                 if line.strip() and not line.lstrip().startswith("#")]
+        for number, parts in enumerate(lines, 1):
+            if len(parts) == 1 and len(lines) == 1:
+                parts = ["api", parts[0]]
+            if len(parts) != 2:
+                raise FieldProblem(field_name, f"{token_file} line {number}: expected "
+                                   "NAME TOKEN (or a file holding one bare token)")
+            add(parts[0], parts[1], field_name)
+    if settings.api_token_env:
+        value = env.get(settings.api_token_env, "").strip()
+        if not value:
+            raise FieldProblem("api_token_env", f"the environment variable "
+                               f"{settings.api_token_env} is not set or empty")
+        add("api", value, "api_token_env")
+    return tuple(tokens)
