@@ -28,6 +28,7 @@ from actors.app import Replica, Role
 from actors.config import ConfigError, LoadedConfig, load_config
 from actors.domain import CronSchedule, job_from_definition, take
 from actors.observability import LOG_FORMATS, configure_logging, get_logger, redact
+from actors.operator import OperatorError
 from actors.supervisor import ActorGaveUp
 
 log = get_logger("cli")
@@ -160,9 +161,12 @@ def _keep_logs_in_file(path: Path, name: str) -> None:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    url = args.database_url or os.environ.get("CLAIMD_DATABASE_URL")
-    if url is None and args.config:
-        url = _load(args.config).settings.database_url
+    try:
+        # The operator's commands' resolver: flag, environment, config, a running dev.
+        url = operator_cli.database_url(args)
+    except OperatorError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit
     if url is None:
         print("error: give --database-url, CLAIMD_DATABASE_URL or --config", file=sys.stderr)
         return 2

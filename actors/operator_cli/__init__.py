@@ -1,7 +1,7 @@
 """The operator's side of the `claimd` command (registered by actors.cli)."""
 
 from actors.operator_cli.commands import EXIT_CODES, OneLineParser, register
-from actors.operator_cli.connect import forget_dev_endpoints, record_dev_endpoints
+from actors.operator_cli.connect import database_url, forget_dev_endpoints, record_dev_endpoints
 
-__all__ = ["EXIT_CODES", "OneLineParser", "forget_dev_endpoints", "record_dev_endpoints",
-           "register"]
+__all__ = ["EXIT_CODES", "OneLineParser", "database_url", "forget_dev_endpoints",
+           "record_dev_endpoints", "register"]

@@ -23,8 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-import asyncpg
-
+from actors.adapters import database
 from actors.adapters.history import Actor, History, record_action
 from actors.adapters.postgres import BACKFILL_CHUNK, BACKFILL_MAX_RUNS
 from actors.config import ConfigError, load_config
@@ -66,13 +65,12 @@ async def _run(command: Command, args: argparse.Namespace) -> int:
         payload, text, code = await command(backend, args)
     except OperatorError as exc:
         return _fail(exc, exc.exit)
-    except (asyncpg.UndefinedTableError, asyncpg.UndefinedColumnError):
+    except database.SCHEMA_MISSING:
         return _fail(Unavailable("the database has no claimd schema, or an older one: run "
                                  "`claimd migrate`"), 4)
-    except (OSError, TimeoutError, asyncpg.PostgresConnectionError,
-            asyncpg.InterfaceError) as exc:
+    except database.CONNECTION_LOST as exc:
         return _fail(Unavailable(f"lost the database: {exc}"), 4)
-    except asyncpg.PostgresError as exc:
+    except database.DATABASE_ERROR as exc:
         return _fail(exc, 1)
     finally:
         await backend.close()

@@ -8,7 +8,6 @@ directory is found through the file it writes in its data folder.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import getpass
 import json
@@ -19,12 +18,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
-import asyncpg
 
+from actors.adapters.database import DatabaseUnreachable, DatabaseUrlInvalid, Pool, open_pool
 from actors.adapters.history import Actor
 from actors.adapters.postgres import BACKFILL_CHUNK, BackfillProgress
 from actors.config import ConfigError, load_config
-from actors.observability import redact
 from actors.operator import (
     BadInput,
     Forbidden,
@@ -95,6 +93,12 @@ def dev_database_url(data_dir: Path) -> str | None:
 
 
 def database_url(args: Any) -> str | None:
+    """The database the arguments point at, the one resolver of every command.
+
+    First match wins: ``--database-url``, ``CLAIMD_DATABASE_URL``, the ``--config``
+    file's (with its environment overrides), a running `claimd dev` of this
+    directory; None when there is none of these.
+    """
     url = getattr(args, "database_url", None) or os.environ.get("CLAIMD_DATABASE_URL")
     if url:
         return str(url)
@@ -109,23 +113,14 @@ def database_url(args: Any) -> str | None:
 # --- the database -------------------------------------------------------------------
 
 
-async def connect_database(url: str, timeout: float) -> asyncpg.Pool:
-    """A small pool, or Unavailable within ``timeout`` seconds with the reason in one line."""
-    where = redact(url)
+async def connect_database(url: str, timeout: float) -> Pool:
+    """A small pool, or BadInput / Unavailable within ``timeout`` seconds, in one line."""
     try:
-        pool = await asyncio.wait_for(
-            asyncpg.create_pool(url, min_size=1, max_size=4, timeout=timeout,
-                                command_timeout=max(30.0, timeout)), timeout + 1)
-    except (ValueError, asyncpg.ClientConfigurationError) as exc:
-        raise BadInput(f"{where} is not a usable database URL: {exc}") from None
-    except (OSError, TimeoutError, asyncpg.PostgresError,
-            asyncpg.InterfaceError) as exc:
-        reason = str(exc) or type(exc).__name__
-        if isinstance(exc, TimeoutError):
-            reason = f"no answer within {timeout:g}s"
-        raise Unavailable(f"cannot reach the database at {where}: {reason}") from None
-    assert pool is not None
-    return pool
+        return await open_pool(url, timeout)
+    except DatabaseUrlInvalid as exc:
+        raise BadInput(str(exc)) from None
+    except DatabaseUnreachable as exc:
+        raise Unavailable(str(exc)) from None
 
 
 def print_backfill_progress(done: BackfillProgress) -> None:
@@ -139,7 +134,7 @@ def print_backfill_progress(done: BackfillProgress) -> None:
 class DatabaseBackend:
     """Straight to PostgreSQL, through the same service the API uses."""
 
-    def __init__(self, pool: asyncpg.Pool, actor: Actor) -> None:
+    def __init__(self, pool: Pool, actor: Actor) -> None:
         self.pool = pool
         self.service = OperatorService(pool)
         self.actor = actor
