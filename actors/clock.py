@@ -12,12 +12,12 @@ exports it (``claimd_clock_skew_seconds``) and warns when it is large.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from actors.flow import wait_for_stop
 from actors.observability import CLOCK_SKEW, get_logger
 from actors.ports import Clock
 
@@ -91,5 +91,4 @@ class DatabaseClock:
         """Measure every ``interval`` (for replicas with no materializer reading it)."""
         while not stop.is_set():
             await self.read()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval.total_seconds())
+            await wait_for_stop(stop, interval.total_seconds())

@@ -14,11 +14,11 @@ future, and where a new job starts, are the same as on every other replica.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from datetime import timedelta
 
 from actors.domain import Job, Plan, job_from_definition, plan_materialization
+from actors.flow import wait_for_stop
 from actors.observability import RUNS_MATERIALIZED, RUNS_MISSED, get_logger
 from actors.ports import DatabaseTime, JobState, RunStore
 
@@ -96,5 +96,4 @@ class Materializer:
     async def run(self) -> None:
         while not self.stop.is_set():
             await self.tick()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), self.interval.total_seconds())
+            await wait_for_stop(self.stop, self.interval.total_seconds())

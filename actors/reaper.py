@@ -8,10 +8,10 @@ heartbeats keep a live run's lease fresh.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from datetime import timedelta
 
+from actors.flow import wait_for_stop
 from actors.observability import RUNS_FAILED_FINALLY, RUNS_PRUNED, RUNS_REAPED, get_logger
 from actors.ports import RunStore
 
@@ -72,5 +72,4 @@ class Reaper:
             if time.monotonic() - self._last_prune >= PRUNE_EVERY:
                 self._last_prune = time.monotonic()
                 await self.prune_once()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), self.interval.total_seconds())
+            await wait_for_stop(self.stop, self.interval.total_seconds())
