@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
-from actors.adapters.postgres import _count_instants
 from actors.domain import CronSchedule, IntervalSchedule
+from actors.domain.backfill import count_instants as _count_instants
 
 
 def test_an_interval_is_counted_exactly_by_arithmetic_as_walking_it_would() -> None:

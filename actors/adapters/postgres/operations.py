@@ -1,0 +1,81 @@
+"""Operator actions on jobs and runs: pause, resume, trigger, backfill's inserts, cancel."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+import asyncpg
+
+from actors.adapters.postgres.run_store import PostgresRunStore
+from actors.adapters.postgres.statements import CANCEL_RUN, INSERT_RUNS_AT, JOB_BY_NAME, SET_PAUSED
+from actors.domain import schedule_from_definition
+from actors.domain.backfill import (
+    BACKFILL_CHUNK,
+    BACKFILL_MAX_RUNS,
+    BackfillProgress,
+    plan_backfill,
+)
+
+
+class UnknownJob(LookupError):
+    """An operator action named a job the config file never declared."""
+
+
+# A backfill writes its rows in statements of this many instants: a long range
+# is many short statements (bounded memory, no lock held for minutes), and one
+
+
+class Operations:
+    """What an operator can do to jobs and runs. Nothing here can define a command."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    async def _job(self, name: str) -> asyncpg.Record:
+        row = await self._pool.fetchrow(JOB_BY_NAME, name)
+        if row is None or not row["enabled"]:
+            raise UnknownJob(f"no enabled job named {name!r}")
+        return row
+
+    async def pause(self, job: str) -> None:
+        if await self._pool.fetchval(SET_PAUSED, job, True) is None:
+            raise UnknownJob(f"no enabled job named {job!r}")
+
+    async def resume(self, job: str) -> None:
+        if await self._pool.fetchval(SET_PAUSED, job, False) is None:
+            raise UnknownJob(f"no enabled job named {job!r}")
+
+    async def trigger(self, job: str, at: datetime) -> str | None:
+        """A run of ``job`` for instant ``at``, due now; None if that instant has a row."""
+        row = await self._job(job)
+        ids = await self._pool.fetch(INSERT_RUNS_AT, row["id"], [at], "manual")
+        return ids[0]["id"] if ids else None
+
+    async def backfill(self, job: str, start: datetime, end: datetime, *,
+                       max_runs: int = BACKFILL_MAX_RUNS, chunk: int = BACKFILL_CHUNK,
+                       progress: Callable[[BackfillProgress], None] | None = None,
+                       ) -> BackfillProgress:
+        """One run per instant of the schedule in ``[start, end]`` that has no row yet.
+
+        The whole range, however long, in statements of ``chunk`` instants each
+        (``progress`` is told after each one); or BackfillTooLarge, before
+        anything is written, when the range holds more than ``max_runs`` instants.
+        """
+        row = await self._job(job)
+        schedule = schedule_from_definition(json.loads(row["definition"])["schedule"])
+        plan = plan_backfill(job, schedule, start, end, max_runs)
+        done = plan.nothing_done()
+        for batch in plan.chunks(chunk):
+            inserted = await self._pool.fetch(INSERT_RUNS_AT, row["id"], batch, "backfill")
+            done = done.after_chunk(batch, len(inserted))
+            if progress is not None:
+                progress(done)
+        return done
+
+    async def cancel(self, run_id: str, reason: str = "cancelled by operator") -> bool:
+        return await self._pool.fetchval(CANCEL_RUN, run_id, reason) is not None
+
+    async def prune(self, older_than: timedelta, batch: int = 1000) -> int:
+        return await PostgresRunStore(self._pool).prune_history(older_than, batch)

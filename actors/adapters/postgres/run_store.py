@@ -1,0 +1,324 @@
+"""The run store: claims, starts, heartbeats, completions, releases and the reaper's pass.
+
+Every state change is one guarded UPDATE whose returned rows say whether it
+happened. Time comes from the database (``now()``), so replicas with skewed
+clocks still agree on leases and due times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Collection, Sequence
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+
+from actors.adapters.postgres.catalog import PostgresJobCatalog
+from actors.adapters.postgres.errors import (
+    POSTGRES_HEALTH,
+    is_outage,
+    rejections,
+    store_methods_report_outages,
+)
+from actors.adapters.postgres.migrations import migrate
+from actors.adapters.postgres.pool import connect_pool, init_connection
+from actors.adapters.postgres.statements import (
+    CANCEL_ORPHANED_RUNS,
+    CLAIM_DUE_RUNS,
+    CLAIM_EXCLUSIVE_RUNS,
+    CLUSTER_JOB_FIGURES,
+    CLUSTER_LEASE_FIGURES,
+    COMPLETE_RUNS,
+    COMPLETE_RUNS_UNFENCED,
+    COUNT_CLAIMED,
+    EXTEND_LEASES,
+    INTERRUPT_RUNS,
+    PRUNE_HISTORY,
+    REAP_EXPIRED_LEASES,
+    RELEASE_UNPUBLISHED,
+    RUN_STATES,
+    SKIP_UNRUNNABLE,
+    START_RUNS,
+)
+from actors.domain import (
+    DEFAULT_TIMEOUTS,
+    ClaimedRun,
+    ExecutionResult,
+    Outcome,
+    RetryPolicy,
+    RunState,
+    TimeoutBudget,
+    executor_from_dict,
+)
+from actors.observability import RUNS_SKIPPED, get_logger
+from actors.ports import (
+    ClusterReading,
+    Completion,
+    DispatchMessage,
+    JobReading,
+    NotStarted,
+    StartedRun,
+)
+
+log = get_logger("postgres")
+
+
+@store_methods_report_outages
+class PostgresRunStore(PostgresJobCatalog):
+    """RunStore on PostgreSQL through an asyncpg pool."""
+
+    def __init__(self, pool: asyncpg.Pool,
+                 close_timeout: timedelta = DEFAULT_TIMEOUTS.close_timeout) -> None:
+        super().__init__(pool)
+        self._close_timeout = close_timeout
+
+    @classmethod
+    async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10,
+                      timeouts: TimeoutBudget = DEFAULT_TIMEOUTS) -> PostgresRunStore:
+        """A pool whose every call has a deadline from ``timeouts`` (see connect_pool)."""
+        pool = await connect_pool(dsn, timeouts, min_size=min_size, max_size=max_size,
+                                  init=init_connection)
+        POSTGRES_HEALTH.reached()
+        return cls(pool, timeouts.close_timeout)
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        return self._pool
+
+    async def close(self) -> None:
+        """Close the pool, waiting at most the close timeout; then terminate what is left.
+
+        Pool.close() waits for every connection to be released and for the server
+        to acknowledge each close: on a silent connection that is forever.
+        """
+        try:
+            await asyncio.wait_for(self._pool.close(), self._close_timeout.total_seconds())
+        except (TimeoutError, OSError, asyncpg.PostgresError,
+                asyncpg.exceptions.InterfaceError) as exc:
+            log.warning("database pool did not close in time; terminated",
+                        waited_s=self._close_timeout.total_seconds(), error=repr(exc))
+            self._pool.terminate()
+
+    async def migrate(self) -> list[str]:
+        async with self._pool.acquire() as conn:
+            return await migrate(conn)
+
+    async def ping(self) -> None:
+        await self._pool.fetchval("SELECT 1")
+
+    async def skip_unrunnable(self, limit: int) -> list[tuple[str, str]]:
+        """Record as skipped the due runs that policies say must not run."""
+        rows = await self._pool.fetch(SKIP_UNRUNNABLE, limit)
+        return [(r["id"], r["reason"]) for r in rows]
+
+    async def claim_due_runs(self, owner: str, limit: int, lease: timedelta,
+                             max_claimed: int) -> list[ClaimedRun]:
+        # No lock around the claim: replicas race, and SKIP LOCKED keeps their
+        # batches disjoint. The in-flight bound is counted just before, so R
+        # replicas claiming at the same instant can overshoot it by at most
+        # (R - 1) x limit; it bounds queue wait, it is not a quota.
+        # (A cluster-wide lock would make it exact, and would let one paused
+        # replica holding it stop every claim.)
+        room = min(limit, max(0, max_claimed - await self._pool.fetchval(COUNT_CLAIMED)))
+        claimed = _claimed_or_skipped(
+            await self._pool.fetch(CLAIM_DUE_RUNS, owner, room, lease) if room else [])
+        try:
+            claimed += _claimed_or_skipped(
+                await self._pool.fetch(CLAIM_EXCLUSIVE_RUNS, owner, limit, lease))
+        except asyncpg.UniqueViolationError:
+            # Another replica claimed a run of the same exclusive job first; the
+            # index refused ours and this statement claimed nothing this time.
+            pass
+        except Exception as exc:
+            # Errors by kind: a bug in this statement reaches the supervisor
+            # (passing it over with a warning would starve every forbid/queue
+            # job for as long as other jobs have due runs); the first
+            # statement's claims then wait out their lease, and the reaper
+            # returns them. An outage is the one thing waited out here: the
+            # first statement's claims are committed, so hand them on now.
+            if not claimed or not is_outage(exc):
+                raise
+            log.warning("exclusive claim failed (database unavailable); passing on the "
+                        "other claims", error=repr(exc))
+        return claimed
+
+    async def release_unpublished(self, owner: str, runs: Sequence[ClaimedRun]) -> int:
+        rows = await self._pool.fetch(RELEASE_UNPUBLISHED, owner, [r.run_id for r in runs],
+                                      [r.epoch for r in runs])
+        return len(rows)
+
+    async def start_runs(self, worker: str, messages: Sequence[DispatchMessage],
+                         lease: timedelta, *, retake: Collection[tuple[str, int]] = (),
+                         ) -> tuple[list[StartedRun], list[NotStarted]]:
+        if not messages:
+            return [], []
+        ids = [m.run_id for m in messages]
+        rows = await self._pool.fetch(START_RUNS, ids, [m.epoch for m in messages],
+                                      worker, lease,
+                                      [(m.run_id, m.epoch) in retake for m in messages])
+        started: list[StartedRun] = []
+        refused: list[NotStarted] = []
+        for row in rows:
+            if row["skipped"] is not None:
+                # Judged again at the start and found unrunnable (it waited in
+                # the stream past its deadline, or was superseded): recorded
+                # skipped; the delivery changed nothing.
+                _record_skip(row["id"], row["name"], row["skipped"], "start")
+                refused.append(NotStarted(row["id"], row["claim_epoch"], "skipped",
+                                          RunState.SKIPPED))
+                continue
+            try:
+                started.append(_started_run(row))
+            except (KeyError, ValueError, TypeError) as exc:
+                # A definition this build cannot read (written by a newer one?):
+                # fail this attempt on the record, retry it if attempts remain,
+                # and let the rest of the batch run.
+                await self._fail_unreadable(row, worker, exc)
+                refused.append(NotStarted(row["id"], row["claim_epoch"], "unreadable",
+                                          RunState.RUNNING))
+        got = {(s.run_id, s.epoch) for s in started} | {(u.run_id, u.epoch) for u in refused}
+        missing = [m for m in messages if (m.run_id, m.epoch) not in got]
+        if not missing:
+            return started, refused
+        states = {r["id"]: r for r in await self._pool.fetch(
+            RUN_STATES, [m.run_id for m in missing])}
+        not_started = []
+        for m in missing:
+            row = states.get(m.run_id)
+            if row is None:
+                not_started.append(NotStarted(m.run_id, m.epoch, "unknown", None))
+                continue
+            state = RunState(row["state"])
+            if state.terminal:
+                reason = "terminal"
+            elif row["claim_epoch"] != m.epoch:
+                reason = "stale"
+            elif state is RunState.RUNNING:
+                reason = "owned"
+            else:
+                reason = "stale"
+            not_started.append(NotStarted(m.run_id, m.epoch, reason, state))
+        return started, refused + not_started
+
+    async def _fail_unreadable(self, row: asyncpg.Record, worker: str,
+                               exc: Exception) -> None:
+        retry = timedelta(seconds=5) if row["attempt"] < row["max_attempts"] else None
+        error = f"stored job definition unreadable by this worker: {exc!r}"[:1000]
+        log.error("job definition unreadable; attempt failed", run_id=row["id"],
+                  job=row["name"], error=error)
+        await self.complete_runs([Completion(
+            row["id"], row["claim_epoch"], ExecutionResult(Outcome.FAILED, error=error),
+            retry, worker)])
+
+    async def interrupt_runs(self, worker: str, runs: Sequence[tuple[str, int]]) -> int:
+        """Hand runs this worker could not finish back to pending (clean shutdown)."""
+        if not runs:
+            return 0
+        rows = await self._pool.fetch(INTERRUPT_RUNS, worker, [r for r, _ in runs],
+                                      [e for _, e in runs])
+        return len(rows)
+
+    async def extend_leases(self, worker: str, runs: Sequence[tuple[str, int]],
+                            lease: timedelta) -> set[tuple[str, int]]:
+        if not runs:
+            return set()
+        rows = await self._pool.fetch(EXTEND_LEASES, worker, [r for r, _ in runs],
+                                      [e for _, e in runs], lease)
+        return {(r["id"], r["claim_epoch"]) for r in rows}
+
+    async def complete_runs(self, completions: Sequence[Completion]) -> set[tuple[str, int]]:
+        if not completions:
+            return set()
+        with rejections():
+            rows = await self._pool.fetch(
+                COMPLETE_RUNS_UNFENCED if os.environ.get("CLAIMD_FAULT_SKIP_EPOCH_GUARD") == "1"
+                else COMPLETE_RUNS,
+                [c.run_id for c in completions],
+                [c.epoch for c in completions],
+                [c.result.outcome.value for c in completions],
+                [c.result.exit_code for c in completions],
+                [_pg_text(c.result.error) for c in completions],
+                [_pg_text(c.result.output_tail) for c in completions],
+                [None if c.retry_delay is None else c.retry_delay.total_seconds()
+                 for c in completions],
+                [c.worker for c in completions],
+            )
+        return {(r["run_id"], r["claim_epoch"]) for r in rows}
+
+    async def cancel_orphaned_runs(self) -> int:
+        """Cancel pending runs of jobs no longer in the config."""
+        return len(await self._pool.fetch(CANCEL_ORPHANED_RUNS))
+
+    async def prune_history(self, older_than: timedelta, batch: int) -> int:
+        """Delete up to ``batch`` terminal runs finished before ``now - older_than``."""
+        status = await self._pool.execute(PRUNE_HISTORY, older_than, batch)
+        return int(status.split()[-1])
+
+    async def reap_expired_leases(self, limit: int) -> list[tuple[str, str, str]]:
+        rows = await self._pool.fetch(REAP_EXPIRED_LEASES, limit)
+        return [(r["id"], r["name"], f"{r['from_state']}->{r['to_state']}") for r in rows]
+
+    async def cluster_figures(self, timeout: float) -> ClusterReading:
+        """The cluster-wide figures /metrics reports (every replica reads the same)."""
+        async with self._pool.acquire(timeout=timeout) as conn:
+            jobs = await conn.fetch(CLUSTER_JOB_FIGURES, timeout=timeout)
+            leases = await conn.fetchrow(CLUSTER_LEASE_FIGURES, timeout=timeout)
+        assert leases is not None
+        return ClusterReading(
+            jobs=tuple(JobReading(
+                name=r["name"], paused=r["paused"], fingerprint=r["fingerprint"],
+                definition=r["definition"], last_success=r["last_success"],
+                last_failure=r["last_failure"], overdue=r["overdue"],
+                overdue_oldest_age=r["overdue_oldest_age"],
+                materialized_behind=r["materialized_behind"]) for r in jobs),
+            claimed=leases["claimed"], running=leases["running"],
+            past_lease=leases["past_lease"])
+
+
+
+def _record_skip(run_id: str, job: str, reason: str, where: str) -> None:
+    RUNS_SKIPPED.inc()
+    log.info("run skipped", run_id=run_id, job=job, reason=reason, judged_at=where)
+
+
+def _claimed_or_skipped(rows: Sequence[asyncpg.Record]) -> list[ClaimedRun]:
+    """The runs a claim statement claimed; those it recorded skipped are logged and counted."""
+    claimed = []
+    for r in rows:
+        if r["skip"] is not None:
+            _record_skip(r["id"], r["name"], r["skip"], "claim")
+            continue
+        claimed.append(ClaimedRun(run_id=r["id"], job=r["name"], scheduled_at=r["scheduled_at"],
+                                  attempt=r["attempt"], epoch=r["claim_epoch"]))
+    return claimed
+
+
+def _pg_text(value: str | None) -> str | None:
+    # PostgreSQL text cannot hold NUL, and UTF-8 cannot hold a lone surrogate
+    # (a Python exception message may): either would make the database refuse
+    # the completion on every retry.
+    if value is None:
+        return None
+    return value.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+
+
+def _started_run(row: asyncpg.Record) -> StartedRun:
+    definition: dict[str, Any] = json.loads(row["definition"])
+    retry = definition.get("retry", {})
+    policy = RetryPolicy(
+        initial=timedelta(milliseconds=retry.get("initial_ms", 1000)),
+        maximum=timedelta(milliseconds=retry.get("maximum_ms", 300_000)),
+        multiplier=float(retry.get("multiplier", 2.0)),
+    )
+    return StartedRun(
+        run_id=row["id"], epoch=row["claim_epoch"], job=row["name"],
+        scheduled_at=row["scheduled_at"], attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        executor=executor_from_dict(definition["executor"]),
+        timeout=timedelta(milliseconds=definition.get("timeout_ms", 3_600_000)),
+        retry_delay=policy.delay(row["attempt"], row["id"]),
+        trigger=row["trigger"], due_at=row["due_at"],
+    )

@@ -1,0 +1,104 @@
+"""Every statement claimd runs, as named, parameterised constants, by area.
+
+The comment above each statement says why it is written that way; keep them
+together. Never build SQL from input: the only splicing is of constants.
+"""
+
+# --- row locks: one order ------------------------------------------------------
+#
+# Every statement below that changes several job_runs rows either locks them
+# with SKIP LOCKED (the claims, the skip pass, the reaper, pruning) or locks
+# them first in one order, by id, in a MATERIALIZED CTE
+# (`SELECT ... ORDER BY id FOR NO KEY UPDATE`) that the UPDATE then joins.
+# Without that, each UPDATE locks rows in whatever order its plan visits them
+# (the order of the id array, or of the table): the heartbeat (in-flight
+# order) and the completion batch (finish order) of one worker then lock the
+# same rows in opposite orders, PostgreSQL finds the cycle after
+# deadlock_timeout and aborts one of them, and the completion pipeline stalls.
+# With one order, two statements that share rows can only wait, never cycle.
+# SKIP LOCKED never waits for a row lock, so a statement using it cannot be
+# part of a cycle whatever its order (the claims keep ORDER BY due_at, the
+# reaper ORDER BY lease_expires_at: oldest first).
+#
+# The lock CTE names the rows by id only; the guards (state, epoch, owner)
+# stay in the UPDATE's WHERE, which READ COMMITTED re-evaluates on the latest
+# row version, the one the CTE locked. (A guard in the CTE too would make the
+# planner estimate its size from stale state statistics, often one row, and
+# then pick a nested loop over the whole leased set for the UPDATE.) The
+# UPDATE must join the CTE: a row it changes is then always one the CTE
+# locked first, in order.
+
+
+from actors.adapters.postgres.statements.claim import (
+    CANCEL_ORPHANED_RUNS,
+    CLAIM_DUE_RUNS,
+    CLAIM_EXCLUSIVE_RUNS,
+    COUNT_CLAIMED,
+    RELEASE_UNPUBLISHED,
+    SKIP_UNRUNNABLE,
+)
+from actors.adapters.postgres.statements.jobs import (
+    ACTIVE_JOBS,
+    DATABASE_NOW,
+    DISABLE_REMOVED_JOBS,
+    LOCK_JOBS_FOR_SYNC,
+    REMOVED_JOBS,
+    UPSERT_JOB,
+    WITHDRAW_FUTURE_RUNS,
+)
+from actors.adapters.postgres.statements.materialize import (
+    ADVANCE_HIGH_WATER,
+    INSERT_PLANNED_RUNS,
+)
+from actors.adapters.postgres.statements.metrics import (
+    CLUSTER_JOB_FIGURES,
+    CLUSTER_LEASE_FIGURES,
+)
+from actors.adapters.postgres.statements.operator import (
+    CANCEL_RUN,
+    INSERT_RUNS_AT,
+    JOB_BY_NAME,
+    PRUNE_HISTORY,
+    SET_PAUSED,
+)
+from actors.adapters.postgres.statements.reaper import REAP_EXPIRED_LEASES
+from actors.adapters.postgres.statements.worker import (
+    COMPLETE_RUNS,
+    COMPLETE_RUNS_UNFENCED,
+    EXTEND_LEASES,
+    INTERRUPT_RUNS,
+    RUN_STATES,
+    START_RUNS,
+)
+
+__all__ = [
+    "ACTIVE_JOBS",
+    "ADVANCE_HIGH_WATER",
+    "CANCEL_ORPHANED_RUNS",
+    "CANCEL_RUN",
+    "CLAIM_DUE_RUNS",
+    "CLAIM_EXCLUSIVE_RUNS",
+    "CLUSTER_JOB_FIGURES",
+    "CLUSTER_LEASE_FIGURES",
+    "COMPLETE_RUNS",
+    "COMPLETE_RUNS_UNFENCED",
+    "COUNT_CLAIMED",
+    "DATABASE_NOW",
+    "DISABLE_REMOVED_JOBS",
+    "EXTEND_LEASES",
+    "INSERT_PLANNED_RUNS",
+    "INSERT_RUNS_AT",
+    "INTERRUPT_RUNS",
+    "JOB_BY_NAME",
+    "LOCK_JOBS_FOR_SYNC",
+    "PRUNE_HISTORY",
+    "REAP_EXPIRED_LEASES",
+    "RELEASE_UNPUBLISHED",
+    "REMOVED_JOBS",
+    "RUN_STATES",
+    "SET_PAUSED",
+    "SKIP_UNRUNNABLE",
+    "START_RUNS",
+    "UPSERT_JOB",
+    "WITHDRAW_FUTURE_RUNS",
+]

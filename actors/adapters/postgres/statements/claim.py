@@ -1,0 +1,224 @@
+"""Claiming due runs, skipping those that must not run, releasing unpublished claims."""
+
+# Claimed but not yet started, all replicas together: the in-flight bound.
+# Counted in its own statement so that the claim's LIMIT is a plain number the
+# planner can see (a computed LIMIT made it plan for the whole table).
+COUNT_CLAIMED = "SELECT count(*) FROM job_runs WHERE state = 'claimed'"
+
+# Why a due run `r` of job `j` must not run, or NULL when it may: the one
+# definition of the start deadline and the `latest` supersede rule, judged in
+# the claim, at the start and in the skip pass, always on the row as locked.
+#
+# - A first attempt of a scheduled run not started by scheduled_at +
+#   start_deadline. A retry is the same instant trying again; a trigger or a
+#   backfill is an operator asking for a (past) instant to run now.
+# - With catchup = latest, a scheduled run once a newer scheduled instant of
+#   the job is due (pending and due, or already claimed, running or
+#   finished): only the newest instant matters. Counting the newer runs that
+#   have moved on, not only the pending ones, is what makes it hold when a
+#   replica claimed the newer one a moment before this judgement.
+#
+# Both read only the row, its job and (for `latest`) one index range of the
+# job's instants between this one and now: the cost follows the candidates
+# judged, not the backlog. A constant spliced into the statements below,
+# never input.
+MUST_NOT_RUN = """CASE
+    WHEN r.trigger = 'schedule' AND r.attempt = 1
+         AND r.scheduled_at < now() - j.start_deadline
+    THEN 'missed its starting deadline'
+    WHEN j.catchup = 'latest' AND r.trigger = 'schedule' AND EXISTS (
+         SELECT 1 FROM job_runs n
+          WHERE n.job_id = r.job_id AND n.trigger = 'schedule'
+            AND n.scheduled_at > r.scheduled_at AND n.scheduled_at <= now()
+            AND (n.state IN ('claimed', 'running', 'succeeded', 'failed')
+                 OR (n.state = 'pending' AND n.due_at <= now())))
+    THEN 'superseded by a later instant (catchup = latest)'
+END"""
+
+# What both claims do with the batch they locked: claim the runs that may
+# run; record the others skipped, with the reason, in the same statement (so
+# a run whose deadline passed after the skip pass is never claimed, and is
+# not left to be judged again by every claim). A skipped run keeps its epoch:
+# it was never claimed. One UPDATE with CASEs rather than one per outcome:
+# the planner cannot estimate a filter on the verdict, and guessed one row.
+_CLAIM_OR_SKIP = """
+UPDATE job_runs r
+   SET state = CASE WHEN due.skip IS NULL THEN 'claimed' ELSE 'skipped' END,
+       exclusive = CASE WHEN due.skip IS NULL THEN %(exclusive)s ELSE r.exclusive END,
+       lease_owner = CASE WHEN due.skip IS NULL THEN $1::text END,
+       lease_expires_at = CASE WHEN due.skip IS NULL THEN now() + $3::interval END,
+       claim_epoch = r.claim_epoch + CASE WHEN due.skip IS NULL THEN 1 ELSE 0 END,
+       claimed_at = CASE WHEN due.skip IS NULL THEN now() END,
+       outcome = CASE WHEN due.skip IS NULL THEN r.outcome ELSE 'skipped' END,
+       error = COALESCE(due.skip, r.error),
+       finished_at = CASE WHEN due.skip IS NULL THEN r.finished_at ELSE now() END,
+       updated_at = now()
+  FROM due, jobs j
+ WHERE r.id = due.id AND j.id = r.job_id AND r.state = 'pending'
+RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch, due.skip
+"""
+
+# One statement claims a disjoint batch. ORDER BY sits inside the locking
+# select: SKIP LOCKED applies to the rows in due order, so the oldest due runs
+# go first; nothing downstream relies on the order of RETURNING. The LIMIT
+# keeps claimed-but-not-started runs under a bound, so no lease can expire
+# while its run waits in the stream. `exclusive` is cleared: a run left over
+# from when its job was forbid/queue must not count against the overlap index.
+# The scan stays on the pending index in due order; the policy verdict is
+# computed on each locked row (re-evaluated on its latest version when it
+# changed since the statement's snapshot).
+# SKIP LOCKED: the claim never waits for a row lock, so it cannot deadlock
+# with the statements that lock rows in id order.
+CLAIM_DUE_RUNS = """
+WITH due AS (
+    SELECT r.id, """ + MUST_NOT_RUN + """ AS skip
+      FROM job_runs r
+      JOIN jobs j ON j.id = r.job_id
+     WHERE r.state = 'pending' AND r.due_at <= now() AND j.enabled AND NOT j.paused
+       AND j.overlap = 'allow'
+     ORDER BY r.due_at
+       FOR UPDATE OF r SKIP LOCKED
+     LIMIT $2
+)""" + _CLAIM_OR_SKIP % {"exclusive": "false"}
+
+# Runs of forbid/queue jobs: at most one per job, and only when none of the
+# job's runs is claimed or running. The partial unique index
+# job_runs_one_active_exclusive is what makes this hold across replicas: a
+# racing replica's statement fails on it (and claims nothing) instead of
+# claiming a second run. A job's next run that must not run is recorded
+# skipped instead; the next one is claimed on the next pass.
+# SKIP LOCKED as above: the only wait this statement can have is on that
+# unique index, for another claim of a run of the same job, which then fails.
+CLAIM_EXCLUSIVE_RUNS = """
+WITH next_per_job AS (
+    SELECT n.id
+      FROM jobs j
+     CROSS JOIN LATERAL (
+           SELECT r.id FROM job_runs r
+            WHERE r.job_id = j.id AND r.state = 'pending' AND r.due_at <= now()
+            ORDER BY r.scheduled_at
+            LIMIT 1) n
+     WHERE j.enabled AND NOT j.paused AND j.overlap <> 'allow'
+       AND NOT EXISTS (SELECT 1 FROM job_runs a
+                        WHERE a.job_id = j.id AND a.state IN ('claimed', 'running'))
+),
+due AS (
+    -- Driven from the (few) candidates, not from the due backlog.
+    SELECT r.id, """ + MUST_NOT_RUN + """ AS skip
+      FROM job_runs r
+      JOIN jobs j ON j.id = r.job_id
+     WHERE r.id = ANY (ARRAY(SELECT id FROM next_per_job)) AND r.state = 'pending'
+     ORDER BY r.due_at
+       FOR UPDATE OF r SKIP LOCKED
+     LIMIT $2
+)""" + _CLAIM_OR_SKIP % {"exclusive": "true"}
+
+# Due runs that must not run are recorded skipped, with the reason, before
+# each claim: what MUST_NOT_RUN says (start deadline, catchup = latest), and,
+# with overlap = forbid, a due run while another run of the job is active.
+# The claims and the start judge the first two again, on the row as they lock
+# it; this pass records the bulk (a backlog after an outage) a bounded number
+# per job at a time, so that the claims rarely meet such a run.
+SKIP_UNRUNNABLE = """
+WITH policy AS (
+    SELECT j.id, j.overlap, j.catchup, j.start_deadline,
+           EXISTS (SELECT 1 FROM job_runs a
+                    WHERE a.job_id = j.id AND a.state IN ('claimed', 'running')) AS active
+      FROM jobs j
+     WHERE j.enabled AND NOT j.paused
+),
+-- Each branch nominates candidates from one index range per job
+-- (job_runs_pending_by_job, job_runs_job_scheduled), so the cost follows the
+-- number of jobs, not the backlog or the horizon.
+nominated AS (
+    SELECT x.id, 'overlap forbidden: an earlier run was still active' AS reason
+      FROM policy p
+     CROSS JOIN LATERAL (
+           SELECT r.id FROM job_runs r
+            WHERE r.job_id = p.id AND r.state = 'pending' AND r.scheduled_at <= now()
+              AND r.due_at <= now()
+            ORDER BY r.scheduled_at LIMIT $1) x
+     WHERE p.overlap = 'forbid' AND p.active
+    UNION ALL
+    SELECT x.id, NULL
+      FROM policy p
+     CROSS JOIN LATERAL (
+           SELECT r.id FROM job_runs r
+            WHERE r.job_id = p.id AND r.state = 'pending'
+              AND r.scheduled_at < now() - p.start_deadline
+              AND r.trigger = 'schedule' AND r.attempt = 1
+            ORDER BY r.scheduled_at LIMIT $1) x
+     WHERE p.start_deadline IS NOT NULL
+    UNION ALL
+    SELECT x.id, NULL
+      FROM policy p
+     CROSS JOIN LATERAL (
+           SELECT max(n.scheduled_at) AS newest FROM job_runs n
+            WHERE n.job_id = p.id AND n.trigger = 'schedule' AND n.scheduled_at <= now()
+              AND (n.state IN ('claimed', 'running', 'succeeded', 'failed')
+                   OR (n.state = 'pending' AND n.due_at <= now()))) m
+     CROSS JOIN LATERAL (
+           SELECT r.id FROM job_runs r
+            WHERE r.job_id = p.id AND r.state = 'pending' AND r.scheduled_at < m.newest
+              AND r.trigger = 'schedule' AND r.due_at <= now()
+            ORDER BY r.scheduled_at LIMIT $1) x
+     WHERE p.catchup = 'latest'
+),
+-- The verdict is given on the row as locked (its current version), so a run
+-- another replica claimed, or that came back as a retry, meanwhile is judged
+-- as it is now. SKIP LOCKED: a run someone else is changing is left to the
+-- next pass, and this statement never waits (nor deadlocks).
+verdict AS MATERIALIZED (
+    SELECT r.id, COALESCE(""" + MUST_NOT_RUN + """, c.reason) AS reason
+      FROM (SELECT DISTINCT ON (id) id, reason FROM nominated
+             ORDER BY id, reason NULLS LAST LIMIT $1) c
+      JOIN job_runs r ON r.id = c.id
+      JOIN jobs j ON j.id = r.job_id
+     WHERE r.state = 'pending'
+     ORDER BY r.id
+       FOR NO KEY UPDATE OF r SKIP LOCKED
+)
+UPDATE job_runs r
+   SET state = 'skipped', outcome = 'skipped', error = v.reason, finished_at = now(),
+       updated_at = now()
+  FROM verdict v
+ WHERE r.id = v.id AND v.reason IS NOT NULL AND r.state = 'pending'
+RETURNING r.id::text, v.reason
+"""  # noqa: S608 - spliced from a constant, never from input
+
+# Runs of a job removed from the config that came back to pending after the
+# removal (a retry, a reaped lease, a released publish) would wait forever:
+# nothing claims runs of a disabled job. They are cancelled like the others.
+CANCEL_ORPHANED_RUNS = """
+WITH orphaned AS MATERIALIZED (
+    SELECT r.id FROM job_runs r
+      JOIN jobs j ON j.id = r.job_id
+     WHERE NOT j.enabled AND r.state = 'pending'
+     ORDER BY r.id
+       FOR NO KEY UPDATE OF r
+)
+UPDATE job_runs r
+   SET state = 'cancelled', outcome = 'cancelled', error = 'job removed from config',
+       finished_at = now(), updated_at = now()
+  FROM orphaned o
+ WHERE r.id = o.id AND r.state = 'pending'
+RETURNING r.id::text
+"""
+
+# Guarded by owner and epoch: only the runs this replica claimed under that
+# epoch, and still only claimed, go back to pending.
+RELEASE_UNPUBLISHED = """
+WITH u AS (SELECT * FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)),
+locked AS MATERIALIZED (
+    SELECT r.id FROM job_runs r
+     WHERE r.id = ANY ($2::uuid[])
+     ORDER BY r.id
+       FOR NO KEY UPDATE
+)
+UPDATE job_runs r
+   SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, claimed_at = NULL,
+       updated_at = now()
+  FROM u JOIN locked l ON l.id = u.id
+ WHERE r.id = u.id AND r.claim_epoch = u.epoch AND r.lease_owner = $1 AND r.state = 'claimed'
+RETURNING r.id
+"""

@@ -1,0 +1,76 @@
+"""The job catalog: syncing the config's jobs into ``jobs``; reading the active ones."""
+
+UPSERT_JOB = """
+INSERT INTO jobs (name, definition, fingerprint, enabled, max_attempts, overlap, catchup,
+                  start_deadline)
+VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (name) DO UPDATE
+   SET definition = EXCLUDED.definition,
+       fingerprint = EXCLUDED.fingerprint,
+       enabled = EXCLUDED.enabled,
+       max_attempts = EXCLUDED.max_attempts,
+       overlap = EXCLUDED.overlap,
+       catchup = EXCLUDED.catchup,
+       start_deadline = EXCLUDED.start_deadline,
+       updated_at = now()
+ WHERE jobs.fingerprint IS DISTINCT FROM EXCLUDED.fingerprint
+    OR jobs.enabled IS DISTINCT FROM EXCLUDED.enabled
+RETURNING id, (xmax = 0) AS inserted,
+          (SELECT j.definition -> 'schedule' FROM jobs j WHERE j.name = $1) AS old_schedule
+"""
+# A reload changes many job rows in one transaction (the upserts, the
+# disabling of removed jobs): it locks every row it may change first, in id
+# order, as the materializer's high-water update does. Upserting in the
+# config's order instead locked them in that order: two replicas whose files
+# list the jobs differently (a rolling deploy), or a reload beside a
+# materializer, deadlocked. Jobs new to the table are then inserted in name
+# order, so two reloads adding the same jobs wait on each other's inserts in
+# one order too.
+LOCK_JOBS_FOR_SYNC = """
+SELECT id FROM jobs WHERE enabled OR name = ANY ($1::text[]) ORDER BY id FOR NO KEY UPDATE
+"""
+# A changed schedule: future pending runs of the old schedule are withdrawn and
+# the materializer starts again from now (where the audit starts judging it).
+WITHDRAW_FUTURE_RUNS = """
+WITH doomed AS MATERIALIZED (
+    SELECT id FROM job_runs
+     WHERE job_id = $1 AND state = 'pending' AND trigger = 'schedule' AND scheduled_at > now()
+     ORDER BY id
+       FOR UPDATE
+),
+gone AS (
+    DELETE FROM job_runs r USING doomed d
+     WHERE r.id = d.id AND r.state = 'pending' AND r.trigger = 'schedule'
+       AND r.scheduled_at > now()
+    RETURNING 1
+)
+UPDATE jobs SET materialized_until = now(), planned_since = now() WHERE id = $1
+RETURNING (SELECT count(*) FROM gone) AS withdrawn
+"""
+# A job removed from the config file is disabled, its history kept and its
+# future pending runs cancelled.
+DISABLE_REMOVED_JOBS = """
+WITH off AS (
+    UPDATE jobs SET enabled = false, updated_at = now()
+     WHERE enabled AND NOT (name = ANY($1::text[]))
+    RETURNING id
+),
+doomed AS MATERIALIZED (
+    SELECT r.id FROM job_runs r
+     WHERE r.job_id IN (SELECT id FROM off) AND r.state = 'pending'
+     ORDER BY r.id
+       FOR NO KEY UPDATE
+)
+UPDATE job_runs r SET state = 'cancelled', outcome = 'cancelled', error = 'job removed from config',
+       finished_at = now(), updated_at = now()
+  FROM doomed d WHERE r.id = d.id AND r.state = 'pending'
+RETURNING r.id
+"""
+# The enabled jobs a sync will disable: gone from the config (and not kept).
+REMOVED_JOBS = "SELECT name FROM jobs WHERE enabled AND NOT (name = ANY($1::text[]))"
+ACTIVE_JOBS = """
+SELECT id, name, materialized_until, paused, fingerprint, definition, created_at
+  FROM jobs WHERE enabled
+"""
+# The one clock: every replica plans on the database's now(), never its own.
+DATABASE_NOW = "SELECT now()"

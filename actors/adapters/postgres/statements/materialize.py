@@ -1,0 +1,40 @@
+"""Writing planned runs: idempotent inserts behind a fenced high-water mark."""
+
+# Idempotent by the unique constraint: any number of replicas may materialize
+# the same instants; the second insert of (job, instant) changes nothing.
+#
+# A plan is written only while the job's definition is the one it was made
+# from. The guarded UPDATE of the high-water mark runs first, in the same
+# transaction, and row-locks each job whose fingerprint still matches; the
+# insert then writes only for those jobs. A reload's UPSERT of the same job row
+# waits for that lock, so its withdrawal of future runs sees (and deletes) the
+# rows written here; a plan from a superseded definition writes nothing.
+#
+# A plan is also written only while it is fresh on the database's clock ($4:
+# the now() it was planned at plus its on-time tolerance). A plan that waited
+# longer (a stalled replica) would keep as "late" instants that every fresh
+# plan counts as missed; it writes nothing, and the next tick plans again.
+#
+# The job rows are locked in id order first, as every statement that changes
+# several job rows does (see "row locks" above, and LOCK_JOBS_FOR_SYNC): the
+# UPDATE alone locks them in whatever order its plan visits them, so two
+# replicas (or a reload) listing the jobs in different orders could deadlock.
+ADVANCE_HIGH_WATER = """
+WITH locked AS MATERIALIZED (
+    SELECT id FROM jobs WHERE id = ANY ($1::bigint[]) ORDER BY id FOR NO KEY UPDATE
+)
+UPDATE jobs j SET materialized_until = GREATEST(COALESCE(j.materialized_until, u.until), u.until)
+  FROM unnest($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, until, fingerprint)
+  JOIN locked l ON l.id = u.id
+ WHERE j.id = u.id AND j.fingerprint = u.fingerprint AND j.enabled
+   AND ($4::timestamptz IS NULL OR now() <= $4::timestamptz)
+RETURNING j.id
+"""
+INSERT_PLANNED_RUNS = """
+INSERT INTO job_runs (job_id, scheduled_at, due_at)
+SELECT u.job_id, u.scheduled_at, u.due_at
+  FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[])
+       AS u(job_id, scheduled_at, due_at)
+ WHERE u.job_id = ANY ($4::bigint[])
+ON CONFLICT ON CONSTRAINT job_runs_one_row_per_instant DO NOTHING
+"""

@@ -1,0 +1,34 @@
+"""Operator actions: pause, trigger, backfill's inserts, cancel, pruning."""
+
+SET_PAUSED = """
+UPDATE jobs SET paused = $2, updated_at = now() WHERE name = $1 AND enabled RETURNING id
+"""
+JOB_BY_NAME = "SELECT id, definition, enabled FROM jobs WHERE name = $1"
+# An ad-hoc or backfilled run is still one row per (job, instant): a repeated
+# trigger for the same instant, or a second backfill, inserts nothing.
+INSERT_RUNS_AT = """
+INSERT INTO job_runs (job_id, scheduled_at, due_at, trigger)
+SELECT $1, t, now(), $3 FROM unnest($2::timestamptz[]) AS t
+ON CONFLICT ON CONSTRAINT job_runs_one_row_per_instant DO NOTHING
+RETURNING id::text
+"""
+# Cancelling a running run takes its lease away: the worker's next heartbeat
+# is refused, it cancels the execution, and its completion is fenced.
+CANCEL_RUN = """
+UPDATE job_runs SET state = 'cancelled', outcome = 'cancelled', error = $2,
+       finished_at = now(), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+ WHERE id = $1::uuid AND state IN ('pending', 'claimed', 'running')
+RETURNING id::text
+"""
+# Retention: terminal history older than the cut-off, a small batch at a time
+# so that pruning never holds many locks or a long transaction. SKIP LOCKED:
+# replicas pruning at once take disjoint batches and never wait on each other.
+PRUNE_HISTORY = """
+DELETE FROM job_runs WHERE id IN (
+    SELECT id FROM job_runs
+     WHERE finished_at < now() - $1::interval
+       AND state IN ('succeeded', 'failed', 'skipped', 'cancelled')
+     ORDER BY finished_at
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED)
+"""

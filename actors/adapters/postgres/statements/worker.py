@@ -1,0 +1,147 @@
+"""The worker's statements: start, heartbeat, complete, interrupt."""
+
+from actors.adapters.postgres.statements.claim import MUST_NOT_RUN
+
+# A run already running under this worker and epoch is taken up again only
+# when the worker says so ($5, `retake`): the start committed but its reply
+# never reached the worker (the connection dropped), so the worker knows it
+# never began that execution, and the message came back. Without that word
+# the row is left alone (the worker is told "owned"): the worker may have run
+# the attempt already (its actor crashed mid-execution and the supervisor
+# restarted it with the same id; its completion could not be recorded), and
+# starting it again would be a second execution under the same fencing token.
+# The lease recovers such a run, and the next claim hands it a new token.
+#
+# A claimed run is judged again here, on the row as locked: one that waited
+# in the stream past its starting deadline, or that a newer instant
+# superseded meanwhile, is recorded skipped instead of started (returned with
+# `skipped` set; the worker acks its message as changing nothing). A run
+# already running is not judged again: its start was decided.
+START_RUNS = """
+WITH m AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $5::boolean[])
+                 AS m(id, epoch, retake)),
+locked AS MATERIALIZED (
+    SELECT r.id, CASE WHEN r.state = 'claimed' THEN """ + MUST_NOT_RUN + """ END AS skip
+      FROM job_runs r
+      JOIN jobs j ON j.id = r.job_id
+     WHERE r.id = ANY ($1::uuid[])
+     ORDER BY r.id
+       FOR NO KEY UPDATE OF r
+),
+moved AS (
+    UPDATE job_runs r
+       SET state = CASE WHEN l.skip IS NULL THEN 'running' ELSE 'skipped' END,
+           lease_owner = CASE WHEN l.skip IS NULL THEN $3::text END,
+           lease_expires_at = CASE WHEN l.skip IS NULL THEN now() + $4::interval END,
+           started_at = CASE WHEN l.skip IS NULL AND r.state = 'claimed' THEN now()
+                             ELSE r.started_at END,
+           claimed_at = CASE WHEN l.skip IS NULL THEN r.claimed_at END,
+           outcome = CASE WHEN l.skip IS NULL THEN r.outcome ELSE 'skipped' END,
+           error = COALESCE(l.skip, r.error),
+           finished_at = CASE WHEN l.skip IS NULL THEN r.finished_at ELSE now() END,
+           updated_at = now()
+      FROM m JOIN locked l ON l.id = m.id
+     WHERE r.id = m.id AND r.claim_epoch = m.epoch
+       AND (r.state = 'claimed' OR (r.state = 'running' AND r.lease_owner = $3 AND m.retake))
+    RETURNING r.id, r.claim_epoch, r.job_id, r.scheduled_at, r.attempt, l.skip, r.trigger,
+              r.due_at
+)
+SELECT s.id::text AS id, s.claim_epoch, j.name, s.scheduled_at, s.attempt, j.max_attempts,
+       j.definition, s.skip AS skipped, s.trigger, s.due_at
+  FROM moved s JOIN jobs j ON j.id = s.job_id
+"""  # noqa: S608 - spliced from a constant, never from input
+# A clean shutdown whose grace ran out hands its unfinished runs back: pending
+# again at once, the attempt number not used up (a deploy must not turn a
+# max_attempts = 1 run into a failure), the interruption kept in the history.
+# `prior` locks the rows (in id order) and keeps the attempt and start time
+# as they were before the update.
+INTERRUPT_RUNS = """
+WITH u AS (SELECT * FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)),
+prior AS MATERIALIZED (
+    SELECT r.id, r.attempt, r.started_at FROM job_runs r
+     WHERE r.id = ANY ($2::uuid[])
+     ORDER BY r.id
+       FOR NO KEY UPDATE
+),
+back AS (
+    UPDATE job_runs r
+       SET state = 'pending', due_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+           claimed_at = NULL, started_at = NULL, updated_at = now()
+      FROM u JOIN prior ON prior.id = u.id
+     WHERE r.id = u.id AND r.claim_epoch = u.epoch AND r.state = 'running'
+       AND r.lease_owner = $1
+    RETURNING r.id, r.claim_epoch
+)
+INSERT INTO job_run_attempts (run_id, attempt, claim_epoch, worker, started_at, outcome, error)
+SELECT back.id, prior.attempt, back.claim_epoch, $1, prior.started_at, 'interrupted',
+       'the worker stopped before the run finished'
+  FROM back JOIN prior ON prior.id = back.id
+RETURNING run_id::text
+"""
+RUN_STATES = """
+SELECT id::text AS id, state, claim_epoch FROM job_runs WHERE id = ANY($1::uuid[])
+"""
+# The heartbeat: the same worker's running rows as its completions, so the
+# same lock order (see "row locks" above).
+EXTEND_LEASES = """
+WITH u AS (SELECT * FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)),
+locked AS MATERIALIZED (
+    SELECT r.id FROM job_runs r
+     WHERE r.id = ANY ($2::uuid[])
+     ORDER BY r.id
+       FOR NO KEY UPDATE
+)
+UPDATE job_runs r SET lease_expires_at = now() + $4::interval, updated_at = now()
+  FROM u JOIN locked l ON l.id = u.id
+ WHERE r.id = u.id AND r.claim_epoch = u.epoch AND r.state = 'running' AND r.lease_owner = $1
+RETURNING r.id::text, r.claim_epoch
+"""
+
+# Completions of many concurrent runs in one statement. Guarded by epoch and
+# state: a zombie whose lease was reaped (epoch moved on) records nothing.
+# `prior` locks the rows (in id order, see "row locks" above) and keeps the
+# attempt number and start time as they were, for the attempt row.
+COMPLETE_RUNS = """
+WITH c AS (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[], $5::text[],
+                         $6::text[], $7::float8[], $8::text[])
+        AS c(id, epoch, outcome, exit_code, error, tail, retry_s, worker)
+),
+prior AS MATERIALIZED (
+    SELECT r.id, r.attempt, r.started_at FROM job_runs r
+     WHERE r.id = ANY ($1::uuid[])
+     ORDER BY r.id
+       FOR NO KEY UPDATE
+),
+done AS (
+    UPDATE job_runs r
+       SET state = CASE WHEN c.outcome = 'succeeded' THEN 'succeeded'
+                        WHEN c.retry_s IS NOT NULL THEN 'pending'
+                        ELSE 'failed' END,
+           attempt = r.attempt + CASE WHEN c.outcome <> 'succeeded' AND c.retry_s IS NOT NULL
+                                      THEN 1 ELSE 0 END,
+           due_at = CASE WHEN c.outcome <> 'succeeded' AND c.retry_s IS NOT NULL
+                         THEN now() + make_interval(secs => c.retry_s) ELSE r.due_at END,
+           finished_at = CASE WHEN c.outcome <> 'succeeded' AND c.retry_s IS NOT NULL
+                              THEN NULL ELSE now() END,
+           started_at = CASE WHEN c.outcome <> 'succeeded' AND c.retry_s IS NOT NULL
+                             THEN NULL ELSE r.started_at END,
+           lease_owner = NULL, lease_expires_at = NULL, claimed_at = NULL,
+           outcome = c.outcome, exit_code = c.exit_code, error = c.error,
+           output_tail = c.tail, updated_at = now()
+      FROM c JOIN prior ON prior.id = c.id
+     WHERE r.id = c.id AND r.claim_epoch = c.epoch AND r.state = 'running'
+    RETURNING r.id, r.claim_epoch
+)
+INSERT INTO job_run_attempts (run_id, attempt, claim_epoch, worker, started_at, outcome,
+                              exit_code, error)
+SELECT done.id, prior.attempt, done.claim_epoch, c.worker, prior.started_at, c.outcome,
+       c.exit_code, c.error
+  FROM done JOIN c ON c.id = done.id JOIN prior ON prior.id = done.id
+RETURNING run_id::text, claim_epoch
+"""
+# Test-only "broken build" for the chaos harness (CLAIMD_FAULT_SKIP_EPOCH_GUARD=1):
+# the same statement without its epoch guard, so the harness can show that it
+# catches a zombie's late completion overwriting a newer attempt. Never set it.
+COMPLETE_RUNS_UNFENCED = COMPLETE_RUNS.replace(
+    "r.claim_epoch = c.epoch AND r.state = 'running'", "r.state = 'running'")
