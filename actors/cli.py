@@ -26,7 +26,7 @@ from actors.adapters.postgres import PostgresRunStore
 from actors.adapters.resources import config_dir
 from actors.app import Replica, Role
 from actors.config import ConfigError, LoadedConfig, load_config
-from actors.domain import CronSchedule, job_from_definition, take
+from actors.domain import CronSchedule, decode_job, encode_job, take
 from actors.observability import LOG_FORMATS, configure_logging, get_logger, redact
 from actors.operator import OperatorError
 from actors.supervisor import ActorGaveUp
@@ -192,7 +192,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     """Validate a config and print what the scheduler will really fire for each job.
 
     Each job goes through the same round trip as in a running replica (its
-    stored definition, read back by job_from_definition, as the materializer
+    stored definition, read back by decode_job, as the materializer
     does), so the instants printed come from the code that writes the rows.
     """
     try:
@@ -207,7 +207,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     for line in loaded.settings.timeouts.describe():
         print(line, file=sys.stderr)
     for name, configured in sorted(loaded.jobs.items()):
-        schedule = job_from_definition(name, configured.definition()).schedule
+        schedule = decode_job(name, encode_job(configured)).schedule
         zone: tzinfo
         if isinstance(schedule, CronSchedule):
             zone = schedule.zone

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
-from actors.domain import schedule_from_definition, take
+from actors.domain import decode_job, take
 from actors.observability import (
     CLUSTER,
     ClusterCollector,
@@ -50,7 +49,7 @@ def schedule_period(definition: str, now: datetime) -> float | None:
     or when the schedule has fewer than two instants in the next ten years.
     """
     try:
-        schedule = schedule_from_definition(json.loads(definition)["schedule"])
+        schedule = decode_job("", definition).schedule
     except (KeyError, ValueError, TypeError):
         return None
     instants = take(schedule.fire_times(now, now + timedelta(days=3660)), PERIOD_SAMPLES)

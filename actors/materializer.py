@@ -14,10 +14,9 @@ future, and where a new job starts, are the same as on every other replica.
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import timedelta
 
-from actors.domain import Job, Plan, job_from_definition, plan_materialization
+from actors.domain import DecodedJobs, Job, Plan, plan_materialization
 from actors.flow import wait_for_stop
 from actors.observability import RUNS_MATERIALIZED, RUNS_MISSED, get_logger
 from actors.ports import DatabaseTime, JobState, RunStore
@@ -40,7 +39,7 @@ class Materializer:
         """``clock`` is the database's (tests may move a fake one, and then turn
         ``guard_stale_plans`` off: the database's own now() cannot agree with it)."""
         self.store = store
-        self._parsed: dict[str, Job] = {}  # fingerprint -> job: parse each definition once
+        self._decoded = DecodedJobs()  # each stored definition decoded once
         self.clock = clock
         self.horizon = horizon
         self.interval = interval
@@ -82,16 +81,12 @@ class Materializer:
         return inserted
 
     def _job(self, state: JobState) -> Job | None:
-        job = self._parsed.get(state.fingerprint)
-        if job is None:
-            try:
-                job = job_from_definition(state.name, json.loads(state.definition))
-            except Exception as exc:  # noqa: BLE001 - one bad row must not stop the others
-                log.error("stored job definition unreadable; skipped", job=state.name,
-                          error=repr(exc))
-                return None
-            self._parsed[state.fingerprint] = job
-        return job
+        try:
+            return self._decoded.job(state.name, state.fingerprint, state.definition)
+        except Exception as exc:  # noqa: BLE001 - one bad row must not stop the others
+            log.error("stored job definition unreadable; skipped", job=state.name,
+                      error=repr(exc))
+            return None
 
     async def run(self) -> None:
         while not self.stop.is_set():

@@ -13,11 +13,13 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from actors.domain import (
+    AttemptVerdict,
     ClaimedRun,
     ExecutionResult,
     ExecutorSpec,
     Job,
     Plan,
+    RetryPolicy,
     RunContext,
     RunState,
 )
@@ -71,7 +73,7 @@ class StartedRun:
     max_attempts: int
     executor: ExecutorSpec
     timeout: timedelta
-    retry_delay: timedelta
+    retry: RetryPolicy  # the job's, as stored
     trigger: str = "schedule"  # schedule | manual | backfill
     due_at: datetime | None = None  # when it became due (instant + jitter, or retry time)
 
@@ -97,7 +99,9 @@ class Completion:
     run_id: str
     epoch: int
     result: ExecutionResult
-    retry_delay: timedelta | None  # set when the attempt failed and may be retried
+    # Where the run goes (actors.domain.decide_attempt); None: the result is
+    # final (AttemptVerdict.final: succeeded, or failed without retry).
+    verdict: AttemptVerdict | None
     worker: str
 
 

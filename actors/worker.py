@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from actors.domain import ExecutionResult, Outcome
+from actors.domain import AttemptVerdict, ExecutionResult, Outcome, RunState, decide_attempt
 from actors.flow import Backoff
 from actors.heartbeat import Heartbeat, InFlight, Settle
 from actors.observability import (
@@ -327,22 +327,25 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - an executor bug fails the run, not the worker
             bound.error("executor raised", error=repr(exc), exc_info=True)
             result = ExecutionResult(Outcome.FAILED, error=f"executor error: {exc!r}"[:1000])
-        retry = (run.retry_delay if result.outcome is not Outcome.SUCCEEDED
-                 and run.attempt < run.max_attempts else None)
+        verdict = decide_attempt(result.outcome, state=RunState.RUNNING, attempt=run.attempt,
+                                 max_attempts=run.max_attempts, policy=run.retry,
+                                 run_id=run.run_id)
         RUN_DURATION.labels(run.job).observe(result.duration.total_seconds())
         fields: dict[str, Any] = {
             "outcome": result.outcome.value, "exit_code": result.exit_code,
             "duration_s": round(result.duration.total_seconds(), 3)}
         if result.outcome is Outcome.SUCCEEDED:
             bound.info("run finished", **fields)
-        elif retry is not None:
+        elif verdict.retry:
             bound.warning("run attempt failed; will retry", **fields, error=result.error,
-                          retry_in_s=retry.total_seconds(), max_attempts=run.max_attempts)
+                          retry_in_s=None if verdict.due_in is None
+                          else verdict.due_in.total_seconds(),
+                          max_attempts=run.max_attempts)
         else:
             # The last attempt: the run fails for good. What failed is in the line.
             bound.error("run failed; no attempts left", **fields, error=result.error,
                         max_attempts=run.max_attempts)
-        completion = Completion(run.run_id, run.epoch, result, retry, self.worker_id)
+        completion = Completion(run.run_id, run.epoch, result, verdict, self.worker_id)
         await self.completions.put(_Pending(completion, entry.message, run.job))
 
     def _forget(self, entry: InFlight) -> None:
@@ -445,7 +448,8 @@ class Worker:
             key = (c.run_id, c.epoch)
             if key in recorded:
                 RUNS_COMPLETED.labels(pending.job, c.result.outcome.value).inc()
-                if c.result.outcome is not Outcome.SUCCEEDED and c.retry_delay is None:
+                verdict = c.verdict or AttemptVerdict.final(c.result.outcome)
+                if verdict.state is RunState.FAILED:
                     RUNS_FAILED_FINALLY.labels(pending.job).inc()
             else:
                 # The epoch moved on (reaped, cancelled): this execution was a duplicate.

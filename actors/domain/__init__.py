@@ -4,7 +4,15 @@ Imports only the standard library (zoneinfo included; cron expressions are
 parsed by our own actors.domain.cron); an import-linter contract keeps it so.
 """
 
+from actors.domain.attempts import UNREADABLE_RETRY, AttemptVerdict, decide_attempt
 from actors.domain.cron import CronExpression, parse_cron
+from actors.domain.definitions import (
+    DEFINITION_VERSION,
+    DecodedJobs,
+    UnreadableDefinition,
+    decode_job,
+    encode_job,
+)
 from actors.domain.durations import format_duration, parse_duration
 from actors.domain.errors import (
     ClaimdError,
@@ -22,10 +30,7 @@ from actors.domain.jobs import (
     PythonSpec,
     RetryPolicy,
     ShellSpec,
-    executor_from_dict,
     executor_to_dict,
-    job_from_definition,
-    schedule_from_definition,
 )
 from actors.domain.lease import (
     DEFAULT_LEASE,
@@ -50,12 +55,16 @@ from actors.domain.schedule import CronSchedule, IntervalSchedule, Schedule, tak
 __all__ = [
     "DEFAULT_LEASE",
     "DEFAULT_TIMEOUTS",
+    "DEFINITION_VERSION",
     "TERMINAL_STATES",
+    "UNREADABLE_RETRY",
+    "AttemptVerdict",
     "Catchup",
     "ClaimdError",
     "ClaimedRun",
     "CronExpression",
     "CronSchedule",
+    "DecodedJobs",
     "ExecutionResult",
     "ExecutorSpec",
     "HttpSpec",
@@ -77,16 +86,17 @@ __all__ = [
     "Schedule",
     "ShellSpec",
     "TimeoutBudget",
+    "UnreadableDefinition",
     "check_lease_invariant",
     "check_timeout_budget",
     "check_transition",
-    "executor_from_dict",
+    "decide_attempt",
+    "decode_job",
+    "encode_job",
     "executor_to_dict",
     "format_duration",
-    "job_from_definition",
     "parse_cron",
     "parse_duration",
     "plan_materialization",
-    "schedule_from_definition",
     "take",
 ]

@@ -85,30 +85,6 @@ def executor_to_dict(spec: ExecutorSpec) -> dict[str, Any]:
             "expect_status": list(spec.expect_status)}
 
 
-def executor_from_dict(data: Mapping[str, Any]) -> ExecutorSpec:
-    """Inverse of :func:`executor_to_dict`."""
-    kind = data.get("kind")
-    if kind == "shell":
-        return ShellSpec(argv=tuple(data["argv"]), env=dict(data.get("env") or {}),
-                         cwd=data.get("cwd"), use_shell=bool(data.get("use_shell")),
-                         secret_env=dict(data.get("secret_env") or {}))
-    if kind == "python":
-        return PythonSpec(target=str(data["target"]))
-    if kind == "http":
-        return HttpSpec(url=str(data["url"]), method=str(data.get("method", "POST")),
-                        headers=dict(data.get("headers") or {}), body=data.get("body"),
-                        secret_headers=dict(data.get("secret_headers") or {}),
-                        expect_status=tuple(int(s) for s in data.get("expect_status", (200,))))
-    raise ValueError(f"unknown executor kind {kind!r}")
-
-
-def schedule_from_definition(data: Mapping[str, Any]) -> CronSchedule | IntervalSchedule:
-    """The schedule part of ``jobs.definition`` back to a Schedule."""
-    if "cron" in data:
-        return CronSchedule(str(data["cron"]), str(data.get("timezone", "UTC")))
-    return IntervalSchedule(timedelta(microseconds=int(data["every_us"])))
-
-
 @dataclass(frozen=True)
 class RetryPolicy:
     """Exponential backoff between failed attempts, capped."""
@@ -158,7 +134,7 @@ class Job:
         return self.catchup_window
 
     def definition(self) -> dict[str, Any]:
-        """Everything a worker and the claimer need, as stored in ``jobs.definition``."""
+        """Everything a worker and the claimer need (stored through actors.domain.definitions)."""
         schedule: dict[str, Any]
         if isinstance(self.schedule, CronSchedule):
             schedule = {"cron": self.schedule.expression, "timezone": self.schedule.timezone}
@@ -183,25 +159,3 @@ class Job:
     def fingerprint(self) -> str:
         """Stable text of the definition; a change means the job was edited."""
         return json.dumps(self.definition(), sort_keys=True, separators=(",", ":"))
-
-
-def job_from_definition(name: str, data: Mapping[str, Any], enabled: bool = True) -> Job:
-    """Inverse of :meth:`Job.definition`: a job as stored, for every replica to plan from."""
-    retry = data.get("retry", {})
-    deadline = data.get("starting_deadline_ms")
-    return Job(
-        name=name,
-        schedule=schedule_from_definition(data["schedule"]),
-        executor=executor_from_dict(data["executor"]),
-        timeout=timedelta(milliseconds=data["timeout_ms"]),
-        max_attempts=int(data["max_attempts"]),
-        enabled=enabled,
-        overlap=Overlap(data["overlap"]),
-        catchup=Catchup(data["catchup"]),
-        catchup_window=timedelta(milliseconds=data["catchup_window_ms"]),
-        starting_deadline=None if deadline is None else timedelta(milliseconds=deadline),
-        jitter=timedelta(milliseconds=data.get("jitter_ms", 0)),
-        retry=RetryPolicy(initial=timedelta(milliseconds=retry.get("initial_ms", 1000)),
-                          maximum=timedelta(milliseconds=retry.get("maximum_ms", 300_000)),
-                          multiplier=float(retry.get("multiplier", 2.0))),
-    )

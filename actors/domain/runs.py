@@ -53,12 +53,16 @@ def check_transition(current: RunState, target: RunState) -> None:
 
 
 class Outcome(enum.StrEnum):
-    """What one execution attempt ended with, as the worker saw it."""
+    """What one execution attempt ended with."""
 
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     CANCELLED = "cancelled"
+    # Recorded by the store, not the executor: the worker was lost (the reaper
+    # found its lease expired), or stopped before the run finished (shutdown).
+    LEASE_EXPIRED = "lease_expired"
+    INTERRUPTED = "interrupted"
 
 
 @dataclass(frozen=True)

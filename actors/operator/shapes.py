@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
-from actors.domain import RunState, schedule_from_definition
+from actors.domain import RunState, decode_job
 from actors.domain.history import PROBLEMS, Audit, Status, parse_instant
 from actors.domain.schedule import CronSchedule, IntervalSchedule, load_zone
 from actors.operator.errors import BadInput
@@ -28,8 +27,8 @@ def zone_named(name: str) -> tzinfo:
     return UTC if name == "UTC" else load_zone(name)
 
 
-def schedule_of(definition: str) -> CronSchedule | IntervalSchedule:
-    return schedule_from_definition(json.loads(definition)["schedule"])
+def schedule_of(definition: str, job: str = "") -> CronSchedule | IntervalSchedule:
+    return decode_job(job, definition).schedule
 
 
 def run_id_of(text: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from actors.config import load_config
-from actors.domain import job_from_definition, plan_materialization
+from actors.domain import decode_job, encode_job, plan_materialization
 from tests.e2e.helpers import child_env, claimd_command, write_config
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
@@ -87,7 +87,7 @@ run = { shell = ["/bin/true"] }
     start = datetime.fromisoformat(START)
     loaded = load_config(str(path))
     for name, (_, lines) in jobs.items():
-        job = job_from_definition(name, loaded.jobs[name].definition())
+        job = decode_job(name, encode_job(loaded.jobs[name]))
         plan = plan_materialization(job, start, start, timedelta(days=4 * 366))
         planned = [run.scheduled_at.isoformat() for run in plan.runs[:len(lines)]]
         assert planned == [line[0] for line in lines], name

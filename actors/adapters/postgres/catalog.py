@@ -22,7 +22,7 @@ from actors.adapters.postgres.statements import (
     UPSERT_JOB,
     WITHDRAW_FUTURE_RUNS,
 )
-from actors.domain import Job, Plan
+from actors.domain import Job, Plan, encode_job
 from actors.ports import JobState
 
 
@@ -44,7 +44,7 @@ class PostgresJobCatalog:
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.fetch(LOCK_JOBS_FOR_SYNC, names)
             for job in sorted(jobs, key=lambda j: j.name):
-                definition = job.definition()
+                definition = encode_job(job)
                 row = await conn.fetchrow(
                     UPSERT_JOB, job.name, json.dumps(definition), job.fingerprint(),
                     job.enabled, job.max_attempts, job.overlap.value, job.catchup.value,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -10,7 +9,7 @@ import asyncpg
 
 from actors.adapters.postgres.run_store import PostgresRunStore
 from actors.adapters.postgres.statements import CANCEL_RUN, INSERT_RUNS_AT, JOB_BY_NAME, SET_PAUSED
-from actors.domain import schedule_from_definition
+from actors.domain import decode_job
 from actors.domain.backfill import (
     BACKFILL_CHUNK,
     BACKFILL_MAX_RUNS,
@@ -64,7 +63,7 @@ class Operations:
         anything is written, when the range holds more than ``max_runs`` instants.
         """
         row = await self._job(job)
-        schedule = schedule_from_definition(json.loads(row["definition"])["schedule"])
+        schedule = decode_job(job, row["definition"]).schedule
         plan = plan_backfill(job, schedule, start, end, max_runs)
         done = plan.nothing_done()
         for batch in plan.chunks(chunk):

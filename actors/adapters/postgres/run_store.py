@@ -8,11 +8,9 @@ clocks still agree on leases and due times.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import Collection, Sequence
 from datetime import timedelta
-from typing import Any
 
 import asyncpg
 
@@ -26,6 +24,7 @@ from actors.adapters.postgres.errors import (
 from actors.adapters.postgres.migrations import migrate
 from actors.adapters.postgres.pool import connect_pool, init_connection
 from actors.adapters.postgres.statements import (
+    APPLY_REAPED,
     CANCEL_ORPHANED_RUNS,
     CLAIM_DUE_RUNS,
     CLAIM_EXCLUSIVE_RUNS,
@@ -36,8 +35,8 @@ from actors.adapters.postgres.statements import (
     COUNT_CLAIMED,
     EXTEND_LEASES,
     INTERRUPT_RUNS,
+    LOCK_EXPIRED_LEASES,
     PRUNE_HISTORY,
-    REAP_EXPIRED_LEASES,
     RELEASE_UNPUBLISHED,
     RUN_STATES,
     SKIP_UNRUNNABLE,
@@ -45,13 +44,15 @@ from actors.adapters.postgres.statements import (
 )
 from actors.domain import (
     DEFAULT_TIMEOUTS,
+    AttemptVerdict,
     ClaimedRun,
+    DecodedJobs,
     ExecutionResult,
+    Job,
     Outcome,
-    RetryPolicy,
     RunState,
     TimeoutBudget,
-    executor_from_dict,
+    decide_attempt,
 )
 from actors.observability import RUNS_SKIPPED, get_logger
 from actors.ports import (
@@ -74,6 +75,8 @@ class PostgresRunStore(PostgresJobCatalog):
                  close_timeout: timedelta = DEFAULT_TIMEOUTS.close_timeout) -> None:
         super().__init__(pool)
         self._close_timeout = close_timeout
+        # Each stored definition decoded once, not once per run started.
+        self._decoded = DecodedJobs()
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10,
@@ -171,7 +174,8 @@ class PostgresRunStore(PostgresJobCatalog):
                                           RunState.SKIPPED))
                 continue
             try:
-                started.append(_started_run(row))
+                job = self._decoded.job(row["name"], row["fingerprint"], row["definition"])
+                started.append(_started_run(row, job))
             except (KeyError, ValueError, TypeError) as exc:
                 # A definition this build cannot read (written by a newer one?):
                 # fail this attempt on the record, retry it if attempts remain,
@@ -205,13 +209,16 @@ class PostgresRunStore(PostgresJobCatalog):
 
     async def _fail_unreadable(self, row: asyncpg.Record, worker: str,
                                exc: Exception) -> None:
-        retry = timedelta(seconds=5) if row["attempt"] < row["max_attempts"] else None
+        # No policy to follow (it is in the definition that cannot be read).
+        verdict = decide_attempt(Outcome.FAILED, state=RunState.RUNNING, attempt=row["attempt"],
+                                 max_attempts=row["max_attempts"], policy=None,
+                                 run_id=row["id"])
         error = f"stored job definition unreadable by this worker: {exc!r}"[:1000]
         log.error("job definition unreadable; attempt failed", run_id=row["id"],
                   job=row["name"], error=error)
         await self.complete_runs([Completion(
             row["id"], row["claim_epoch"], ExecutionResult(Outcome.FAILED, error=error),
-            retry, worker)])
+            verdict, worker)])
 
     async def interrupt_runs(self, worker: str, runs: Sequence[tuple[str, int]]) -> int:
         """Hand runs this worker could not finish back to pending (clean shutdown)."""
@@ -232,6 +239,7 @@ class PostgresRunStore(PostgresJobCatalog):
     async def complete_runs(self, completions: Sequence[Completion]) -> set[tuple[str, int]]:
         if not completions:
             return set()
+        verdicts = [c.verdict or AttemptVerdict.final(c.result.outcome) for c in completions]
         with rejections():
             rows = await self._pool.fetch(
                 COMPLETE_RUNS_UNFENCED if os.environ.get("CLAIMD_FAULT_SKIP_EPOCH_GUARD") == "1"
@@ -242,8 +250,9 @@ class PostgresRunStore(PostgresJobCatalog):
                 [c.result.exit_code for c in completions],
                 [_pg_text(c.result.error) for c in completions],
                 [_pg_text(c.result.output_tail) for c in completions],
-                [None if c.retry_delay is None else c.retry_delay.total_seconds()
-                 for c in completions],
+                [v.state.value for v in verdicts],
+                [v.attempt for v in verdicts],
+                [None if v.due_in is None else v.due_in.total_seconds() for v in verdicts],
                 [c.worker for c in completions],
             )
         return {(r["run_id"], r["claim_epoch"]) for r in rows}
@@ -258,8 +267,23 @@ class PostgresRunStore(PostgresJobCatalog):
         return int(status.split()[-1])
 
     async def reap_expired_leases(self, limit: int) -> list[tuple[str, str, str]]:
-        rows = await self._pool.fetch(REAP_EXPIRED_LEASES, limit)
-        return [(r["id"], r["name"], f"{r['from_state']}->{r['to_state']}") for r in rows]
+        """Runs whose lease expired: each one's verdict decided here, applied in SQL."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            rows = await conn.fetch(LOCK_EXPIRED_LEASES, limit)
+            if not rows:
+                return []
+            verdicts = [decide_attempt(
+                Outcome.LEASE_EXPIRED, state=RunState(r["state"]), attempt=r["attempt"],
+                max_attempts=r["max_attempts"], policy=None, run_id=r["id"]) for r in rows]
+            await conn.execute(
+                APPLY_REAPED, [r["id"] for r in rows], [v.state.value for v in verdicts],
+                [v.attempt for v in verdicts],
+                [None if v.due_in is None else v.due_in.total_seconds() for v in verdicts],
+                [r["state"] == RunState.RUNNING for r in rows], [r["attempt"] for r in rows],
+                [r["claim_epoch"] for r in rows], [r["lease_owner"] for r in rows],
+                [r["started_at"] for r in rows])
+        return [(r["id"], r["name"], f"{r['state']}->{v.state}") for r, v in zip(
+            rows, verdicts, strict=True)]
 
     async def cluster_figures(self, timeout: float) -> ClusterReading:
         """The cluster-wide figures /metrics reports (every replica reads the same)."""
@@ -305,20 +329,13 @@ def _pg_text(value: str | None) -> str | None:
     return value.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
 
 
-def _started_run(row: asyncpg.Record) -> StartedRun:
-    definition: dict[str, Any] = json.loads(row["definition"])
-    retry = definition.get("retry", {})
-    policy = RetryPolicy(
-        initial=timedelta(milliseconds=retry.get("initial_ms", 1000)),
-        maximum=timedelta(milliseconds=retry.get("maximum_ms", 300_000)),
-        multiplier=float(retry.get("multiplier", 2.0)),
-    )
+def _started_run(row: asyncpg.Record, job: Job) -> StartedRun:
     return StartedRun(
         run_id=row["id"], epoch=row["claim_epoch"], job=row["name"],
         scheduled_at=row["scheduled_at"], attempt=row["attempt"],
         max_attempts=row["max_attempts"],
-        executor=executor_from_dict(definition["executor"]),
-        timeout=timedelta(milliseconds=definition.get("timeout_ms", 3_600_000)),
-        retry_delay=policy.delay(row["attempt"], row["id"]),
+        executor=job.executor,
+        timeout=job.timeout,
+        retry=job.retry,
         trigger=row["trigger"], due_at=row["due_at"],
     )

@@ -61,7 +61,7 @@ from actors.adapters.postgres.statements.operator import (
     PRUNE_HISTORY,
     SET_PAUSED,
 )
-from actors.adapters.postgres.statements.reaper import REAP_EXPIRED_LEASES
+from actors.adapters.postgres.statements.reaper import APPLY_REAPED, LOCK_EXPIRED_LEASES
 from actors.adapters.postgres.statements.worker import (
     COMPLETE_RUNS,
     COMPLETE_RUNS_UNFENCED,
@@ -74,6 +74,7 @@ from actors.adapters.postgres.statements.worker import (
 __all__ = [
     "ACTIVE_JOBS",
     "ADVANCE_HIGH_WATER",
+    "APPLY_REAPED",
     "CANCEL_ORPHANED_RUNS",
     "CANCEL_RUN",
     "CLAIM_DUE_RUNS",
@@ -90,9 +91,9 @@ __all__ = [
     "INSERT_RUNS_AT",
     "INTERRUPT_RUNS",
     "JOB_BY_NAME",
+    "LOCK_EXPIRED_LEASES",
     "LOCK_JOBS_FOR_SYNC",
     "PRUNE_HISTORY",
-    "REAP_EXPIRED_LEASES",
     "RELEASE_UNPUBLISHED",
     "REMOVED_JOBS",
     "RUN_STATES",

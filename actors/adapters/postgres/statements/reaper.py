@@ -1,48 +1,48 @@
-"""The reaper's statement: expired leases back to pending, or failed."""
+"""The reaper's statements: find expired leases, then apply each run's verdict."""
 
 # A lease that expired while claimed means the run never started: back to
 # pending, same attempt. One that expired while running lost its worker: the
 # attempt is over (recorded as lease_expired), and the run is retried or, at
-# the job's attempt limit, failed. SKIP LOCKED: the reaper never waits for a
-# row lock (see "row locks" above); what it judges is the row as it locked it.
-REAP_EXPIRED_LEASES = """
-WITH expired AS (
-    SELECT id, job_id, state, attempt, claim_epoch, lease_owner, started_at FROM job_runs
-     WHERE state IN ('claimed', 'running') AND lease_expires_at < now()
-     ORDER BY lease_expires_at
-       FOR UPDATE SKIP LOCKED
-     LIMIT $1
-),
-prior AS (
-    SELECT e.id, e.state, e.attempt, e.claim_epoch, e.lease_owner, e.started_at,
-           j.max_attempts, j.name
-      FROM expired e JOIN jobs j ON j.id = e.job_id
+# the job's attempt limit, failed. Which of these is decided in Python, by
+# actors.domain.decide_attempt, between the two statements below, in one
+# transaction. SKIP LOCKED: the reaper never waits for a row lock (see "row
+# locks" in the package's docstring); what it judges is the row as it locked
+# it, and the lock is held until the verdict is applied.
+LOCK_EXPIRED_LEASES = """
+SELECT r.id::text AS id, r.state, r.attempt, r.claim_epoch, r.lease_owner, r.started_at,
+       j.max_attempts, j.name
+  FROM job_runs r JOIN jobs j ON j.id = r.job_id
+ WHERE r.state IN ('claimed', 'running') AND r.lease_expires_at < now()
+ ORDER BY r.lease_expires_at
+   FOR UPDATE OF r SKIP LOCKED
+ LIMIT $1
+"""
+# The verdicts, one row each: the run's next state, attempt and due delay;
+# for a run that was running, the lost attempt is recorded with its worker.
+APPLY_REAPED = """
+WITH v AS (
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::float8[], $5::boolean[],
+                         $6::int[], $7::bigint[], $8::text[], $9::timestamptz[])
+        AS v(id, state, next_attempt, due_s, lost, attempt, epoch, owner, started_at)
 ),
 reaped AS (
     UPDATE job_runs r
-       SET state = CASE WHEN p.state = 'running' AND p.attempt >= p.max_attempts
-                        THEN 'failed' ELSE 'pending' END,
-           attempt = CASE WHEN p.state = 'running' AND p.attempt < p.max_attempts
-                          THEN r.attempt + 1 ELSE r.attempt END,
-           finished_at = CASE WHEN p.state = 'running' AND p.attempt >= p.max_attempts
-                              THEN now() END,
-           outcome = CASE WHEN p.state = 'running' THEN 'lease_expired' ELSE r.outcome END,
-           error = CASE WHEN p.state = 'running'
-                        THEN 'lease expired on ' || p.lease_owner ELSE r.error END,
+       SET state = v.state,
+           attempt = v.next_attempt,
+           due_at = COALESCE(now() + make_interval(secs => v.due_s), r.due_at),
+           finished_at = CASE WHEN v.state = 'pending' THEN NULL ELSE now() END,
+           outcome = CASE WHEN v.lost THEN 'lease_expired' ELSE r.outcome END,
+           error = CASE WHEN v.lost THEN 'lease expired on ' || v.owner ELSE r.error END,
            started_at = NULL, claimed_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
            updated_at = now()
-      FROM prior p
-     WHERE r.id = p.id
-    RETURNING r.id, r.state
-),
-lost AS (
-    INSERT INTO job_run_attempts (run_id, attempt, claim_epoch, worker, started_at, outcome,
-                                  error)
-    SELECT p.id, p.attempt, p.claim_epoch, p.lease_owner, p.started_at, 'lease_expired',
-           'lease expired on ' || p.lease_owner
-      FROM prior p WHERE p.state = 'running'
-    ON CONFLICT DO NOTHING
+      FROM v
+     WHERE r.id = v.id
+    RETURNING r.id
 )
-SELECT reaped.id::text AS id, p.name, p.state AS from_state, reaped.state AS to_state
-  FROM reaped JOIN prior p ON p.id = reaped.id
+INSERT INTO job_run_attempts (run_id, attempt, claim_epoch, worker, started_at, outcome, error)
+SELECT v.id, v.attempt, v.epoch, v.owner, v.started_at, 'lease_expired',
+       'lease expired on ' || v.owner
+  FROM v JOIN reaped ON reaped.id = v.id
+ WHERE v.lost
+ON CONFLICT DO NOTHING
 """

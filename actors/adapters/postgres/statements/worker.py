@@ -47,7 +47,7 @@ moved AS (
               r.due_at
 )
 SELECT s.id::text AS id, s.claim_epoch, j.name, s.scheduled_at, s.attempt, j.max_attempts,
-       j.definition, s.skip AS skipped, s.trigger, s.due_at
+       j.definition, j.fingerprint, s.skip AS skipped, s.trigger, s.due_at
   FROM moved s JOIN jobs j ON j.id = s.job_id
 """  # noqa: S608 - spliced from a constant, never from input
 # A clean shutdown whose grace ran out hands its unfinished runs back: pending
@@ -99,13 +99,15 @@ RETURNING r.id::text, r.claim_epoch
 
 # Completions of many concurrent runs in one statement. Guarded by epoch and
 # state: a zombie whose lease was reaped (epoch moved on) records nothing.
+# The statement applies each run's verdict (actors.domain.decide_attempt:
+# next state, attempt, due delay); it decides nothing itself.
 # `prior` locks the rows (in id order, see "row locks" above) and keeps the
 # attempt number and start time as they were, for the attempt row.
 COMPLETE_RUNS = """
 WITH c AS (
     SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::int[], $5::text[],
-                         $6::text[], $7::float8[], $8::text[])
-        AS c(id, epoch, outcome, exit_code, error, tail, retry_s, worker)
+                         $6::text[], $7::text[], $8::int[], $9::float8[], $10::text[])
+        AS c(id, epoch, outcome, exit_code, error, tail, state, attempt, due_s, worker)
 ),
 prior AS MATERIALIZED (
     SELECT r.id, r.attempt, r.started_at FROM job_runs r
@@ -115,17 +117,11 @@ prior AS MATERIALIZED (
 ),
 done AS (
     UPDATE job_runs r
-       SET state = CASE WHEN c.outcome = 'succeeded' THEN 'succeeded'
-                        WHEN c.retry_s IS NOT NULL THEN 'pending'
-                        ELSE 'failed' END,
-           attempt = r.attempt + CASE WHEN c.outcome <> 'succeeded' AND c.retry_s IS NOT NULL
-                                      THEN 1 ELSE 0 END,
-           due_at = CASE WHEN c.outcome <> 'succeeded' AND c.retry_s IS NOT NULL
-                         THEN now() + make_interval(secs => c.retry_s) ELSE r.due_at END,
-           finished_at = CASE WHEN c.outcome <> 'succeeded' AND c.retry_s IS NOT NULL
-                              THEN NULL ELSE now() END,
-           started_at = CASE WHEN c.outcome <> 'succeeded' AND c.retry_s IS NOT NULL
-                             THEN NULL ELSE r.started_at END,
+       SET state = c.state,
+           attempt = COALESCE(c.attempt, r.attempt),
+           due_at = COALESCE(now() + make_interval(secs => c.due_s), r.due_at),
+           finished_at = CASE WHEN c.state = 'pending' THEN NULL ELSE now() END,
+           started_at = CASE WHEN c.state = 'pending' THEN NULL ELSE r.started_at END,
            lease_owner = NULL, lease_expires_at = NULL, claimed_at = NULL,
            outcome = c.outcome, exit_code = c.exit_code, error = c.error,
            output_tail = c.tail, updated_at = now()

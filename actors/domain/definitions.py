@@ -1,0 +1,128 @@
+"""The one codec for stored job definitions (``jobs.definition``).
+
+Every reader of a stored definition (the materializer, the worker's start,
+check-config, the operator's reads, backfill) decodes it here, and the job
+catalog stores what :func:`encode_job` writes. The format carries a version:
+a row without one is version 1 (rows written before the field existed); a
+newer version than this build reads is refused with a clear error rather
+than guessed at.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from actors.domain.jobs import (
+    Catchup,
+    ExecutorSpec,
+    HttpSpec,
+    Job,
+    Overlap,
+    PythonSpec,
+    RetryPolicy,
+    ShellSpec,
+)
+from actors.domain.schedule import CronSchedule, IntervalSchedule
+
+DEFINITION_VERSION = 1
+
+
+class UnreadableDefinition(ValueError):
+    """A stored definition this build cannot read (a newer format, or not a definition)."""
+
+
+def encode_job(job: Job) -> dict[str, Any]:
+    """What the job catalog stores for ``job``: its definition and the format's version.
+
+    The version is not part of the fingerprint (``Job.fingerprint``): a job is
+    edited when its definition changes, not when the format's number does.
+    """
+    return {"version": DEFINITION_VERSION, **job.definition()}
+
+
+def decode_job(name: str, data: Mapping[str, Any] | str, enabled: bool = True) -> Job:
+    """The job stored as ``data`` (a mapping, or its JSON text), named ``name``."""
+    if isinstance(data, str):
+        data = json.loads(data)
+    if not isinstance(data, Mapping):
+        raise UnreadableDefinition(f"job {name!r}: a stored definition is a JSON object, "
+                                   f"not {type(data).__name__}")
+    version = data.get("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise UnreadableDefinition(f"job {name!r}: definition version {version!r} is not a "
+                                   "positive whole number")
+    if version > DEFINITION_VERSION:
+        raise UnreadableDefinition(
+            f"job {name!r}: definition version {version} was written by a newer claimd; "
+            f"this one reads up to version {DEFINITION_VERSION}")
+    retry = data.get("retry", {})
+    deadline = data.get("starting_deadline_ms")
+    return Job(
+        name=name,
+        schedule=decode_schedule(data["schedule"]),
+        executor=decode_executor(data["executor"]),
+        timeout=timedelta(milliseconds=data["timeout_ms"]),
+        max_attempts=int(data["max_attempts"]),
+        enabled=enabled,
+        overlap=Overlap(data["overlap"]),
+        catchup=Catchup(data["catchup"]),
+        catchup_window=timedelta(milliseconds=data["catchup_window_ms"]),
+        starting_deadline=None if deadline is None else timedelta(milliseconds=deadline),
+        jitter=timedelta(milliseconds=data.get("jitter_ms", 0)),
+        retry=RetryPolicy(initial=timedelta(milliseconds=retry.get("initial_ms", 1000)),
+                          maximum=timedelta(milliseconds=retry.get("maximum_ms", 300_000)),
+                          multiplier=float(retry.get("multiplier", 2.0))),
+    )
+
+
+def decode_executor(data: Mapping[str, Any]) -> ExecutorSpec:
+    """The executor part of a stored definition (inverse of ``executor_to_dict``)."""
+    kind = data.get("kind")
+    if kind == "shell":
+        return ShellSpec(argv=tuple(data["argv"]), env=dict(data.get("env") or {}),
+                         cwd=data.get("cwd"), use_shell=bool(data.get("use_shell")),
+                         secret_env=dict(data.get("secret_env") or {}))
+    if kind == "python":
+        return PythonSpec(target=str(data["target"]))
+    if kind == "http":
+        return HttpSpec(url=str(data["url"]), method=str(data.get("method", "POST")),
+                        headers=dict(data.get("headers") or {}), body=data.get("body"),
+                        secret_headers=dict(data.get("secret_headers") or {}),
+                        expect_status=tuple(int(s) for s in data.get("expect_status", (200,))))
+    raise ValueError(f"unknown executor kind {kind!r}")
+
+
+def decode_schedule(data: Mapping[str, Any]) -> CronSchedule | IntervalSchedule:
+    """The schedule part of a stored definition."""
+    if "cron" in data:
+        return CronSchedule(str(data["cron"]), str(data.get("timezone", "UTC")))
+    return IntervalSchedule(timedelta(microseconds=int(data["every_us"])))
+
+
+class DecodedJobs:
+    """Stored definitions decoded once per (job, fingerprint): a small bounded cache.
+
+    Keyed by the name too: two jobs may have the same definition, and a Job
+    carries its name.
+    """
+
+    def __init__(self, size: int = 1024) -> None:
+        self._size = size
+        self._jobs: OrderedDict[tuple[str, str], Job] = OrderedDict()
+
+    def job(self, name: str, fingerprint: str, definition: Mapping[str, Any] | str) -> Job:
+        """The job stored as ``definition``; decoded only the first time it is seen."""
+        key = (name, fingerprint)
+        job = self._jobs.get(key)
+        if job is None:
+            job = decode_job(name, definition)
+            self._jobs[key] = job
+            if len(self._jobs) > self._size:
+                self._jobs.popitem(last=False)
+        else:
+            self._jobs.move_to_end(key)
+        return job
