@@ -44,6 +44,7 @@ from actors.operator import OperatorService, Unavailable
 from actors.ports import Outage
 from actors.reaper import Reaper
 from actors.supervisor import supervise
+from actors.testing.faults import install_store_faults
 from actors.worker import Worker
 
 log = get_logger("replica")
@@ -290,9 +291,9 @@ class Replica:
 
     async def _open_store(self) -> PostgresRunStore:
         settings = self.config.settings
-        store = await PostgresRunStore.connect(settings.database_url,
-                                               max_size=min(20, 4 + settings.worker_concurrency),
-                                               timeouts=settings.timeouts)
+        store = install_store_faults(await PostgresRunStore.connect(
+            settings.database_url, max_size=min(20, 4 + settings.worker_concurrency),
+            timeouts=settings.timeouts))
         try:
             applied = await store.migrate()
         except BaseException:

@@ -8,7 +8,6 @@ clocks still agree on leases and due times.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Collection, Sequence
 from datetime import timedelta
 
@@ -31,7 +30,6 @@ from actors.adapters.postgres.statements import (
     CLUSTER_JOB_FIGURES,
     CLUSTER_LEASE_FIGURES,
     COMPLETE_RUNS,
-    COMPLETE_RUNS_UNFENCED,
     COUNT_CLAIMED,
     EXTEND_LEASES,
     INTERRUPT_RUNS,
@@ -75,6 +73,9 @@ class PostgresRunStore(PostgresJobCatalog):
                  close_timeout: timedelta = DEFAULT_TIMEOUTS.close_timeout) -> None:
         super().__init__(pool)
         self._close_timeout = close_timeout
+        # Always COMPLETE_RUNS; only the chaos harness's broken build (installed
+        # at start-up by actors.testing.faults) swaps it.
+        self.complete_statement = COMPLETE_RUNS
         # Each stored definition decoded once, not once per run started.
         self._decoded = DecodedJobs()
 
@@ -242,8 +243,7 @@ class PostgresRunStore(PostgresJobCatalog):
         verdicts = [c.verdict or AttemptVerdict.final(c.result.outcome) for c in completions]
         with rejections():
             rows = await self._pool.fetch(
-                COMPLETE_RUNS_UNFENCED if os.environ.get("CLAIMD_FAULT_SKIP_EPOCH_GUARD") == "1"
-                else COMPLETE_RUNS,
+                self.complete_statement,
                 [c.run_id for c in completions],
                 [c.epoch for c in completions],
                 [c.result.outcome.value for c in completions],

@@ -64,7 +64,6 @@ from actors.adapters.postgres.statements.operator import (
 from actors.adapters.postgres.statements.reaper import APPLY_REAPED, LOCK_EXPIRED_LEASES
 from actors.adapters.postgres.statements.worker import (
     COMPLETE_RUNS,
-    COMPLETE_RUNS_UNFENCED,
     EXTEND_LEASES,
     INTERRUPT_RUNS,
     RUN_STATES,
@@ -82,7 +81,6 @@ __all__ = [
     "CLUSTER_JOB_FIGURES",
     "CLUSTER_LEASE_FIGURES",
     "COMPLETE_RUNS",
-    "COMPLETE_RUNS_UNFENCED",
     "COUNT_CLAIMED",
     "DATABASE_NOW",
     "DISABLE_REMOVED_JOBS",

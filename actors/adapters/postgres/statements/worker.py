@@ -136,8 +136,3 @@ SELECT done.id, prior.attempt, done.claim_epoch, c.worker, prior.started_at, c.o
   FROM done JOIN c ON c.id = done.id JOIN prior ON prior.id = done.id
 RETURNING run_id::text, claim_epoch
 """
-# Test-only "broken build" for the chaos harness (CLAIMD_FAULT_SKIP_EPOCH_GUARD=1):
-# the same statement without its epoch guard, so the harness can show that it
-# catches a zombie's late completion overwriting a newer attempt. Never set it.
-COMPLETE_RUNS_UNFENCED = COMPLETE_RUNS.replace(
-    "r.claim_epoch = c.epoch AND r.state = 'running'", "r.state = 'running'")

@@ -1,0 +1,1 @@
+"""Test support: faults the harness asks for, installed at start-up. Never in a hot path."""
