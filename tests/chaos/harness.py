@@ -72,7 +72,7 @@ SETTINGS = {
 }
 BROKEN_BUILDS = {
     # The completion statement without its epoch guard: a zombie's late
-    # completion can overwrite the newer attempt (actors/adapters/postgres.py).
+    # completion can overwrite the newer attempt (actors/testing/faults.py).
     "epoch-guard": {"CLAIMD_FAULT_SKIP_EPOCH_GUARD": "1"},
 }
 # Log events worth a line in the table (replica logs, JSON lines).
