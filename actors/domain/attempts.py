@@ -1,8 +1,8 @@
 """What happens after an attempt: the one decision, for the worker, the reaper and the
 unreadable path alike. The store applies the verdict; it decides nothing.
 
-Changing the retry policy (when a run is retried, after how long, when it
-fails for good) is a change to this module only.
+Changing the retry policy (when a run is retried, after how long, with which
+backoff and jitter, when it fails for good) is a change to this module only.
 """
 
 from __future__ import annotations
@@ -10,13 +10,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from actors.domain.jobs import RetryPolicy
 from actors.domain.runs import Outcome, RunState, check_transition
+from actors.domain.schedule import deterministic_offset
 
 # A definition this build cannot read has no retry policy to follow: the
 # attempt is retried (while attempts remain) after this fixed delay, in case a
 # replica that reads it (a newer build, mid-deploy) takes it.
 UNREADABLE_RETRY = timedelta(seconds=5)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff between failed attempts, capped."""
+
+    initial: timedelta = timedelta(seconds=1)
+    maximum: timedelta = timedelta(minutes=5)
+    multiplier: float = 2.0
+
+    def delay(self, failed_attempt: int, key: str = "") -> timedelta:
+        """Delay before the attempt after ``failed_attempt`` (1-based).
+
+        Up to 20% is taken off, derived from ``key`` (the run id), so that runs
+        failing together do not retry in lockstep, yet every replica computes
+        the same delay for the same run.
+        """
+        exponent = min(max(0, failed_attempt - 1), 64)
+        seconds = self.initial.total_seconds() * (self.multiplier**exponent)
+        ceiling = timedelta(seconds=min(seconds, self.maximum.total_seconds()))
+        if not key:
+            return ceiling
+        return ceiling - deterministic_offset(f"{key}#{failed_attempt}", ceiling / 5)
 
 
 @dataclass(frozen=True)

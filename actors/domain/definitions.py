@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from actors.domain.attempts import RetryPolicy
 from actors.domain.jobs import (
     Catchup,
     ExecutorSpec,
@@ -23,7 +24,6 @@ from actors.domain.jobs import (
     Job,
     Overlap,
     PythonSpec,
-    RetryPolicy,
     ShellSpec,
 )
 from actors.domain.schedule import CronSchedule, IntervalSchedule

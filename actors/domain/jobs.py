@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from actors.domain.schedule import CronSchedule, IntervalSchedule, deterministic_offset
+from actors.domain.attempts import RetryPolicy
+from actors.domain.schedule import CronSchedule, IntervalSchedule
 
 # catchup = "none" without a starting_deadline: a run that could not start
 # within this long after its instant is skipped rather than run late.
@@ -83,29 +84,6 @@ def executor_to_dict(spec: ExecutorSpec) -> dict[str, Any]:
             "headers": dict(spec.headers), "body": spec.body,
             "secret_headers": dict(spec.secret_headers),
             "expect_status": list(spec.expect_status)}
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential backoff between failed attempts, capped."""
-
-    initial: timedelta = timedelta(seconds=1)
-    maximum: timedelta = timedelta(minutes=5)
-    multiplier: float = 2.0
-
-    def delay(self, failed_attempt: int, key: str = "") -> timedelta:
-        """Delay before the attempt after ``failed_attempt`` (1-based).
-
-        Up to 20% is taken off, derived from ``key`` (the run id), so that runs
-        failing together do not retry in lockstep, yet every replica computes
-        the same delay for the same run.
-        """
-        exponent = min(max(0, failed_attempt - 1), 64)
-        seconds = self.initial.total_seconds() * (self.multiplier**exponent)
-        ceiling = timedelta(seconds=min(seconds, self.maximum.total_seconds()))
-        if not key:
-            return ceiling
-        return ceiling - deterministic_offset(f"{key}#{failed_attempt}", ceiling / 5)
 
 
 @dataclass(frozen=True)
