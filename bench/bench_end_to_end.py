@@ -187,7 +187,7 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
                           timeout=args.warmup + args.duration + 180)
     for line in proc.stdout.splitlines():
         if line.startswith(MARKER):
-            return json.loads(line[len(MARKER):])  # type: ignore[no-any-return]
+            return json.loads(line[len(MARKER):])
     sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
     raise RuntimeError(f"variant {variant} produced no result (exit {proc.returncode})")
 

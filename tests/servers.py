@@ -34,7 +34,7 @@ def database_url() -> str:
         from actors.adapters.embedded import start_postgres
 
         _embedded["pg"] = start_postgres(Path(tempfile.mkdtemp(prefix="claimd-test-pg-")))
-    return _embedded["pg"].url  # type: ignore[attr-defined,no-any-return]
+    return _embedded["pg"].url  # type: ignore[attr-defined]
 
 
 def nats_url() -> str:
@@ -45,7 +45,7 @@ def nats_url() -> str:
         from actors.adapters.embedded import start_nats
 
         _embedded["nats"] = start_nats(Path(tempfile.mkdtemp(prefix="claimd-test-nats-")))
-    return _embedded["nats"].url  # type: ignore[attr-defined,no-any-return]
+    return _embedded["nats"].url  # type: ignore[attr-defined]
 
 
 def stop_embedded() -> None:

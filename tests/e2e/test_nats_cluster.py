@@ -60,8 +60,10 @@ async def control(cluster: NatsCluster) -> AsyncIterator[JetStreamContext]:
     await nc.close()
 
 
-async def stream_cluster(js: JetStreamContext, stream: str) -> tuple[int, str | None,
-                                                                      list[tuple[str, bool]]]:
+StreamCluster = tuple[int, str | None, list[tuple[str | None, bool]]]
+
+
+async def stream_cluster(js: JetStreamContext, stream: str) -> StreamCluster:
     """(configured replicas, leader, [(peer, current)]) of the stream, as the cluster says."""
     info = await js.stream_info(stream)
     assert info.config is not None

@@ -12,8 +12,9 @@ asks for the other's.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -29,7 +30,7 @@ WAITING_FOR_A_LOCK = """
 SELECT count(*) FROM pg_stat_activity WHERE pid = ANY ($1::int[]) AND wait_event_type = 'Lock'
 """
 
-Contender = Callable[[PostgresRunStore], Awaitable[object]]
+Contender = Callable[[PostgresRunStore], Coroutine[Any, Any, object]]
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -71,7 +71,7 @@ async def test_dispatch_recovers_when_the_stream_is_deleted_under_it(
     settings = loaded.settings
     admin = await JetStreamBroker.connect(settings.nats_url, settings.stream, settings.subject)
     try:
-        async def succeeded_at_least(n: int) -> Callable[[], object]:
+        async def succeeded_at_least(n: int) -> Callable[[], Awaitable[bool]]:
             async def check() -> bool:
                 return await store.pool.fetchval(
                     "SELECT count(*) FROM job_runs WHERE state = 'succeeded'") >= n

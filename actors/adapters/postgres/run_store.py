@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection, Sequence
 from datetime import timedelta
+from typing import Self
 
 import asyncpg
 
@@ -81,7 +82,7 @@ class PostgresRunStore(PostgresJobCatalog):
 
     @classmethod
     async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10,
-                      timeouts: TimeoutBudget = DEFAULT_TIMEOUTS) -> PostgresRunStore:
+                      timeouts: TimeoutBudget = DEFAULT_TIMEOUTS) -> Self:
         """A pool whose every call has a deadline from ``timeouts`` (see connect_pool)."""
         pool = await connect_pool(dsn, timeouts, min_size=min_size, max_size=max_size,
                                   init=init_connection)
