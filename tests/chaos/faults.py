@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import json
 import os
 import signal
 import subprocess
@@ -27,10 +28,26 @@ class FaultKind(enum.StrEnum):
     PG_RESTART = "pg_restart"
     PUBLISH_FAILURES = "publish_failures"
     SLOW_COMPLETIONS = "slow_completions"
+    # Network faults, through the replica's own proxies (tests/chaos/proxy.py).
+    DB_BLACKHOLE = "db_blackhole"
+    NATS_BLACKHOLE = "nats_blackhole"
+    LINKS_BLACKHOLE = "links_blackhole"
+    LINK_RESETS = "link_resets"
+    LINK_SLOW = "link_slow"
+    STOP_BLACKHOLED = "stop_blackholed"
 
     @property
     def label(self) -> str:
         return FAULT_LABELS[self]
+
+    @property
+    def network(self) -> bool:
+        return self in NETWORK_KINDS
+
+    @property
+    def links(self) -> tuple[str, ...]:
+        """The links of the target replica this fault acts on ("db", "nats")."""
+        return FAULT_LINKS.get(self, ())
 
 
 FAULT_LABELS = {
@@ -40,11 +57,26 @@ FAULT_LABELS = {
     FaultKind.PG_RESTART: "PostgreSQL stopped, restarted",
     FaultKind.PUBLISH_FAILURES: "publish failures (extra replica)",
     FaultKind.SLOW_COMPLETIONS: "slow completions (extra replica)",
+    FaultKind.DB_BLACKHOLE: "DB link blackholed past the lease",
+    FaultKind.NATS_BLACKHOLE: "NATS link blackholed past the lease",
+    FaultKind.LINKS_BLACKHOLE: "both links blackholed past the lease",
+    FaultKind.LINK_RESETS: "both links reset repeatedly",
+    FaultKind.LINK_SLOW: "both links slow (added latency)",
+    FaultKind.STOP_BLACKHOLED: "SIGTERM while both links blackholed (extra)",
 }
+PROCESS_KINDS = [FaultKind.KILL, FaultKind.ZOMBIE, FaultKind.NATS_RESTART,
+                 FaultKind.PG_RESTART, FaultKind.PUBLISH_FAILURES, FaultKind.SLOW_COMPLETIONS]
+NETWORK_KINDS = [FaultKind.DB_BLACKHOLE, FaultKind.NATS_BLACKHOLE, FaultKind.LINKS_BLACKHOLE,
+                 FaultKind.LINK_RESETS, FaultKind.LINK_SLOW, FaultKind.STOP_BLACKHOLED]
+FAULT_LINKS = {FaultKind.DB_BLACKHOLE: ("db",), FaultKind.NATS_BLACKHOLE: ("nats",),
+               FaultKind.LINKS_BLACKHOLE: ("db", "nats"), FaultKind.LINK_RESETS: ("db", "nats"),
+               FaultKind.LINK_SLOW: ("db", "nats"), FaultKind.STOP_BLACKHOLED: ("db", "nats")}
 # The random part of a plan favours the faults that hit runs in flight.
 WEIGHTS = {FaultKind.KILL: 3, FaultKind.ZOMBIE: 2, FaultKind.NATS_RESTART: 1,
            FaultKind.PG_RESTART: 1, FaultKind.PUBLISH_FAILURES: 1,
-           FaultKind.SLOW_COMPLETIONS: 1}
+           FaultKind.SLOW_COMPLETIONS: 1, FaultKind.DB_BLACKHOLE: 2,
+           FaultKind.NATS_BLACKHOLE: 2, FaultKind.LINKS_BLACKHOLE: 2,
+           FaultKind.LINK_RESETS: 2, FaultKind.LINK_SLOW: 1, FaultKind.STOP_BLACKHOLED: 1}
 
 
 @dataclass(frozen=True)
@@ -55,7 +87,10 @@ class Fault:
     at: float
     span: float  # down time, pause, restart delay or the period the faulty replica lives
     target: int  # replica index (kill, zombie)
-    param: float = 0.0  # publish: fail every Nth; slow: seconds added to every execution
+    # publish: fail every Nth; slow completions: seconds added to every execution;
+    # resets: seconds between resets; slow links: latency each way; SIGTERM
+    # while blackholed: seconds blackholed before the signal.
+    param: float = 0.0
 
     def describe(self) -> str:
         what = {
@@ -67,6 +102,18 @@ class Fault:
                 f"extra replica failing 1 publish in {int(self.param)} for {self.span:.1f}s",
             FaultKind.SLOW_COMPLETIONS:
                 f"extra replica adding {self.param:.1f}s to every run for {self.span:.1f}s",
+            FaultKind.DB_BLACKHOLE: f"blackhole r{self.target}'s DB link for {self.span:.1f}s",
+            FaultKind.NATS_BLACKHOLE:
+                f"blackhole r{self.target}'s NATS link for {self.span:.1f}s",
+            FaultKind.LINKS_BLACKHOLE:
+                f"blackhole both of r{self.target}'s links for {self.span:.1f}s",
+            FaultKind.LINK_RESETS:
+                f"reset r{self.target}'s links every {self.param:.1f}s for {self.span:.1f}s",
+            FaultKind.LINK_SLOW:
+                f"slow r{self.target}'s links by {self.param * 1000:.0f}ms each way "
+                f"for {self.span:.1f}s",
+            FaultKind.STOP_BLACKHOLED:
+                f"extra replica: blackhole both links, SIGTERM {self.param:.1f}s later",
         }[self.kind]
         return f"t+{self.at:5.1f}s {what}"
 
@@ -106,6 +153,19 @@ def _span_and_param(rng: Random, kind: FaultKind, lease: float) -> tuple[float, 
         return rng.uniform(1.5, 3.5), 0.0
     if kind is FaultKind.PUBLISH_FAILURES:
         return rng.uniform(6.0, 10.0), float(rng.choice([2, 3, 4]))
+    if kind in (FaultKind.DB_BLACKHOLE, FaultKind.NATS_BLACKHOLE, FaultKind.LINKS_BLACKHOLE):
+        # Longer than the lease: the runs in flight behind the dead link lose
+        # their leases, and the replica must have noticed long before the heal.
+        return lease + rng.uniform(2.0, 4.0), 0.0
+    if kind is FaultKind.LINK_RESETS:
+        return rng.uniform(6.0, 9.0), rng.uniform(0.7, 1.5)
+    if kind is FaultKind.LINK_SLOW:
+        # Round trips of 0.1-0.4 s: slow, but inside the statement timeouts.
+        return rng.uniform(5.0, 8.0), rng.uniform(0.05, 0.2)
+    if kind is FaultKind.STOP_BLACKHOLED:
+        # The span is only the harness's part (starting the extra replica); the
+        # blackhole and the stop run in the background.
+        return 3.0, rng.uniform(1.0, 2.0)
     # Slow completions: some shorter than the lease, some longer (heartbeats must
     # keep those leases alive).
     return rng.uniform(6.0, 10.0), rng.uniform(lease * 0.5, lease * 1.5)
@@ -196,6 +256,7 @@ class Replica:
     down_on_purpose: bool = False  # killed by a fault (restart pending) or retired
     retired: bool = False
     starts: int = 0
+    pids: list[int] = field(default_factory=list)  # every process this slot has run
 
     @property
     def alive(self) -> bool:
@@ -207,6 +268,35 @@ class UnplannedExit:
     replica: str
     code: int | None
     at: datetime
+    last_error: str = ""  # the last error-level log event of the process, if any
+
+
+@dataclass
+class StopRecord:
+    """One SIGTERM: how long the process took to exit, and whether it had to be killed."""
+
+    replica: str
+    seconds: float
+    killed: bool
+    during: str = "end of run"
+
+
+def last_error(log_path: Path, limit: int = 300) -> str:
+    """The last error-level JSON log event in a replica's log (or its last line)."""
+    last_line = ""
+    found = ""
+    with contextlib.suppress(OSError), log_path.open(encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            last_line = line
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    event = json.loads(line)
+                    if event.get("level") in ("error", "critical"):
+                        found = f"{event.get('event')}: {event.get('error', '')}"
+    return (found or last_line)[:limit]
 
 
 class ReplicaSet:
@@ -214,7 +304,8 @@ class ReplicaSet:
 
     The harness plays the container platform: a replica that exits on its own
     (e.g. an actor gave up while PostgreSQL was down) is restarted after a
-    second, and the exit is counted.
+    second, so that the run goes on; the exit is recorded, with the last error
+    its process logged, and fails the run.
     """
 
     def __init__(self, config: Path, logs: Path, env: dict[str, str], log_level: str) -> None:
@@ -224,6 +315,7 @@ class ReplicaSet:
         self.log_level = log_level
         self.replicas: dict[str, Replica] = {}
         self.unplanned: list[UnplannedExit] = []
+        self.stops: list[StopRecord] = []
         self._watch: asyncio.Task[None] | None = None
 
     def add(self, name: str, extra_env: dict[str, str] | None = None) -> Replica:
@@ -246,6 +338,7 @@ class ReplicaSet:
                 cwd=REPO_ROOT, start_new_session=True)
         finally:
             log.close()
+        replica.pids.append(replica.proc.pid)
         replica.down_on_purpose = False
 
     def pid(self, name: str) -> int | None:
@@ -269,21 +362,27 @@ class ReplicaSet:
         replica.proc.wait()
         return True
 
-    async def retire(self, name: str, timeout: float = 30.0) -> None:
-        """SIGTERM (graceful stop), then SIGKILL if it outlives ``timeout``."""
+    async def retire(self, name: str, timeout: float = 40.0,
+                     during: str = "end of run") -> StopRecord | None:
+        """SIGTERM (graceful stop), timed; SIGKILL if it outlives ``timeout``."""
         replica = self.replicas[name]
         replica.down_on_purpose = replica.retired = True
-        if replica.proc is None:
-            return
+        if replica.proc is None or replica.proc.poll() is not None:
+            return None
+        signalled = time.monotonic()
         with contextlib.suppress(ProcessLookupError):
             os.kill(replica.proc.pid, signal.SIGCONT)
             os.kill(replica.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
+        deadline = signalled + timeout
         while replica.proc.poll() is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        if replica.proc.poll() is None:
+            await asyncio.sleep(0.05)
+        killed = replica.proc.poll() is None
+        if killed:
             replica.proc.kill()
             replica.proc.wait()
+        record = StopRecord(name, time.monotonic() - signalled, killed, during)
+        self.stops.append(record)
+        return record
 
     def start_watching(self) -> None:
         self._watch = asyncio.create_task(self._watch_loop())
@@ -297,7 +396,8 @@ class ReplicaSet:
                 code = replica.proc.poll()
                 if code is None:
                     continue
-                self.unplanned.append(UnplannedExit(replica.name, code, datetime.now(UTC)))
+                self.unplanned.append(UnplannedExit(replica.name, code, datetime.now(UTC),
+                                                    last_error(replica.log_path)))
                 replica.down_on_purpose = True  # until respawned below
                 asyncio.get_running_loop().call_later(1.0, self._respawn, replica)
 
@@ -305,12 +405,14 @@ class ReplicaSet:
         if not replica.retired and not replica.alive:
             self.spawn(replica)
 
-    async def stop_all(self) -> None:
+    async def stop_all(self, timeout: float = 40.0) -> None:
+        """SIGTERM every replica still running, at once; each stop is timed."""
         if self._watch is not None:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
-        await asyncio.gather(*(self.retire(name) for name in self.replicas))
+        await asyncio.gather(*(self.retire(name, timeout) for name, r in self.replicas.items()
+                               if not r.retired))
 
     def kill_all(self) -> None:
         """Last-resort cleanup: nothing the harness started may outlive it."""

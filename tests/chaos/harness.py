@@ -17,6 +17,18 @@ Where the servers come from:
 * nats-server: the harness's own (embedded, on a free port), so it can be
   killed and restarted; ``--shared-nats`` uses ``CLAIMD_TEST_NATS_URL``
   instead (a stream of the harness's own, and no nats restarts).
+
+Every replica reaches each server through a fault proxy of its own
+(tests/chaos/proxy.py; its URLs are passed in ``CLAIMD_DATABASE_URL`` and
+``CLAIMD_NATS_URL``), so a network fault hits one replica's link. The job's
+own side effect (``chaos_effects``) and the harness's checks go to PostgreSQL
+directly.
+
+Besides the SQL invariants, the run fails when a replica is not live again
+within ``LIVENESS_BOUND_S`` after a network fault on its links heals (or after
+the faults end), when a SIGTERM stop takes longer than ``STOP_BOUND_S``, and
+when a replica exits on its own (it is restarted, as a platform would, and the
+exit is reported with the last error its process logged).
 """
 
 from __future__ import annotations
@@ -35,10 +47,12 @@ import time
 import traceback
 import uuid
 from collections import Counter
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 import nats
@@ -48,20 +62,32 @@ from actors.adapters.postgres import PostgresRunStore
 from actors.config import load_config
 from actors.domain import Job
 from tests.chaos.faults import (
+    NETWORK_KINDS,
+    PROCESS_KINDS,
     REPO_ROOT,
     Fault,
     FaultKind,
     NatsControl,
     PostgresControl,
     ReplicaSet,
+    StopRecord,
     build_plan,
 )
 from tests.chaos.invariants import Report, check_invariants, recovery_seconds
+from tests.chaos.proxy import FaultProxy, Mode, Upstream
 from tests.chaos.workload import DEFAULT_SLOW_JOB_S, EFFECTS_DDL, EFFECTS_DSN_ENV
 from tests.servers import with_search_path
 
 LEASE_S = 6.0
 SHUTDOWN_GRACE_S = 5
+# Liveness: after a network fault on its links heals, and after the faults end,
+# every replica starts a run again within a lease + this margin.
+LIVENESS_MARGIN_S = 6.0
+LIVENESS_BOUND_S = LEASE_S + LIVENESS_MARGIN_S
+# A SIGTERM stop ends within shutdown_grace + the replica's stop margin (15 s:
+# then it cancels what is left) + its exit margin (5 s: then it exits at once),
+# + 1 s for the harness's polling.
+STOP_BOUND_S = SHUTDOWN_GRACE_S + 15.0 + 5.0 + 1.0
 SETTINGS = {
     # lease > ack_wait x (max_deliver - 1) x 3 = 3s: recovery after a lost
     # worker takes one short lease.
@@ -84,6 +110,8 @@ LOG_EVENTS = {
     "actor crashed; restarting": "actor crashes restarted in-process",
     "actor gave up": "actors that gave up (process exits)",
 }
+# The run's verdict counts these the same on every build; they are the figures
+# the network faults are judged by.
 
 
 @dataclass
@@ -108,9 +136,35 @@ class Options:
 class FaultRecord:
     fault: Fault
     started: datetime
-    ended: datetime
+    ended: datetime  # for a network fault: the heal
     target: str = ""
     recovery_s: float = 0.0
+    live_again_s: float | None = None  # network faults: the target's first start after the heal
+
+
+@dataclass
+class Liveness:
+    """When a replica started a run again after ``since`` (None: it never did)."""
+
+    replica: str
+    after: str
+    since: datetime
+    live_s: float | None
+
+    @property
+    def ok(self) -> bool:
+        return self.live_s is not None and self.live_s <= LIVENESS_BOUND_S
+
+
+@dataclass
+class ReplicaLinks:
+    """The two proxies in front of one replica."""
+
+    db: FaultProxy
+    nats: FaultProxy
+
+    def of(self, which: tuple[str, ...]) -> list[FaultProxy]:
+        return [self.db if name == "db" else self.nats for name in which]
 
 
 @dataclass
@@ -122,6 +176,9 @@ class ChaosResult:
     log_counts: Counter[str]
     unplanned_exits: list[tuple[str, int | None]]
     settings_line: str
+    liveness: list[Liveness] = field(default_factory=list)
+    stops: list[StopRecord] = field(default_factory=list)
+    exit_reasons: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     table: str = ""
 
@@ -149,6 +206,44 @@ def config_text(database_url: str, nats_url: str, deployment: str, jobs: int,
     return "\n".join(lines) + "\n"
 
 
+def database_upstream(url: str) -> Upstream:
+    """Where a PostgreSQL URL points: TCP host:port, or the unix socket in ``?host=/dir``."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    port = int(query.get("port") or parts.port or 5432)
+    host = query.get("host") or parts.hostname or "127.0.0.1"
+    if host.startswith("/"):
+        socket_path = Path(host) / f".s.PGSQL.{port}"
+        if not socket_path.exists():  # pgserver may pick another port number
+            found = sorted(Path(host).glob(".s.PGSQL.*"))
+            found = [p for p in found if not p.name.endswith(".lock")]
+            if found:
+                socket_path = found[0]
+        return Upstream(path=socket_path)
+    return Upstream(host=host, port=port)
+
+
+def via_proxy_database(url: str, port: int) -> str:
+    """The same PostgreSQL URL, through the proxy on loopback ``port``."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k not in ("host", "port")]
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@127.0.0.1:{port}" if userinfo else f"127.0.0.1:{port}"
+    return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query)))
+
+
+def nats_upstream(url: str) -> Upstream:
+    parts = urlsplit(url)
+    return Upstream(host=parts.hostname or "127.0.0.1", port=parts.port or 4222)
+
+
+def via_proxy_nats(url: str, port: int) -> str:
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@127.0.0.1:{port}" if userinfo else f"127.0.0.1:{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def replica_env(effects_dsn: str, broken_build: str | None) -> dict[str, str]:
     """The harness's environment, minus anything that would steer a replica elsewhere."""
     env = {k: v for k, v in os.environ.items()
@@ -172,6 +267,10 @@ class Harness:
         self.replicas: ReplicaSet | None = None
         self.background: set[asyncio.Task[None]] = set()
         self.extra = 0
+        self.links: dict[str, ReplicaLinks] = {}
+        self.database_url = ""
+        self.nats_url = ""
+        self.pool: asyncpg.Pool | None = None
 
     def say(self, text: str) -> None:
         print(f"[chaos {time.strftime('%H:%M:%S')}] {text}", file=self.out, flush=True)
@@ -269,43 +368,101 @@ class Harness:
 
         logs = workdir / "logs"
         logs.mkdir(exist_ok=True)
+        self.database_url, self.nats_url = url, nats_url
         self.replicas = ReplicaSet(config, logs, replica_env(url, o.broken_build), o.log_level)
         self.stack.callback(self.replicas.kill_all)
         for i in range(o.replicas):
-            self.replicas.add(f"r{i}")
+            await self._add_replica(f"r{i}")
         self.replicas.start_watching()
-        self.say(f"{o.replicas} replicas starting; logs in {logs}")
+        self.say(f"{o.replicas} replicas starting, each through its own proxies; logs in {logs}")
 
         pool = await asyncpg.create_pool(url, min_size=0, max_size=2)
         assert pool is not None
+        self.pool = pool
         self.stack.push_async_callback(pool.close)
         await self._wait_ready(pool, len(loaded.jobs))
         window_start: datetime = await pool.fetchval("SELECT now()")
         self.say("steady; injecting faults")
         records = await self._inject(plan)
+        faults_over = datetime.now().astimezone()
         window_end: datetime = await self._fetch_now(pool)
         self.say("injection over; settling")
         await self._settle(pool, loaded.jobs, window_start, window_end)
-        await self.replicas.stop_all()
         for task in list(self.background):
             await task
-        self.say("replicas stopped; checking invariants")
+        stopping = [n for n, r in self.replicas.replicas.items() if r.alive and not r.retired]
+        await self.replicas.stop_all(timeout=STOP_BOUND_S + 10)
+        self.say("replicas stopped: " + ", ".join(
+            f"{s.replica} {s.seconds:.1f}s" + (" (SIGKILLed)" if s.killed else "")
+            for s in self.replicas.stops if s.replica in stopping and s.during == "end of run"))
+        self.say("checking invariants")
         report = await check_invariants(pool, loaded.jobs, window_start, window_end)
         work = {name: timedelta(seconds=DEFAULT_SLOW_JOB_S + 0.5 if "slow" in name else 0.5)
                 for name in loaded.jobs}
         recovery = recovery_seconds(report.runs, [r.started for r in records], work)
         for record, seconds in zip(records, recovery, strict=True):
             record.recovery_s = seconds
+        liveness = await self._liveness(pool, records, faults_over, o.replicas)
         result = ChaosResult(
             options=o, report=report, faults=records, skipped=skipped,
             log_counts=count_log_events(logs),
             unplanned_exits=[(u.replica, u.code) for u in self.replicas.unplanned],
-            settings_line=settings_line, failures=report.failures())
+            settings_line=settings_line, liveness=liveness, stops=list(self.replicas.stops),
+            exit_reasons=[f"{u.replica} exit {u.code} at {u.at.isoformat(timespec='seconds')}: "
+                          f"{u.last_error or '(nothing logged)'}"
+                          for u in self.replicas.unplanned])
+        result.failures = report.failures() + harness_failures(result)
         result.table = render_table(result)
         print(result.table, file=self.out, flush=True)
         if o.keep:
             self.say(f"kept {workdir}")
         return result
+
+    async def _add_replica(self, name: str, env: dict[str, str] | None = None) -> None:
+        """A replica slot with its own proxy in front of each server (kept across restarts)."""
+        assert self.replicas is not None
+        links = self.links.get(name)
+        if links is None:
+            db = await FaultProxy(f"{name}-db", database_upstream(self.database_url),
+                                  server_gives_up=LEASE_S).start()
+            nats_proxy = await FaultProxy(f"{name}-nats", nats_upstream(self.nats_url),
+                                          server_gives_up=LEASE_S).start()
+            links = self.links[name] = ReplicaLinks(db, nats_proxy)
+            self.stack.push_async_callback(db.close)
+            self.stack.push_async_callback(nats_proxy.close)
+        self.replicas.add(name, {
+            "CLAIMD_DATABASE_URL": via_proxy_database(self.database_url, links.db.port),
+            "CLAIMD_NATS_URL": via_proxy_nats(self.nats_url, links.nats.port),
+            **(env or {})})
+
+    async def _first_start(self, pool: asyncpg.Pool, pids: list[int],
+                           since: datetime) -> datetime | None:
+        began: datetime | None = await pool.fetchval(
+            "SELECT min(began_at) FROM chaos_effects WHERE began_at > $1 AND pid = ANY($2)",
+            since, pids)
+        return began
+
+    async def _liveness(self, pool: asyncpg.Pool, records: list[FaultRecord],
+                        faults_over: datetime, replicas: int) -> list[Liveness]:
+        """Per network fault, its target after the heal; then every replica after the end."""
+        assert self.replicas is not None
+        out = []
+        for record in records:
+            kind = record.fault.kind
+            if not kind.network or kind is FaultKind.STOP_BLACKHOLED:
+                continue
+            slot = self.replicas.replicas[record.target]
+            began = await self._first_start(pool, slot.pids, record.ended)
+            live = None if began is None else (began - record.ended).total_seconds()
+            record.live_again_s = live
+            out.append(Liveness(record.target, record.fault.describe().strip(), record.ended,
+                                live))
+        for i in range(replicas):
+            slot = self.replicas.replicas[f"r{i}"]
+            began = await self._first_start(pool, slot.pids, faults_over)
+            out.append(Liveness(slot.name, "the end of the faults", faults_over,
+                                None if began is None else (began - faults_over).total_seconds()))
+        return out
 
     async def _fetch_now(self, pool: asyncpg.Pool) -> datetime:
         """The database's clock; retried, since the last fault may have just ended."""
@@ -405,16 +562,85 @@ class Harness:
             await asyncio.sleep(fault.span)
             await asyncio.to_thread(self.pg.start)
             return "postgres"
+        if fault.kind.network:
+            return await self._apply_network(fault)
         env = ({"CLAIMD_FAULT_PUBLISH_FAIL_EVERY": str(int(fault.param))}
                if fault.kind is FaultKind.PUBLISH_FAILURES
                else {"CLAIMD_CHAOS_SLOW_S": f"{fault.param:.2f}"})
         self.extra += 1
         name = f"x{self.extra}"
-        replicas.add(name, env)
+        await self._add_replica(name, env)
         await asyncio.sleep(fault.span)
         # Graceful stop in the background: the plan goes on while it drains.
-        task = asyncio.create_task(replicas.retire(name))
+        self._background(replicas.retire(name, timeout=STOP_BOUND_S + 10,
+                                         during=fault.kind.label))
+        return name
+
+    def _background(self, work: Coroutine[Any, Any, object]) -> None:
+        async def run() -> None:
+            await work
+
+        task = asyncio.create_task(run())
         self.background.add(task)
+
+    async def _apply_network(self, fault: Fault) -> str:
+        """Blackhole, reset or slow the target's links; back to pass at the end of the span."""
+        if fault.kind is FaultKind.STOP_BLACKHOLED:
+            return await self._stop_blackholed(fault)
+        name = self._target(fault.target)
+        proxies = self.links[name].of(fault.kind.links)
+        try:
+            if fault.kind is FaultKind.LINK_RESETS:
+                end = time.monotonic() + fault.span
+                while time.monotonic() < end:
+                    for proxy in proxies:
+                        proxy.reset_all()
+                    await asyncio.sleep(min(fault.param, max(0.0, end - time.monotonic())))
+            else:
+                mode = Mode.SLOW if fault.kind is FaultKind.LINK_SLOW else Mode.BLACKHOLE
+                for proxy in proxies:
+                    proxy.set_mode(mode, latency=fault.param)
+                await asyncio.sleep(fault.span)
+        finally:
+            for proxy in proxies:
+                proxy.set_mode(Mode.PASS)  # the heal; caught connections stay dead
+        return name
+
+    async def _stop_blackholed(self, fault: Fault) -> str:
+        """An extra replica, once it executes runs, loses both links and gets a SIGTERM.
+
+        Its stop must end within the bound whatever the network does; its runs
+        in flight are left to their leases.
+        """
+        assert self.replicas is not None
+        assert self.pool is not None
+        self.extra += 1
+        name = f"x{self.extra}"
+        await self._add_replica(name)
+        pool, replicas, links = self.pool, self.replicas, self.links[name]
+
+        async def blackhole_then_stop() -> None:
+            slot = replicas.replicas[name]
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and slot.alive:
+                if await self._first_start(pool, slot.pids, datetime.fromtimestamp(0).astimezone()):
+                    break
+                await asyncio.sleep(0.2)
+            for proxy in links.of(("db", "nats")):
+                proxy.set_mode(Mode.BLACKHOLE)
+            try:
+                await asyncio.sleep(fault.param)
+                record = await replicas.retire(name, timeout=STOP_BOUND_S + 10,
+                                               during=fault.kind.label)
+                if record is not None:
+                    self.say(f"{name} stopped {record.seconds:.1f}s after SIGTERM while "
+                             "blackholed" + (" (SIGKILLed)" if record.killed else ""))
+            finally:
+                for proxy in links.of(("db", "nats")):
+                    proxy.set_mode(Mode.PASS)
+
+        self._background(blackhole_then_stop())
+        await asyncio.sleep(fault.span)
         return name
 
 
@@ -451,6 +677,35 @@ def _p50_max(values: list[float]) -> str:
     if not values:
         return "-"
     return f"{statistics.median(values):5.1f}s / {max(values):5.1f}s"
+
+
+def _p50_max_or_never(values: list[float | None]) -> str:
+    seen = [v for v in values if v is not None]
+    never = len(values) - len(seen)
+    text = _p50_max(seen)
+    return text + (f", {never} never" if never else "")
+
+
+EXIT_REASONS_SHOWN = 5
+
+
+def harness_failures(result: ChaosResult) -> list[str]:
+    """What the harness itself saw fail: liveness, bounded stops, unplanned exits."""
+    out = []
+    for v in result.liveness:
+        if not v.ok:
+            when = ("started no run" if v.live_s is None
+                    else f"started its first run {v.live_s:.1f}s")
+            out.append(f"(6) replica {v.replica} {when} after {v.after} "
+                       f"(bound {LIVENESS_BOUND_S:g}s)")
+    for stop in result.stops:
+        if stop.killed or stop.seconds > STOP_BOUND_S:
+            how = "did not stop and was SIGKILLed" if stop.killed else "stopped"
+            out.append(f"(7) replica {stop.replica} {how} {stop.seconds:.1f}s after SIGTERM "
+                       f"({stop.during}; bound {STOP_BOUND_S:g}s)")
+    for reason in result.exit_reasons:
+        out.append(f"(8) replica exited on its own: {reason}")
+    return out
 
 
 def render_table(result: ChaosResult) -> str:
@@ -493,8 +748,28 @@ def render_table(result: ChaosResult) -> str:
     for event, label in LOG_EVENTS.items():
         row(f"  {label}", result.log_counts.get(event, 0))
     exits = Counter(code for _, code in result.unplanned_exits)
-    row("unplanned replica exits (restarted)", len(result.unplanned_exits),
+    row("unplanned replica exits (must be 0)", len(result.unplanned_exits),
         ", ".join(f"exit {c}: {n}" for c, n in sorted(exits.items(), key=str)))
+    for reason in result.exit_reasons[:EXIT_REASONS_SHOWN]:
+        lines.append(f"  {reason}")
+    after_fault = [v for v in result.liveness if v.after != "the end of the faults"]
+    at_end = [v for v in result.liveness if v.after == "the end of the faults"]
+    late = sum(not v.ok for v in result.liveness)
+    row(f"not live within {LIVENESS_BOUND_S:g}s (must be 0)", late,
+        f"lease {LEASE_S:g}s + {LIVENESS_MARGIN_S:g}s, from each network fault's heal "
+        "(its replica) and from the end of the faults (every replica)")
+    row("  live again after a heal, p50 / max", len(after_fault),
+        _p50_max_or_never([v.live_s for v in after_fault]))
+    row("  live again after the end, p50 / max", len(at_end),
+        _p50_max_or_never([v.live_s for v in at_end]))
+    over = [s for s in result.stops if s.killed or s.seconds > STOP_BOUND_S]
+    row(f"SIGTERM stops over {STOP_BOUND_S:g}s (must be 0)", len(over),
+        f"of {len(result.stops)} timed; p50 / max {_p50_max([s.seconds for s in result.stops])}"
+        + (f"; {sum(s.killed for s in result.stops)} SIGKILLed" if over else ""))
+    blackholed = [s for s in result.stops if s.during == FaultKind.STOP_BLACKHOLED.label]
+    if blackholed:
+        row("  of which while blackholed, p50 / max", len(blackholed),
+            _p50_max([s.seconds for s in blackholed]))
     lines.append("")
     lines += [
         "duplicate executions: the price of at-least-once delivery. A worker killed or paused",
@@ -513,7 +788,8 @@ def render_table(result: ChaosResult) -> str:
         lines.append("RESULT: FAIL")
         lines += [f"  {f}" for f in result.failures]
     else:
-        lines.append("RESULT: PASS (every due instant recorded once, terminal, fenced)")
+        lines.append("RESULT: PASS (every due instant recorded once, terminal, fenced; "
+                     "every replica live again and stopped within its bound)")
     return "\n".join(lines)
 
 
@@ -534,7 +810,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
     p.add_argument("--shared-nats", action="store_true",
                    help="use CLAIMD_TEST_NATS_URL instead of an own nats-server")
     p.add_argument("--faults", default=None,
-                   help="comma-separated kinds: " + ",".join(k.value for k in FaultKind))
+                   help="comma-separated kinds (or the groups 'process', 'network'): "
+                        + ",".join(k.value for k in FaultKind))
     p.add_argument("--no-force-each", action="store_true",
                    help="do not force one fault of each kind into the plan")
     p.add_argument("--broken-build", choices=sorted(BROKEN_BUILDS),
@@ -546,9 +823,17 @@ def parse_args(argv: list[str] | None = None) -> Options:
     return Options(
         seed=a.seed, duration=a.duration, replicas=a.replicas, jobs=a.jobs,
         slow_jobs=a.slow_jobs, embedded=a.embedded, shared_nats=a.shared_nats,
-        kinds=[FaultKind(name.strip()) for name in a.faults.split(",")] if a.faults else None,
+        kinds=parse_kinds(a.faults) if a.faults else None,
         force_each=not a.no_force_each, broken_build=a.broken_build, workdir=a.workdir,
         keep=a.keep, log_level=a.log_level)
+
+
+def parse_kinds(text: str) -> list[FaultKind]:
+    kinds: list[FaultKind] = []
+    for name in (n.strip() for n in text.split(",")):
+        group = {"process": PROCESS_KINDS, "network": NETWORK_KINDS}.get(name)
+        kinds += group if group is not None else [FaultKind(name)]
+    return list(dict.fromkeys(kinds))
 
 
 async def run_chaos(options: Options, out: TextIO | None = None) -> ChaosResult:

@@ -1,4 +1,5 @@
-"""The fault-injection harness in CI: a short seeded storm, and a broken build it must catch.
+"""The fault-injection harness in CI: short seeded storms (process faults, network
+faults), and a broken build it must catch.
 
 The harness's progress and table go straight to the terminal (also under
 ``pytest -q``), so the CI log shows the figures. The long run is on demand:
@@ -12,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.chaos.faults import FaultKind
+from tests.chaos.faults import NETWORK_KINDS, PROCESS_KINDS, FaultKind
 from tests.chaos.harness import ChaosResult, Options, run_chaos
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(420)]
@@ -31,17 +32,44 @@ async def test_short_seeded_run_loses_nothing_and_doubles_nothing(
     # Embedded PostgreSQL so that PostgreSQL restarts are among the faults
     # (the machine's shared server is never restarted); own nats-server.
     result = await _run(capsys, Options(seed=SEED, duration=45, replicas=3, jobs=50,
-                                        embedded=True))
+                                        embedded=True, kinds=PROCESS_KINDS))
     report = result.report
     injected = {record.fault.kind for record in result.faults}
-    assert injected == set(FaultKind), (
-        f"every fault kind must be injected; missing {set(FaultKind) - injected}, "
+    assert injected == set(PROCESS_KINDS), (
+        f"every process fault kind must be injected; missing {set(PROCESS_KINDS) - injected}, "
         f"skipped {result.skipped}\n{result.table}")
     assert report.due > 1000, result.table
     assert report.recorded == report.due, result.table
     assert report.lost == 0, result.table
     assert report.doubled == 0, result.table
     assert report.fencing_violations == 0, result.table
+    assert result.failures == [], result.table
+
+
+async def test_network_faults_lose_nothing_and_every_replica_recovers(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # Every replica reaches PostgreSQL and NATS through proxies of its own; the
+    # plan blackholes each link of a replica past the lease, both at once,
+    # resets them repeatedly, slows them, and SIGTERMs a replica whose links are
+    # blackholed. The machine's PostgreSQL is enough (nothing restarts it).
+    result = await _run(capsys, Options(seed=SEED, duration=45, replicas=3, jobs=50,
+                                        kinds=NETWORK_KINDS))
+    report = result.report
+    injected = {record.fault.kind for record in result.faults}
+    assert injected == set(NETWORK_KINDS), (
+        f"every network fault kind must be injected; missing {set(NETWORK_KINDS) - injected}"
+        f"\n{result.table}")
+    assert report.due > 1000, result.table
+    assert report.lost == 0, result.table
+    assert report.doubled == 0, result.table
+    assert report.fencing_violations == 0, result.table
+    # Liveness: every replica started runs again within lease + margin of each
+    # heal and of the end of the faults; every SIGTERM stop ended within its bound.
+    assert result.liveness, result.table
+    assert all(v.ok for v in result.liveness), result.table
+    assert result.stops, result.table
+    assert not [s for s in result.stops if s.killed], result.table
+    assert result.unplanned_exits == [], result.table
     assert result.failures == [], result.table
 
 
