@@ -9,13 +9,19 @@ A beat that fails because the database is away is retried at the next beat
 stops with it, its executions are cancelled and the supervisor restarts it.
 Going on without heartbeats would let the leases lapse under executions that
 keep running, so another worker would run them a second time.
+
+:class:`Keeping` is what the worker asks before it fetches more: whether the
+leases it holds can be extended and its verdicts recorded. A run started while
+they cannot be would outlive a lease nobody extends and be executed again
+elsewhere, so the worker takes nothing new until they can.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Protocol
@@ -47,6 +53,70 @@ class InFlight:
 
 ExtendLeases = Callable[[Sequence[tuple[str, int]]], Awaitable[set[tuple[str, int]]]]
 
+HEARTBEAT = "heartbeat"
+COMPLETIONS = "completions"
+STARTS = "starts"
+
+
+class Keeping:
+    """Whether this worker can keep what it starts: its database calls get through.
+
+    Each source (``heartbeat``, ``completions``, ``starts``) reports its calls'
+    failures and successes. A call still in progress after ``stall_after``
+    counts as failing too: a silent connection fails a call only at its
+    deadline, and runs started meanwhile would depend on it.
+    """
+
+    def __init__(self, stall_after: timedelta,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.stall_after = stall_after.total_seconds()
+        self._clock = clock
+        self._failing: dict[str, str] = {}
+        self._calls: dict[object, tuple[str, float]] = {}
+
+    @contextlib.contextmanager
+    def call(self, source: str) -> Iterator[None]:
+        """Around one database call of ``source``: its duration is watched."""
+        token = object()
+        self._calls[token] = (source, self._clock())
+        try:
+            yield
+        finally:
+            del self._calls[token]
+
+    def failed(self, source: str, error: str) -> None:
+        self._failing[source] = error
+
+    def succeeded(self, source: str) -> None:
+        self._failing.pop(source, None)
+
+    def answered(self) -> None:
+        """The database answered a probe: what failed for want of it may go on.
+
+        Completions stay failing until the completer records: their verdicts
+        are the runs that would be doubled.
+        """
+        for source in (HEARTBEAT, STARTS):
+            self._failing.pop(source, None)
+
+    def stalled(self) -> tuple[str, float] | None:
+        """The source of the oldest call in progress past ``stall_after``, and its age."""
+        now = self._clock()
+        oldest = max(((now - began, source) for source, began in self._calls.values()),
+                     default=None)
+        if oldest is None or oldest[0] <= self.stall_after:
+            return None
+        return oldest[1], oldest[0]
+
+    def trouble(self) -> tuple[str, str] | None:
+        """Why runs started now could not be kept (source, what), or None."""
+        for source, error in self._failing.items():
+            return source, f"failing: {error}"
+        stalled = self.stalled()
+        if stalled is not None:
+            return stalled[0], f"no answer for {stalled[1]:.1f}s"
+        return None
+
 
 class Heartbeat:
     """Extends the leases of ``in_flight`` every ``interval`` until ``stop``.
@@ -58,18 +128,21 @@ class Heartbeat:
 
     def __init__(self, extend: ExtendLeases, in_flight: dict[tuple[str, int], InFlight],
                  interval: timedelta, stop: asyncio.Event, *,
-                 outage: type[Exception]) -> None:
+                 outage: type[Exception], keeping: Keeping | None = None) -> None:
         self.extend = extend
         self.in_flight = in_flight
         self.interval = interval
         self.stop = stop
         self.outage = outage
+        self.keeping = keeping or Keeping(interval * 4)
 
     async def beat(self) -> None:
         entries = list(self.in_flight.values())
         if not entries:
             return
-        kept = await self.extend([(e.run_id, e.epoch) for e in entries])
+        with self.keeping.call(HEARTBEAT):
+            kept = await self.extend([(e.run_id, e.epoch) for e in entries])
+        self.keeping.succeeded(HEARTBEAT)
         for entry in entries:
             key = (entry.run_id, entry.epoch)
             if key not in self.in_flight:
@@ -92,4 +165,5 @@ class Heartbeat:
             try:
                 await self.beat()
             except self.outage as exc:  # the next beat retries; the lease has slack
+                self.keeping.failed(HEARTBEAT, repr(exc)[:200])
                 log.warning("heartbeat failed", error=repr(exc))

@@ -192,6 +192,13 @@ SCHEDULE_LAG = Histogram(
 RUN_DURATION = Histogram("claimd_run_duration_seconds", "Execution time of attempts",
                          [JOB_LABEL],
                          buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 60, 300, 1800, 3600))
+# Intake: the worker stops fetching while it cannot keep its leases or record
+# its completions (or the broker does not answer), the claimer stops claiming
+# while this replica cannot publish; the work goes to the other replicas.
+INTAKE_PAUSED = Gauge("claimd_intake_paused",
+                      "1 while this actor takes in no new work it could not keep", ["actor"])
+INTAKE_PAUSES = Counter("claimd_intake_pauses_total",
+                        "Times an actor stopped taking in new work, by why", ["actor", "reason"])
 
 
 # --- dependencies: is this replica reaching PostgreSQL and NATS? ----------------

@@ -8,6 +8,16 @@ would lose the run if the process died before recording it.
 Starts and completions of concurrent runs are batched into one statement each;
 every message is acked only after the statement that recorded its run has
 committed.
+
+A worker takes in only what it can keep. While its lease extensions, its
+completions or its starts fail or hang (the database is away, or its
+connection went silent), it fetches nothing: a run started then would finish
+with nobody able to record it or extend its lease, and would be executed again
+elsewhere after the lease. The runs it holds are left to their leases; the
+other replicas take the new ones. Likewise an empty fetch is ambiguous (no
+messages, or a dead connection): after a few in a row the worker pings the
+broker, and while that goes unanswered it waits for the connection to come
+back and then binds its subscription anew.
 """
 
 from __future__ import annotations
@@ -15,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -22,12 +33,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from actors.domain import AttemptVerdict, ExecutionResult, Outcome, RunState, decide_attempt
-from actors.flow import Backoff
-from actors.heartbeat import Heartbeat, InFlight, Settle
+from actors.flow import Backoff, Probe
+from actors.heartbeat import COMPLETIONS, STARTS, Heartbeat, InFlight, Keeping, Settle
 from actors.observability import (
     COMPLETIONS_REJECTED,
     DELIVERIES_SKIPPED,
     FENCED_COMPLETIONS,
+    INTAKE_PAUSED,
+    INTAKE_PAUSES,
     POISON_MESSAGES,
     REDELIVERIES,
     RUN_DURATION,
@@ -51,7 +64,9 @@ from actors.ports import (
 
 log = get_logger("worker")
 COMPLETION_BATCH = 256
-RESUBSCRIBE_AFTER = 3  # consecutive failed fetches
+RESUBSCRIBE_AFTER = 3  # consecutive failed fetches; as many empty ones and the broker is pinged
+FETCH_TIMEOUT_S = 1.0
+BROKER_PROBE_TIMEOUT_S = 2.0  # a ping's round trip; capped by the stall threshold
 START_UNKNOWN_KEPT = 10_000  # (run, epoch) keys whose start reply was lost, remembered
 
 
@@ -100,7 +115,9 @@ class Worker:
                  faults: WorkerFaults | None = None,
                  after_record: Callable[[list[_Pending]], None] | None = None,
                  resubscribe: Callable[[], Awaitable[Subscription]] | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None,
+                 probe_broker: Callable[[], Awaitable[object]] | None = None,
+                 stall_after: timedelta | None = None) -> None:
         self.store = store
         # Lag is measured on the database's clock (estimated locally), not the host's.
         self.clock = clock
@@ -130,9 +147,20 @@ class Worker:
         self._slot_freed = asyncio.Event()
         self._recorded_batches = 0
         self._hb_stop = asyncio.Event()
+        # A database call unanswered for a quarter of the lease is failing: the
+        # leases it would extend are running out (the lease's own deadlines,
+        # statement and acquire, fit inside this).
+        self.keeping = Keeping(stall_after or max(lease / 4, timedelta(seconds=1)))
         self.heartbeat = Heartbeat(
             lambda runs: self.store.extend_leases(self.worker_id, runs, self.lease),
-            self.in_flight, heartbeat_interval, self._hb_stop, outage=Outage)
+            self.in_flight, heartbeat_interval, self._hb_stop, outage=Outage,
+            keeping=self.keeping)
+        stall = self.keeping.stall_after
+        self._store_probe = Probe(lambda: self.store.ping(), stall)
+        self._broker_probe = (Probe(probe_broker, min(BROKER_PROBE_TIMEOUT_S, stall))
+                              if probe_broker is not None else None)
+        self._fetch_backoff = Backoff(initial=0.2, maximum=5.0)
+        self._empty_fetches = 0
 
     # -- the loop ------------------------------------------------------------------------
 
@@ -170,39 +198,118 @@ class Worker:
                         runs=len(lost), run_ids=[e.run_id for e in lost][:20])
 
     async def _run(self) -> None:
-        backoff = Backoff(initial=0.2, maximum=5.0)
+        self._fetch_backoff.reset()
         async with asyncio.TaskGroup() as group:
             completer = group.create_task(self._complete_loop())
             heartbeat = group.create_task(self.heartbeat.run())
             while not self.stop.is_set():
+                if self.keeping.trouble() is not None:
+                    await self._until_kept()
+                    continue
                 free = self.concurrency - len(self.in_flight)
                 if free <= 0:
                     self._slot_freed.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._slot_freed.wait(), 1.0)
                     continue
-                try:
-                    messages = await self.sub.fetch(min(free, 256), timeout=1.0)
-                except TimeoutError:
-                    continue
-                except Exception as exc:  # noqa: BLE001 - fetch only talks to the broker: an outage
-                    delay = backoff.next_delay()
-                    log.warning("fetch failed", error=repr(exc), delay_s=round(delay, 3))
-                    await asyncio.sleep(delay)
-                    if backoff.failures >= RESUBSCRIBE_AFTER and self.resubscribe is not None:
-                        # The stream or consumer may be gone (a broker recreated
-                        # without its data): create them again and bind anew.
-                        with contextlib.suppress(Exception):
-                            self.sub = await self.resubscribe()
-                            log.info("resubscribed to the dispatch stream")
-                    continue
-                backoff.reset()
-                await self.handle(messages, group)
+                await self._fetch_and_handle(min(free, 256), group)
             await self._drain()
             await self.completions.put(None)
             await completer
             self._hb_stop.set()
             await heartbeat
+
+    async def _fetch_and_handle(self, batch: int, group: asyncio.TaskGroup) -> None:
+        try:
+            messages = await self.sub.fetch(batch, timeout=FETCH_TIMEOUT_S)
+        except TimeoutError:
+            # No message within the timeout: what an idle stream says, and all
+            # that a dead connection says too. A few in a row: ask the broker.
+            self._empty_fetches += 1
+            if self._empty_fetches >= RESUBSCRIBE_AFTER:
+                self._empty_fetches = 0
+                await self._until_broker_answers()
+            return
+        except Exception as exc:  # noqa: BLE001 - fetch only talks to the broker: an outage
+            self._empty_fetches = 0
+            delay = self._fetch_backoff.next_delay()
+            log.warning("fetch failed", error=repr(exc), delay_s=round(delay, 3))
+            await asyncio.sleep(delay)
+            if self._fetch_backoff.failures >= RESUBSCRIBE_AFTER:
+                # The stream or consumer may be gone (a broker recreated
+                # without its data): create them again and bind anew.
+                await self._resubscribe()
+            return
+        self._empty_fetches = 0
+        self._fetch_backoff.reset()
+        await self.handle(messages, group)
+
+    async def _resubscribe(self) -> None:
+        if self.resubscribe is None:
+            return
+        try:
+            self.sub = await self.resubscribe()
+        except Exception as exc:  # noqa: BLE001 - the next failed fetches try again
+            log.warning("resubscribe failed", error=repr(exc))
+            return
+        log.info("resubscribed to the dispatch stream")
+
+    async def _until_kept(self) -> None:
+        """Fetch nothing until the database calls the worker's runs depend on get through.
+
+        A call that hangs is waited for (its own deadline ends it); a failure
+        is retried by its owner (the heartbeat at each beat, the completer with
+        backoff) and the database is pinged meanwhile: once it answers, beats
+        and starts may go on, while unrecorded verdicts hold the pause until
+        the completer records them.
+        """
+        trouble = self.keeping.trouble()
+        if trouble is None:
+            return
+        began = self._paused(*trouble)
+        backoff = Backoff(initial=0.1, maximum=1.0)
+        while not self.stop.is_set():
+            await self._sleep_or_stop(backoff.next_delay())
+            if self.keeping.trouble() is None:
+                break
+            if self.keeping.stalled() is None and await self._store_probe():
+                self.keeping.answered()
+                if self.keeping.trouble() is None:
+                    break
+        self._resumed(trouble[0], began)
+
+    async def _until_broker_answers(self) -> None:
+        """After empty fetches: a ping; unanswered, no fetch until the broker is back."""
+        probe = self._broker_probe
+        if probe is None or await probe():
+            return
+        began = self._paused("broker", f"no answer to a ping after empty fetches: "
+                                       f"{probe.last_error}")
+        backoff = Backoff(initial=0.2, maximum=2.0)
+        while not self.stop.is_set():
+            await self._sleep_or_stop(backoff.next_delay())
+            if await probe():
+                # Reconnected: bind again (a recreated broker may have lost the consumer).
+                await self._resubscribe()
+                break
+        self._resumed("broker", began)
+
+    async def _sleep_or_stop(self, delay: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), delay)
+
+    def _paused(self, reason: str, detail: str) -> float:
+        INTAKE_PAUSED.labels(actor="worker").set(1)
+        INTAKE_PAUSES.labels(actor="worker", reason=reason).inc()
+        log.warning("worker takes no new runs: it could not keep them", reason=reason,
+                    detail=detail[:300], in_flight=len(self.in_flight))
+        return time.monotonic()
+
+    def _resumed(self, reason: str, began: float) -> None:
+        INTAKE_PAUSED.labels(actor="worker").set(0)
+        if not self.stop.is_set():
+            log.warning("worker takes new runs again", reason=reason,
+                        paused_s=round(time.monotonic() - began, 3))
 
     async def _drain(self) -> None:
         """Let in-flight runs finish up to the grace; cancel the rest (the lease recovers them)."""
@@ -265,19 +372,22 @@ class Worker:
         # drops, or this task is cancelled while it waits): remembered first.
         self._remember_start_unknown(keys)
         try:
-            started, not_started = await self.store.start_runs(
-                self.worker_id, [m for m, _ in decoded], self.lease, retake=retake)
+            with self.keeping.call(STARTS):
+                started, not_started = await self.store.start_runs(
+                    self.worker_id, [m for m, _ in decoded], self.lease, retake=retake)
         except Exception as exc:
             # Nothing began here: the broker redelivers, and these runs may be
-            # taken up again then. An outage is waited out here; anything else
-            # is a bug the supervisor must see.
+            # taken up again then. An outage is waited out here (no fetch until
+            # the database answers); anything else is a bug the supervisor must see.
             for _, delivery in decoded:
                 await _quietly(delivery.nak(delay=1.0))
             if not isinstance(exc, Outage):
                 raise
+            self.keeping.failed(STARTS, repr(exc)[:200])
             log.warning("start failed; messages will be redelivered", error=repr(exc),
                         runs=len(decoded))
             return
+        self.keeping.succeeded(STARTS)
         by_key = {(m.run_id, m.epoch): d for m, d in decoded}
         # The started runs enter the in-flight set before anything else is
         # awaited: from here on they are begun, never to be taken up again.
@@ -398,14 +508,23 @@ class Worker:
                 raise bug
 
     async def _record(self, batch: list[_Pending]) -> set[tuple[str, int]]:
-        """complete_runs, retried while the database is unreachable; other errors raise."""
-        backoff = Backoff(initial=0.1, maximum=5.0)
+        """complete_runs, retried while the database is unreachable; other errors raise.
+
+        While it fails, the worker fetches nothing (``keeping``). The backoff
+        stays short: once the database is back, this batch holds every later
+        verdict and the worker's intake.
+        """
+        backoff = Backoff(initial=0.1, maximum=2.0)
         while True:
             try:
-                # Shielded: a completion that reached the database must be acted on.
-                return await asyncio.shield(
-                    self.store.complete_runs([p.completion for p in batch]))
+                with self.keeping.call(COMPLETIONS):
+                    # Shielded: a completion that reached the database must be acted on.
+                    recorded = await asyncio.shield(
+                        self.store.complete_runs([p.completion for p in batch]))
+                self.keeping.succeeded(COMPLETIONS)
+                return recorded
             except Outage as exc:
+                self.keeping.failed(COMPLETIONS, repr(exc)[:200])
                 delay = backoff.next_delay()
                 log.warning("complete failed; retrying", runs=len(batch), error=repr(exc),
                             delay_s=round(delay, 3))
