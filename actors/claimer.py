@@ -1,15 +1,27 @@
-"""The claimer: claims disjoint batches of due runs with one statement, under a lease."""
+"""The claimer: claims disjoint batches of due runs with one statement, under a lease.
+
+It claims only what this replica can publish: while the broker gate is closed
+(publishes failing, and no answer yet to the gate's probe) it claims nothing,
+and the runs due meanwhile are claimed by the other replicas.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any
 
 from actors.flow import BrokerGate, ClaimedBatch
-from actors.observability import RUNS_CLAIMED, RUNS_SKIPPED, get_logger
+from actors.observability import (
+    INTAKE_PAUSED,
+    INTAKE_PAUSES,
+    RUNS_CLAIMED,
+    RUNS_SKIPPED,
+    get_logger,
+)
 from actors.ports import RunStore
 
 log = get_logger("claimer")
@@ -46,11 +58,25 @@ class Claimer:
         while not self.stop.is_set():
             if not self.gate.is_open:
                 # The broker is failing: claiming now would only feed the compensator.
-                await self._until_stop_or(self.gate.wait_open())
+                await self._while_gate_closed()
                 continue
             claimed = await self.claim_once()
             if claimed < self.batch:
                 await self._until_stop_or(asyncio.sleep(self.interval.total_seconds()))
+
+    async def _while_gate_closed(self) -> None:
+        INTAKE_PAUSED.labels(actor="claimer").set(1)
+        INTAKE_PAUSES.labels(actor="claimer", reason="broker").inc()
+        began = time.monotonic()
+        log.warning("claiming paused: this replica cannot publish; others claim",
+                    error=self.gate.last_error)
+        try:
+            await self._until_stop_or(self.gate.wait_open())
+        finally:
+            INTAKE_PAUSED.labels(actor="claimer").set(0)
+        if not self.stop.is_set():
+            log.info("claiming resumed: the broker answers",
+                     paused_s=round(time.monotonic() - began, 3))
 
     async def _until_stop_or(self, other: Coroutine[Any, Any, object]) -> None:
         """Wait for ``other`` or the stop event, whichever comes first."""

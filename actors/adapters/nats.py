@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import ssl
 import uuid
@@ -335,6 +336,16 @@ class JetStreamBroker:
 
     async def pull_subscription(self) -> JetStreamContext.PullSubscription:
         return await self.js.pull_subscribe_bind(durable=CONSUMER, stream=self.stream)
+
+    async def probe(self, timeout: float) -> None:
+        """A round trip to the server (PING, PONG) within about ``timeout``; raises if none.
+
+        While nats-py reconnects it is not a round trip at all (a flush then
+        only writes the buffer), so a connection that is not up fails at once.
+        """
+        if not self.nc.is_connected:
+            raise ConnectionError("not connected to NATS (reconnecting)")
+        await self.nc.flush(timeout=max(1, math.ceil(timeout)))
 
     async def publish_many(self, messages: Sequence[DispatchMessage]
                            ) -> list[BaseException | None]:
