@@ -11,6 +11,8 @@ import math
 import os
 import signal
 import socket
+import sys
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
@@ -30,7 +32,7 @@ from actors.compensator import Compensator
 from actors.config import ConfigError, ConfigErrors, LoadedConfig, load_config
 from actors.dispatcher import Dispatcher
 from actors.domain import ClaimedRun, Job
-from actors.flow import Backoff, BrokerGate, ClaimedBatch
+from actors.flow import Backoff, BrokerGate, ClaimedBatch, Probe
 from actors.http import build_app, serve
 from actors.materializer import Materializer
 from actors.observability import (
@@ -58,12 +60,24 @@ SELECT j.name, j.enabled, j.paused,
 """
 
 
-# How long past the shutdown grace a stop may take before it is forced.
+# How long past the shutdown grace a stop may take before it is forced
+# (everything left is cancelled; the leases recover it).
 STOP_MARGIN_S = 15.0
+# How long after that the process may still take to wind down (closing
+# connections, cancelled tasks that wait on a silent link) before it exits
+# at once, whatever it is waiting for.
+EXIT_MARGIN_S = 5.0
+# Forced exit's status (the stop did not finish cleanly; same as a forced stop).
+FORCED_EXIT_CODE = 1
 # /readyz: each dependency must answer a round trip within this long.
 READY_TIMEOUT_S = 2.0
 
 T = TypeVar("T")
+
+
+def stop_bound(grace: float) -> float:
+    """Seconds from SIGTERM to the end of the process, at most: the promise."""
+    return grace + STOP_MARGIN_S + EXIT_MARGIN_S
 
 
 class _UntilConnected:
@@ -148,7 +162,10 @@ class Replica:
         The stop is bounded: if in-flight work has not settled within the
         shutdown grace plus a margin (say the database is down and completions
         cannot be recorded), everything is cancelled; the leases recover what
-        was left. A second signal forces the stop at once.
+        was left. A second signal forces the stop at once. And whatever the
+        network does (a cancelled task still waiting on a silent connection,
+        say), a signalled process exits within :func:`stop_bound`: a watchdog
+        thread, armed by the signal, ends it then.
 
         HTTP starts first, before PostgreSQL and NATS are connected: /healthz
         and /metrics answer during an outage at start (the replica waits for
@@ -159,12 +176,15 @@ class Replica:
         runner = await self._serve_http()
         main = asyncio.create_task(self._run())
         loop = asyncio.get_running_loop()
+        grace = self.config.settings.shutdown_grace.total_seconds()
 
         def on_signal() -> None:
             if self.stop_requested.is_set():
                 log.warning("second signal: stopping now")
                 self.forced_stop = True
                 main.cancel()
+            else:
+                _arm_exit_watchdog(stop_bound(grace))
             self.stop_requested.set()
 
         # Installed first: a signal during start-up stops the replica cleanly too.
@@ -175,22 +195,29 @@ class Replica:
         try:
             await asyncio.wait({main, stop}, return_when=asyncio.FIRST_COMPLETED)
             if not main.done():
-                deadline = self.config.settings.shutdown_grace.total_seconds() + STOP_MARGIN_S
+                deadline = grace + STOP_MARGIN_S
                 _, pending = await asyncio.wait({main}, timeout=deadline)
                 if pending:
                     log.error("stop did not finish in time; cancelling what is left "
                               "(leases will recover it)", waited_s=deadline)
                     self.forced_stop = True
-                    main.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await main
+                    await _cancel_within(main, EXIT_MARGIN_S)
+            if main.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await main
         finally:
             stop.cancel()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
                     loop.remove_signal_handler(sig)
             if runner is not None:
-                await runner.cleanup()
+                # An HTTP request still open (a scrape waiting on a silent
+                # server) must not hold the exit either.
+                try:
+                    await asyncio.wait_for(runner.cleanup(), EXIT_MARGIN_S)
+                except TimeoutError:
+                    log.warning("http server did not close in time; abandoned",
+                                waited_s=EXIT_MARGIN_S)
 
     async def _serve_http(self) -> Any:
         settings = self.config.settings
@@ -390,7 +417,14 @@ class Replica:
         settings = self.config.settings
         stop_claiming = asyncio.Event()
         stop_working = asyncio.Event()
-        gate = BrokerGate()
+        # A round trip to the broker within the deadline of a publish: what
+        # reopens claiming (and the worker's fetching) after the broker failed.
+        probe_timeout = broker.publish_timeout
+
+        async def probe_broker() -> None:
+            await broker.probe(probe_timeout)
+
+        gate = BrokerGate(probe=Probe(probe_broker, probe_timeout))
         to_dispatch: asyncio.Queue[ClaimedBatch | None] = asyncio.Queue(maxsize=4)
         to_release: asyncio.Queue[tuple[ClaimedRun, ...] | None] = asyncio.Queue(maxsize=64)
         scheduling = self.role in (Role.ALL, Role.SCHEDULER)
@@ -431,7 +465,8 @@ class Replica:
                     heartbeat_interval=settings.lease_settings.heartbeat_interval(),
                     concurrency=settings.worker_concurrency, decode=nats_adapter.decode,
                     delivery_count=nats_adapter.delivery_count, stop=stop_working,
-                    grace=settings.shutdown_grace, resubscribe=resubscribe, clock=clock)
+                    grace=settings.shutdown_grace, resubscribe=resubscribe, clock=clock,
+                    probe_broker=probe_broker)
                 tasks["worker"] = group.create_task(supervise("worker", worker.run),
                                                     name="worker")
             if not scheduling:
@@ -454,3 +489,46 @@ class Replica:
                 await tasks["dispatcher"]
                 await to_release.put(None)
             stop_working.set()
+
+
+async def _cancel_within(task: asyncio.Task[None], seconds: float) -> None:
+    """Cancel ``task`` and wait for it at most ``seconds``, cancelling again halfway.
+
+    A cancelled task may go on waiting in its cleanup (a pool close on a silent
+    connection, say) until cancelled once more. Still not done after that, it
+    is left: the replica returns, and the exit watchdog ends the process.
+    """
+    task.cancel()
+    _, pending = await asyncio.wait({task}, timeout=seconds / 2)
+    if pending:
+        task.cancel()
+        _, pending = await asyncio.wait({task}, timeout=seconds / 2)
+    if pending:
+        log.error("stop still waiting after cancelling; leaving it",
+                  waited_s=STOP_MARGIN_S + seconds)
+
+
+_watchdog: threading.Timer | None = None
+
+
+def _arm_exit_watchdog(seconds: float) -> None:
+    """End the process ``seconds`` from now unless it has ended by then (once per process).
+
+    A daemon thread: it does not keep a process that ends in time alive, and
+    it fires even while the event loop is stuck.
+    """
+    global _watchdog
+    if _watchdog is not None:
+        return
+
+    def exit_now() -> None:
+        log.error("stop exceeded its bound; exiting now (leases recover the runs left)",
+                  bound_s=seconds)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(FORCED_EXIT_CODE)
+
+    _watchdog = threading.Timer(seconds, exit_now)
+    _watchdog.daemon = True
+    _watchdog.start()
