@@ -1,0 +1,365 @@
+"""Intake: a worker fetches nothing it cannot keep, a claimer claims nothing it cannot publish.
+
+Fakes of the ports, for the actors' own decisions. What they buy on the real
+servers (fewer duplicate executions, every replica live again after a
+blackholed link heals) is shown by the fault harness's network faults
+(tests/chaos, ``--faults network``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import pytest
+
+from actors.dispatcher import Dispatcher
+from actors.domain import ClaimedRun, ExecutionResult, Outcome
+from actors.flow import Backoff, BrokerGate, ClaimedBatch, Probe
+from actors.heartbeat import COMPLETIONS, HEARTBEAT, STARTS, Keeping
+from actors.ports import Broker, DispatchMessage, RunStore, StartedRun, StoreUnavailable
+from actors.worker import Worker
+
+pytestmark = pytest.mark.timeout(30)
+
+
+async def _until(check: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.001)
+    assert check(), what
+
+
+# -- Keeping ------------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_keeping_counts_a_failure_until_its_source_succeeds() -> None:
+    keeping = Keeping(timedelta(seconds=2), clock=FakeClock())
+    assert keeping.trouble() is None
+    keeping.failed(HEARTBEAT, "StoreUnavailable('down')")
+    assert keeping.trouble() == (HEARTBEAT, "failing: StoreUnavailable('down')")
+    keeping.succeeded(COMPLETIONS)  # another source's success changes nothing
+    assert keeping.trouble() is not None
+    keeping.succeeded(HEARTBEAT)
+    assert keeping.trouble() is None
+
+
+def test_keeping_counts_a_call_unanswered_past_the_threshold_as_trouble() -> None:
+    clock = FakeClock()
+    keeping = Keeping(timedelta(seconds=2), clock=clock)
+    with keeping.call(HEARTBEAT):
+        clock.now += 2.0
+        assert keeping.trouble() is None  # slow, not yet stalled
+        clock.now += 0.5
+        assert keeping.stalled() == (HEARTBEAT, 2.5)
+        assert keeping.trouble() == (HEARTBEAT, "no answer for 2.5s")
+    assert keeping.trouble() is None  # the call ended
+
+
+def test_a_probe_answered_clears_beats_and_starts_but_not_unrecorded_verdicts() -> None:
+    keeping = Keeping(timedelta(seconds=2), clock=FakeClock())
+    for source in (HEARTBEAT, STARTS, COMPLETIONS):
+        keeping.failed(source, "down")
+    keeping.answered()
+    assert keeping.trouble() == (COMPLETIONS, "failing: down")
+
+
+# -- Probe --------------------------------------------------------------------------------
+
+
+async def test_a_probe_says_whether_the_call_answered() -> None:
+    answers: list[Exception | None] = [None, ConnectionError("refused")]
+
+    async def call() -> None:
+        error = answers.pop(0)
+        if error is not None:
+            raise error
+
+    probe = Probe(call, timeout=5)
+    assert await probe() is True
+    assert await probe() is False
+    assert "refused" in probe.last_error
+
+
+async def test_a_probe_keeps_its_deadline_and_never_stacks_calls_on_a_dead_link() -> None:
+    started = 0
+    release = asyncio.Event()
+
+    async def hangs() -> None:
+        nonlocal started
+        started += 1
+        # Even a cancellation is ignored until released: a cleanup stuck on a silent link.
+        while not release.is_set():
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                continue
+
+    probe = Probe(hangs, timeout=0.01)
+    assert await probe() is False
+    assert await probe() is False
+    assert started == 1  # the second probe waited for the first call, no new one
+    release.set()
+    await _until(lambda: probe._task is not None and probe._task.done(), "the call to end")
+
+
+# -- BrokerGate ---------------------------------------------------------------------------
+
+
+async def test_the_gate_stays_closed_until_the_probe_answers() -> None:
+    answered = asyncio.Event()
+    probes = 0
+
+    async def call() -> None:
+        nonlocal probes
+        probes += 1
+        if not answered.is_set():
+            raise ConnectionError("no pong")
+
+    gate = BrokerGate(backoff=Backoff(initial=0.001, maximum=0.001), probe=Probe(call, 1),
+                      probe_every=Backoff(initial=0.001, maximum=0.001))
+    gate.failed()
+    assert not gate.is_open
+    await _until(lambda: probes >= 3, "a few unanswered probes")
+    assert not gate.is_open  # the old gate opened after its delay whatever the broker did
+    answered.set()
+    await asyncio.wait_for(gate.wait_open(), 10)
+    assert gate.backoff.failures == 1  # only a publish that succeeds resets the backoff
+
+
+async def test_a_successful_publish_opens_the_gate_and_resets_its_backoff() -> None:
+    async def never() -> None:
+        raise ConnectionError("no pong")
+
+    gate = BrokerGate(probe=Probe(never, 1))
+    gate.failed()
+    gate.failed()
+    gate.succeeded()
+    assert gate.is_open
+    assert gate.backoff.failures == 0
+
+
+class FailingBroker:
+    def __init__(self) -> None:
+        self.published: list[list[DispatchMessage]] = []
+
+    async def publish_many(self, messages: Any) -> list[BaseException | None]:
+        self.published.append(list(messages))
+        return [TimeoutError("publish timed out")] * len(messages)
+
+
+def _claimed(run_id: str) -> ClaimedRun:
+    return ClaimedRun(run_id=run_id, epoch=1, job="job", scheduled_at=datetime.now(UTC),
+                      attempt=1)
+
+
+async def test_while_the_gate_is_closed_claimed_batches_go_back_unpublished() -> None:
+    async def never() -> None:
+        raise ConnectionError("no pong")
+
+    broker = FailingBroker()
+    released: asyncio.Queue[tuple[ClaimedRun, ...] | None] = asyncio.Queue()
+    gate = BrokerGate(probe=Probe(never, 1))
+    dispatcher = Dispatcher(cast(Broker, broker), "d", asyncio.Queue(), released, gate)
+    await dispatcher.dispatch(ClaimedBatch((_claimed("a"), _claimed("b"))))
+    assert not gate.is_open
+    # Claimed before the gate closed: released at once, not published behind a timeout.
+    failed = await dispatcher.dispatch(ClaimedBatch((_claimed("c"),)))
+    assert [r.run_id for r in failed] == ["c"]
+    assert len(broker.published) == 1
+    assert [[r.run_id for r in runs] for runs in (released.get_nowait(), released.get_nowait())
+            if runs is not None] == [["a", "b"], ["c"]]
+
+
+# -- Worker -------------------------------------------------------------------------------
+
+
+class Delivery:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.settled: list[str] = []
+
+    async def ack(self) -> None:
+        self.settled.append("ack")
+
+    async def term(self) -> None:
+        self.settled.append("term")
+
+    async def nak(self, delay: float | None = None) -> None:
+        self.settled.append("nak")
+
+    async def in_progress(self) -> None:
+        self.settled.append("in_progress")
+
+
+class Store:
+    """The worker's side of the store, with the database's answers switched by the test."""
+
+    def __init__(self) -> None:
+        self.leases_extend = True
+        self.verdicts_record = True
+        self.pings_answer = True
+        self.extend_failures = 0
+        self.record_failures = 0
+        self.recorded: list[tuple[str, int]] = []
+
+    async def ping(self) -> None:
+        if not self.pings_answer:
+            raise StoreUnavailable("ping: connection refused")
+
+    async def start_runs(self, worker: str, messages: list[DispatchMessage],
+                         lease: timedelta, retake: Any = ()) -> tuple[list[StartedRun], list[Any]]:
+        return [StartedRun(m.run_id, m.epoch, m.job, m.scheduled_at, m.attempt, 3,
+                           cast(Any, None), timedelta(seconds=60), timedelta(seconds=1))
+                for m in messages], []
+
+    async def extend_leases(self, worker: str, runs: Any, lease: timedelta
+                            ) -> set[tuple[str, int]]:
+        if not self.leases_extend:
+            self.extend_failures += 1
+            raise StoreUnavailable("extend: connection refused")
+        return set(runs)
+
+    async def complete_runs(self, completions: Any) -> set[tuple[str, int]]:
+        if not self.verdicts_record:
+            self.record_failures += 1
+            raise StoreUnavailable("complete: connection refused")
+        keys = [(c.run_id, c.epoch) for c in completions]
+        self.recorded += keys
+        return set(keys)
+
+    async def interrupt_runs(self, worker: str, runs: Any) -> int:
+        return len(runs)
+
+
+class Executor:
+    """Each execution waits until the test lets it finish."""
+
+    def __init__(self) -> None:
+        self.finish = asyncio.Event()
+        self.started = 0
+
+    async def execute(self, spec: Any, context: Any, timeout: timedelta) -> ExecutionResult:
+        self.started += 1
+        await self.finish.wait()
+        return ExecutionResult(Outcome.SUCCEEDED)
+
+
+class Subscription:
+    """One message per fetch while ``messages`` lasts, then empty fetches.
+
+    Each fetch records ``judge()`` at the moment it was made (whether the
+    worker should not have fetched then).
+    """
+
+    def __init__(self, messages: int, judge: Callable[[], bool]) -> None:
+        self.left = messages
+        self.judge = judge
+        self.fetches = 0
+        self.fetched_when_it_should_not = 0
+        self.broker_up = True
+
+    async def fetch(self, batch: int = 1, timeout: float | None = 5) -> list[Any]:
+        self.fetches += 1
+        if self.judge():
+            self.fetched_when_it_should_not += 1
+        await asyncio.sleep(0.001)  # the fake's latency, not a synchronisation
+        if self.left > 0 and self.broker_up:
+            self.left -= 1
+            return [Delivery(f"run-{self.left}".encode())]
+        raise TimeoutError
+
+
+def _message(data: bytes, _: str) -> DispatchMessage:
+    return DispatchMessage(run_id=data.decode(), epoch=1, job="job",
+                           scheduled_at=datetime.now(UTC), attempt=1, deployment="d")
+
+
+def _worker(store: Store, sub: Subscription, executor: Executor, stop: asyncio.Event,
+            **kwargs: Any) -> Worker:
+    return Worker(cast(RunStore, store), sub, executor, worker_id="w", deployment="d",
+                  lease=timedelta(seconds=30), heartbeat_interval=timedelta(milliseconds=5),
+                  concurrency=8, decode=_message, delivery_count=lambda _: 1, stop=stop,
+                  grace=timedelta(seconds=5), stall_after=timedelta(seconds=5), **kwargs)
+
+
+async def _stopped(worker: Worker, task: asyncio.Task[None], executor: Executor) -> None:
+    worker.stop.set()
+    executor.finish.set()
+    await asyncio.wait_for(task, 10)
+
+
+async def test_a_worker_whose_leases_cannot_be_extended_fetches_nothing_until_they_can() -> None:
+    store, executor, stop = Store(), Executor(), asyncio.Event()
+    sub = Subscription(messages=2, judge=lambda: store.extend_failures > 0
+                       and not store.leases_extend)
+    worker = _worker(store, sub, executor, stop)
+    store.leases_extend = False
+    store.pings_answer = False
+    task = asyncio.create_task(worker.run())
+    await _until(lambda: store.extend_failures >= 3, "heartbeats to fail")
+    fetches = sub.fetches
+    await _until(lambda: worker.keeping.trouble() is not None, "the worker to see it")
+    # The database comes back: the probe answers, beats go through, fetching resumes.
+    store.pings_answer = store.leases_extend = True
+    await _until(lambda: sub.fetches > fetches, "fetching to resume")
+    await _stopped(worker, task, executor)
+    assert sub.fetched_when_it_should_not == 0
+    assert executor.started == 2
+
+
+async def test_unrecorded_verdicts_hold_the_worker_even_when_the_database_answers_pings(
+        ) -> None:
+    store, executor, stop = Store(), Executor(), asyncio.Event()
+    sub = Subscription(messages=3, judge=lambda: store.record_failures > 0
+                       and not store.verdicts_record)
+    worker = _worker(store, sub, executor, stop)
+    store.verdicts_record = False
+    executor.finish.set()  # runs finish at once; their verdicts cannot be recorded
+    task = asyncio.create_task(worker.run())
+    await _until(lambda: store.record_failures >= 2, "completions to fail")
+    store.verdicts_record = True
+    await _until(lambda: len(store.recorded) == 3, "every verdict recorded")
+    await _stopped(worker, task, executor)
+    assert sub.fetched_when_it_should_not == 0
+
+
+async def test_empty_fetches_from_a_broker_that_does_not_answer_pause_until_it_does() -> None:
+    store, executor, stop = Store(), Executor(), asyncio.Event()
+    probes = 0
+    resubscribed = 0
+
+    async def probe_broker() -> None:
+        nonlocal probes
+        probes += 1
+        if not sub.broker_up:
+            raise ConnectionError("no pong")
+
+    sub = Subscription(messages=1, judge=lambda: probes > 0 and not sub.broker_up)
+
+    async def resubscribe() -> Subscription:
+        nonlocal resubscribed
+        resubscribed += 1
+        return sub
+
+    sub.broker_up = False
+    worker = _worker(store, sub, executor, stop, probe_broker=probe_broker,
+                     resubscribe=resubscribe)
+    task = asyncio.create_task(worker.run())
+    await _until(lambda: probes >= 3, "pings to go unanswered")
+    assert sub.fetches == 3  # three empty fetches, then only pings
+    sub.broker_up = True
+    await _until(lambda: executor.started == 1, "the run to be fetched once the broker is back")
+    await _stopped(worker, task, executor)
+    assert sub.fetched_when_it_should_not == 0
+    assert resubscribed == 1
