@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from actors.adapters.postgres import PostgresRunStore
-from actors.app import Replica
+from actors.app import Replica, stop_bound
 from actors.config import LoadedConfig
+from tests.chaos.harness import database_upstream, via_proxy_database
+from tests.chaos.proxy import FaultProxy, Mode
 from tests.integration.helpers import Replicas, eventually
 
 pytestmark = pytest.mark.integration
@@ -54,6 +56,40 @@ async def test_sigterm_with_a_sync_job_past_the_grace_exits_and_hands_the_run_ba
     outcomes = [r["outcome"] for r in await store.pool.fetch(
         "SELECT outcome FROM job_run_attempts")]
     assert outcomes == ["interrupted"]
+
+
+async def test_sigterm_ends_a_replica_whose_database_connection_went_silent(
+        make_config: Callable[..., LoadedConfig], store: PostgresRunStore,
+        schema_url: str, tmp_path: Path) -> None:
+    # Regression: the database link is blackholed (bytes dropped, no reset),
+    # as a NAT table expiry does. Every call in flight hangs; the forced stop
+    # used to await the pool's close without a bound, and the process never
+    # ended. It must end within its bound however the network behaves.
+    make_config("""
+        [jobs.beat]
+        every = "1s"
+        run = { python = "tests.integration.semantics_jobs:record" }
+    """, shutdown_grace="1s", claim_interval="50ms", materialize_interval="200ms")
+    proxy = await FaultProxy("db", database_upstream(schema_url)).start()
+    replicas = Replicas(tmp_path)
+    try:
+        proc = await replicas.start(tmp_path / "claimd.toml", "r1", CLAIMD_DATABASE_URL=
+                                    via_proxy_database(schema_url, proxy.port))
+
+        async def runs_succeed() -> bool:
+            return bool(await store.pool.fetchval(
+                "SELECT count(*) >= 2 FROM job_runs WHERE state = 'succeeded'"))
+        await eventually(runs_succeed)
+        proxy.set_mode(Mode.BLACKHOLE)
+        assert proxy.stats.caught >= 1  # the replica's pooled connections, now silent
+        proc.send_signal(signal.SIGTERM)
+        # Not a timing assertion: a safety deadline past the bound, so that a
+        # replica that never ends fails the test instead of hanging it.
+        code = await asyncio.wait_for(proc.wait(), stop_bound(1.0) + 15)
+        assert code in (0, 1)  # 1: the stop was forced (the leases recover the runs)
+    finally:
+        await replicas.stop_all()
+        await proxy.close()
 
 
 async def test_dispatch_recovers_when_the_stream_is_deleted_under_it(
