@@ -481,14 +481,34 @@ class Replica:
             log.info("stopping: no new claims; finishing in-flight work",
                      grace_s=settings.shutdown_grace.total_seconds())
             # Order matters: stop claiming, let the dispatcher publish or release
-            # everything claimed, then the compensator; the worker drains last.
+            # everything claimed; then the worker drains while the compensator
+            # hands back what was not published.
             stop_claiming.set()
             if scheduling:
                 await tasks["claimer"]
                 await to_dispatch.put(None)
                 await tasks["dispatcher"]
-                await to_release.put(None)
             stop_working.set()
+            if scheduling:
+                await _release_within(tasks["compensator"], to_release,
+                                      settings.shutdown_grace.total_seconds())
+
+
+async def _release_within(compensator: asyncio.Task[None],
+                          inbox: asyncio.Queue[tuple[ClaimedRun, ...] | None],
+                          seconds: float) -> None:
+    """The compensator's last releases, while the database takes them within ``seconds``.
+
+    It retries an outage for as long as it lasts; at a stop, the runs it could
+    not hand back in time are left to their claim leases instead.
+    """
+    try:
+        async with asyncio.timeout(seconds):
+            await inbox.put(None)
+            await compensator  # cancelled with this wait when the time is up
+    except TimeoutError:
+        log.warning("stopping: unpublished runs not all released in time; their claim "
+                    "leases bring them back", waited_s=seconds)
 
 
 async def _cancel_within(task: asyncio.Task[None], seconds: float) -> None:

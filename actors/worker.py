@@ -66,6 +66,7 @@ log = get_logger("worker")
 COMPLETION_BATCH = 256
 RESUBSCRIBE_AFTER = 3  # consecutive failed fetches; as many empty ones and the broker is pinged
 FETCH_TIMEOUT_S = 1.0
+RECORD_AT_STOP_S = 5.0  # at most this past the grace for the last verdicts (less on short leases)
 BROKER_PROBE_TIMEOUT_S = 2.0  # a ping's round trip; capped by the stall threshold
 START_UNKNOWN_KEPT = 10_000  # (run, epoch) keys whose start reply was lost, remembered
 
@@ -213,11 +214,29 @@ class Worker:
                         await asyncio.wait_for(self._slot_freed.wait(), 1.0)
                     continue
                 await self._fetch_and_handle(min(free, 256), group)
+            stopping = time.monotonic()
             await self._drain()
-            await self.completions.put(None)
-            await completer
+            await self._record_what_is_left(completer, stopping)
             self._hb_stop.set()
             await heartbeat
+
+    async def _record_what_is_left(self, completer: asyncio.Task[None], since: float) -> None:
+        """Queued verdicts get the rest of the grace, and a few seconds at least, to be recorded.
+
+        Past that the database is not taking them (away, or its link went
+        silent): the completer stops and their runs are left to their leases,
+        rather than holding the stop until the replica forces it.
+        """
+        left = max(self.grace.total_seconds() - (time.monotonic() - since),
+                   min(self.keeping.stall_after, RECORD_AT_STOP_S))
+        try:
+            async with asyncio.timeout(left):
+                await self.completions.put(None)
+                await completer  # cancelled with this wait when the time is up
+        except TimeoutError:
+            log.warning("stopping: verdicts not recorded in time; their runs are left to "
+                        "their leases", runs=len(self.in_flight), waited_s=round(left, 3),
+                        run_ids=[e.run_id for e in self.in_flight.values()][:20])
 
     async def _fetch_and_handle(self, batch: int, group: asyncio.TaskGroup) -> None:
         try:
