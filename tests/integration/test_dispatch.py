@@ -39,7 +39,8 @@ async def test_failed_publish_is_released_and_the_dispatcher_goes_on(
 
     inbox: asyncio.Queue[ClaimedBatch | None] = asyncio.Queue(maxsize=4)
     to_release: asyncio.Queue[tuple[ClaimedRun, ...] | None] = asyncio.Queue(maxsize=4)
-    dispatcher = Dispatcher(broker, deployment, inbox, to_release, BrokerGate())
+    gate = BrokerGate()
+    dispatcher = Dispatcher(broker, deployment, inbox, to_release, gate)
     compensator = Compensator(store, OWNER, to_release)
     tasks = [asyncio.create_task(dispatcher.run()), asyncio.create_task(compensator.run())]
     try:
@@ -66,8 +67,11 @@ async def test_failed_publish_is_released_and_the_dispatcher_goes_on(
         assert await stream_count(broker) == n - 1
 
         # The broker recovers; the same dispatcher publishes the next batch,
-        # which carries the released run under its new claim.
+        # which carries the released run under its new claim. Claimed once the
+        # gate is open again, as the claimer does: a batch that reaches a closed
+        # gate goes back unpublished.
         broker.faults = PublishFaults()
+        await asyncio.wait_for(gate.wait_open(), 10)
         extra = await insert_due_runs(store, job_id, 2)
         second = await store.claim_due_runs(OWNER, 10, LONG_LEASE, max_claimed=1000)
         assert {r.run_id for r in second} == {failed.run_id, *extra}
