@@ -270,6 +270,7 @@ class Harness:
         self.links: dict[str, ReplicaLinks] = {}
         self.database_url = ""
         self.nats_url = ""
+        self.db_server_gives_up = LEASE_S
         self.pool: asyncpg.Pool | None = None
 
     def say(self, text: str) -> None:
@@ -353,6 +354,10 @@ class Harness:
         config.write_text(config_text(url, nats_url, name, o.jobs, slow_jobs))
         loaded = load_config(config, env={})
         loaded.raise_for_errors()
+        # A caught connection's server end is freed when the server would notice:
+        # PostgreSQL by the TCP keepalive claimd asks of it; nats-server (its own
+        # pings, minutes by default) after a lease.
+        self.db_server_gives_up = loaded.settings.timeouts.database_dead_after().total_seconds()
         kinds = [k for k in (o.kinds or list(FaultKind)) if k not in skipped]
         plan = build_plan(o.seed, kinds, o.duration, o.replicas, LEASE_S,
                           force_each=o.force_each)
@@ -424,7 +429,7 @@ class Harness:
         links = self.links.get(name)
         if links is None:
             db = await FaultProxy(f"{name}-db", database_upstream(self.database_url),
-                                  server_gives_up=LEASE_S).start()
+                                  server_gives_up=self.db_server_gives_up).start()
             nats_proxy = await FaultProxy(f"{name}-nats", nats_upstream(self.nats_url),
                                           server_gives_up=LEASE_S).start()
             links = self.links[name] = ReplicaLinks(db, nats_proxy)
