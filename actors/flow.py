@@ -1,4 +1,4 @@
-"""What the actors share: queue messages, backoff and the broker gate."""
+"""What the actors share: queue messages, backoff, the broker gate and probes."""
 
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from actors.domain import AttemptVerdict, ExecutionResult, Outcome, RunState, decide_attempt
-from actors.flow import Backoff, Probe
+from actors.flow import Backoff, Probe, wait_for_stop
 from actors.heartbeat import COMPLETIONS, STARTS, Heartbeat, InFlight, Keeping, Settle
 from actors.observability import (
     COMPLETIONS_REJECTED,
@@ -288,7 +288,7 @@ class Worker:
         began = self._paused(*trouble)
         backoff = Backoff(initial=0.1, maximum=1.0)
         while not self.stop.is_set():
-            await self._sleep_or_stop(backoff.next_delay())
+            await wait_for_stop(self.stop, backoff.next_delay())
             if self.keeping.trouble() is None:
                 break
             if self.keeping.stalled() is None and await self._store_probe():
@@ -306,16 +306,12 @@ class Worker:
                                        f"{probe.last_error}")
         backoff = Backoff(initial=0.2, maximum=2.0)
         while not self.stop.is_set():
-            await self._sleep_or_stop(backoff.next_delay())
+            await wait_for_stop(self.stop, backoff.next_delay())
             if await probe():
                 # Reconnected: bind again (a recreated broker may have lost the consumer).
                 await self._resubscribe()
                 break
         self._resumed("broker", began)
-
-    async def _sleep_or_stop(self, delay: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stop.wait(), delay)
 
     def _paused(self, reason: str, detail: str) -> float:
         INTAKE_PAUSED.labels(actor="worker").set(1)
