@@ -250,6 +250,9 @@ POISON_REASONS = ("oversized", "not_json", "wrong_schema", "other_deployment", "
 REAP_TRANSITIONS = ("claimed->pending", "running->pending", "running->failed")
 ACTORS = ("materializer", "claimer", "dispatcher", "compensator", "reaper", "worker", "clock")
 DEPENDENCIES = ("postgres", "nats")
+# Why an actor stops taking in work (actors/heartbeat.py names the worker's sources).
+INTAKE_REASONS = {"worker": ("heartbeat", "completions", "starts", "broker"),
+                  "claimer": ("broker",)}
 
 
 def claimd_version() -> str:
@@ -275,6 +278,10 @@ def init_series() -> None:
     for dependency in DEPENDENCIES:
         RECONNECTS.labels(dependency)
         DEPENDENCY_UP.labels(dependency)  # 0 (not reached) until the first connection
+    for actor, reasons in INTAKE_REASONS.items():
+        INTAKE_PAUSED.labels(actor=actor)
+        for reason in reasons:
+            INTAKE_PAUSES.labels(actor=actor, reason=reason)
 
 
 def init_job_series(jobs: Iterable[str]) -> None:
