@@ -73,6 +73,7 @@ class Keeping:
         self._clock = clock
         self._failing: dict[str, str] = {}
         self._calls: dict[object, tuple[str, float]] = {}
+        self._answer = asyncio.Event()
 
     @contextlib.contextmanager
     def call(self, source: str) -> Iterator[None]:
@@ -94,10 +95,18 @@ class Keeping:
         """The database answered a probe: what failed for want of it may go on.
 
         Completions stay failing until the completer records: their verdicts
-        are the runs that would be doubled.
+        are the runs that would be doubled. Its wait before the next try is
+        cut short (:meth:`rest`).
         """
         for source in (HEARTBEAT, STARTS):
             self._failing.pop(source, None)
+        self._answer.set()
+        self._answer = asyncio.Event()
+
+    async def rest(self, seconds: float) -> None:
+        """Wait ``seconds`` before trying again, or less if the database answers a probe."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._answer.wait(), seconds)
 
     def stalled(self) -> tuple[str, float] | None:
         """The source of the oldest call in progress past ``stall_after``, and its age."""

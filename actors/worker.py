@@ -543,7 +543,7 @@ class Worker:
                 delay = backoff.next_delay()
                 log.warning("complete failed; retrying", runs=len(batch), error=repr(exc),
                             delay_s=round(delay, 3))
-                await asyncio.sleep(delay)
+                await self.keeping.rest(delay)
 
     async def _abandon(self, pending: _Pending, exc: Exception) -> None:
         """Give up recording one attempt; its lease lapses and the reaper recovers the run.

@@ -74,6 +74,14 @@ def test_a_probe_answered_clears_beats_and_starts_but_not_unrecorded_verdicts() 
     assert keeping.trouble() == (COMPLETIONS, "failing: down")
 
 
+async def test_an_answered_probe_cuts_the_completers_rest_short() -> None:
+    keeping = Keeping(timedelta(seconds=2))
+    resting = asyncio.create_task(keeping.rest(3600))
+    await asyncio.sleep(0)  # let it start resting
+    keeping.answered()
+    await asyncio.wait_for(resting, 10)
+
+
 # -- Probe --------------------------------------------------------------------------------
 
 
