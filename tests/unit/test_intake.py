@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 
 from actors.dispatcher import Dispatcher
-from actors.domain import ClaimedRun, ExecutionResult, Outcome
+from actors.domain import ClaimedRun, ExecutionResult, Outcome, RetryPolicy
 from actors.flow import Backoff, BrokerGate, ClaimedBatch, Probe
 from actors.heartbeat import COMPLETIONS, HEARTBEAT, STARTS, Keeping
 from actors.ports import Broker, DispatchMessage, RunStore, StartedRun, StoreUnavailable
@@ -228,7 +228,7 @@ class Store:
     async def start_runs(self, worker: str, messages: list[DispatchMessage],
                          lease: timedelta, retake: Any = ()) -> tuple[list[StartedRun], list[Any]]:
         return [StartedRun(m.run_id, m.epoch, m.job, m.scheduled_at, m.attempt, 3,
-                           cast(Any, None), timedelta(seconds=60), timedelta(seconds=1))
+                           cast(Any, None), timedelta(seconds=60), RetryPolicy())
                 for m in messages], []
 
     async def extend_leases(self, worker: str, runs: Any, lease: timedelta
