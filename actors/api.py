@@ -37,12 +37,19 @@ log = get_logger("api")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # Connection-level failures: the database is away, which is a 503, not a bug.
-_OUTAGES = (OSError, TimeoutError, StoreUnavailable, asyncpg.PostgresConnectionError,
-            asyncpg.exceptions.InternalClientError, asyncpg.CannotConnectNowError)
+_OUTAGES = (
+    OSError,
+    TimeoutError,
+    StoreUnavailable,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.InternalClientError,
+    asyncpg.CannotConnectNowError,
+)
 
 
-def error_response(status: int, message: str, headers: dict[str, str] | None = None
-                   ) -> web.Response:
+def error_response(
+    status: int, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
     return web.json_response({"error": message}, status=status, headers=headers)
 
 
@@ -64,8 +71,9 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
         return error_response(503, "the database is unavailable; try again")
 
 
-def _int(request: web.Request, name: str, default: int | None, low: int = 0,
-         high: int = 2**63 - 1) -> int | None:
+def _int(
+    request: web.Request, name: str, default: int | None, low: int = 0, high: int = 2**63 - 1
+) -> int | None:
     text = request.query.get(name)
     if text is None:
         return default
@@ -99,8 +107,12 @@ def _required(request: web.Request, name: str) -> str:
     return value
 
 
-async def _body(request: web.Request, allowed: Sequence[str], required: Sequence[str] = (),
-                integers: Sequence[str] = ()) -> dict[str, Any]:
+async def _body(
+    request: web.Request,
+    allowed: Sequence[str],
+    required: Sequence[str] = (),
+    integers: Sequence[str] = (),
+) -> dict[str, Any]:
     """A JSON object body of string values (``integers`` apart); empty means ``{}``."""
     raw = await request.read()
     if not raw.strip():
@@ -154,8 +166,10 @@ class OperatorApi:
     def _actor(self, request: web.Request) -> Actor:
         """Who may act: the name of the token presented. Raises 403 / 401."""
         if not self._tokens:
-            raise Forbidden("this API is read-only: no api_token_file or api_token_env is "
-                            "configured in [claimd]")
+            raise Forbidden(
+                "this API is read-only: no api_token_file or api_token_env is "
+                "configured in [claimd]"
+            )
         scheme, _, given = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given.strip():
             raise Unauthorized("this action needs 'Authorization: Bearer <token>'")
@@ -168,8 +182,7 @@ class OperatorApi:
             raise Unauthorized("the bearer token is not one this replica accepts")
         origin = request.remote or "unknown"
         claimed = request.headers.get("Claimd-Actor", "").strip()[:100]
-        return Actor(name=name, via="http",
-                     origin=f"{origin} for {claimed}" if claimed else origin)
+        return Actor(name=name, via="http", origin=f"{origin} for {claimed}" if claimed else origin)
 
     async def openapi(self, request: web.Request) -> web.Response:
         return web.json_response(document())
@@ -180,20 +193,28 @@ class OperatorApi:
     async def job(self, request: web.Request) -> web.Response:
         recent = _int(request, "recent", 20, high=1000)
         assert recent is not None
-        return web.json_response(await self.service.job(request.match_info["name"],
-                                                        recent=recent))
+        return web.json_response(await self.service.job(request.match_info["name"], recent=recent))
 
     async def audit(self, request: web.Request) -> web.Response:
-        return web.json_response(await self.service.audit(
-            request.match_info["name"], _required(request, "from"), _required(request, "to")))
+        return web.json_response(
+            await self.service.audit(
+                request.match_info["name"], _required(request, "from"), _required(request, "to")
+            )
+        )
 
     async def runs(self, request: web.Request) -> web.Response:
         limit = _int(request, "limit", 50, low=1, high=1000)
         assert limit is not None
-        return web.json_response(await self.service.runs(
-            job=_optional(request, "job"), states=_states(request),
-            since=_optional(request, "since"), until=_optional(request, "until"), limit=limit,
-            cursor=_optional(request, "cursor")))
+        return web.json_response(
+            await self.service.runs(
+                job=_optional(request, "job"),
+                states=_states(request),
+                since=_optional(request, "since"),
+                until=_optional(request, "until"),
+                limit=limit,
+                cursor=_optional(request, "cursor"),
+            )
+        )
 
     async def run(self, request: web.Request) -> web.Response:
         return web.json_response(await self.service.run(request.match_info["run_id"]))
@@ -201,20 +222,29 @@ class OperatorApi:
     async def grid(self, request: web.Request) -> web.Response:
         instants = _int(request, "instants", 30, low=1, high=MAX_GRID)
         assert instants is not None
-        return web.json_response(await self.service.grid(instants,
-                                                         job=_optional(request, "job")))
+        return web.json_response(await self.service.grid(instants, job=_optional(request, "job")))
 
     async def actions(self, request: web.Request) -> web.Response:
         limit = _int(request, "limit", 50, low=1, high=1000)
         assert limit is not None
-        return web.json_response(await self.service.actions(
-            job=_optional(request, "job"), limit=limit,
-            before=_int(request, "before", None, low=1)))
+        return web.json_response(
+            await self.service.actions(
+                job=_optional(request, "job"),
+                limit=limit,
+                before=_int(request, "before", None, low=1),
+            )
+        )
 
     @staticmethod
     def _done(result: dict[str, Any]) -> web.Response:
-        log.info("operator action", action=result["action"], job=result["job"],
-                 run_id=result["run_id"], actor=result["actor"], via="http")
+        log.info(
+            "operator action",
+            action=result["action"],
+            job=result["job"],
+            run_id=result["run_id"],
+            actor=result["actor"],
+            via="http",
+        )
         return web.json_response(result)
 
     async def pause(self, request: web.Request) -> web.Response:
@@ -228,16 +258,24 @@ class OperatorApi:
     async def trigger(self, request: web.Request) -> web.Response:
         actor = self._actor(request)
         body = await _body(request, ["at"])
-        return self._done(await self.service.trigger(
-            actor, request.match_info["name"], body.get("at") or None))
+        return self._done(
+            await self.service.trigger(actor, request.match_info["name"], body.get("at") or None)
+        )
 
     async def backfill(self, request: web.Request) -> web.Response:
         actor = self._actor(request)
-        body = await _body(request, ["from", "to", "max_runs"], required=["from", "to"],
-                           integers=["max_runs"])
-        return self._done(await self.service.backfill(
-            actor, request.match_info["name"], body["from"], body["to"],
-            max_runs=body.get("max_runs", BACKFILL_MAX_RUNS)))
+        body = await _body(
+            request, ["from", "to", "max_runs"], required=["from", "to"], integers=["max_runs"]
+        )
+        return self._done(
+            await self.service.backfill(
+                actor,
+                request.match_info["name"],
+                body["from"],
+                body["to"],
+                max_runs=body.get("max_runs", BACKFILL_MAX_RUNS),
+            )
+        )
 
     async def cancel(self, request: web.Request) -> web.Response:
         actor = self._actor(request)

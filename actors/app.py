@@ -86,6 +86,7 @@ class _UntilConnected:
     def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
         async def unavailable(*_: Any, **__: Any) -> Any:
             raise Unavailable("not connected to PostgreSQL yet; try again")
+
         return unavailable
 
 
@@ -103,7 +104,8 @@ class Replica:
     config: LoadedConfig
     role: Role = Role.ALL
     replica_id: str = field(
-        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}")
+        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    )
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     http_port: int | None = None
     # Called with (host, port) once HTTP serves (`claimd dev` prints its banner).
@@ -126,9 +128,13 @@ class Replica:
             ok = await self._reload(store)
         try:  # the record `claimd reload` waits for; a reload never fails for want of it
             await record_action(
-                store.pool, Actor("sighup", "signal", self.replica_id), "reload",
-                arguments={"pid": os.getpid(), "path": str(self.config_path)}, ok=ok,
-                result="reloaded" if ok else "refused: the file has errors; jobs unchanged")
+                store.pool,
+                Actor("sighup", "signal", self.replica_id),
+                "reload",
+                arguments={"pid": os.getpid(), "path": str(self.config_path)},
+                ok=ok,
+                result="reloaded" if ok else "refused: the file has errors; jobs unchanged",
+            )
         except Exception as exc:  # noqa: BLE001
             log.warning("reload not recorded", error=redact(repr(exc)))
         return ok
@@ -138,17 +144,26 @@ class Replica:
             loaded = load_config(self.config_path)
             loaded.raise_for_errors()
         except (ConfigError, ConfigErrors) as exc:
-            log.error("reload rejected; running jobs unchanged", path=str(self.config_path),
-                      errors=str(exc))
+            log.error(
+                "reload rejected; running jobs unchanged",
+                path=str(self.config_path),
+                errors=str(exc),
+            )
             return False
         # Materializers plan from the stored definitions, and write only while a
         # plan's definition is still the stored one: a tick racing this sync, here
         # or on another replica, cannot write the old schedule's instants.
-        changes = (await store.sync_jobs(list(loaded.jobs.values()))
-                   if self.role in (Role.ALL, Role.SCHEDULER) else {})
+        changes = (
+            await store.sync_jobs(list(loaded.jobs.values()))
+            if self.role in (Role.ALL, Role.SCHEDULER)
+            else {}
+        )
         if loaded.settings != self.config.settings:
-            log.warning("reload applies jobs only; changed [claimd] settings take effect "
-                        "at the next restart", path=str(self.config_path))
+            log.warning(
+                "reload applies jobs only; changed [claimd] settings take effect "
+                "at the next restart",
+                path=str(self.config_path),
+            )
         self.jobs = dict(loaded.jobs)
         init_job_series(self.jobs)
         self.config = dataclasses.replace(loaded, settings=self.config.settings)
@@ -198,8 +213,11 @@ class Replica:
                 deadline = grace + STOP_MARGIN_S
                 _, pending = await asyncio.wait({main}, timeout=deadline)
                 if pending:
-                    log.error("stop did not finish in time; cancelling what is left "
-                              "(leases will recover it)", waited_s=deadline)
+                    log.error(
+                        "stop did not finish in time; cancelling what is left "
+                        "(leases will recover it)",
+                        waited_s=deadline,
+                    )
                     self.forced_stop = True
                     await _cancel_within(main, EXIT_MARGIN_S)
             if main.done():
@@ -216,8 +234,9 @@ class Replica:
                 try:
                     await asyncio.wait_for(runner.cleanup(), EXIT_MARGIN_S)
                 except TimeoutError:
-                    log.warning("http server did not close in time; abandoned",
-                                waited_s=EXIT_MARGIN_S)
+                    log.warning(
+                        "http server did not close in time; abandoned", waited_s=EXIT_MARGIN_S
+                    )
 
     async def _serve_http(self) -> Any:
         settings = self.config.settings
@@ -227,7 +246,9 @@ class Replica:
         self._api = OperatorApi(cast(OperatorService, _UntilConnected()), settings.api_tokens)
         runner, self.http_port = await serve(
             build_app(self._ready, self._jobs_summary, self._api, refresh=self._refresh_metrics),
-            settings.http_host, settings.http_port)
+            settings.http_host,
+            settings.http_port,
+        )
         log.info("http serving", http=f"{settings.http_host}:{self.http_port}")
         if self.on_http is not None:
             self.on_http(settings.http_host, self.http_port)
@@ -240,8 +261,9 @@ class Replica:
         probe = now - self._probed_at >= 1.0
         if probe:
             self._probed_at = now
-        await asyncio.gather(self.cluster_metrics.refresh(),
-                             self._ready() if probe else asyncio.sleep(0))
+        await asyncio.gather(
+            self.cluster_metrics.refresh(), self._ready() if probe else asyncio.sleep(0)
+        )
 
     async def _ready(self) -> dict[str, Any]:
         """A real round trip to each server, with a deadline: a frozen server fails it.
@@ -249,6 +271,7 @@ class Replica:
         The verdicts also set ``claimd_dependency_up``: a server that holds the
         connection open and answers nothing is down, though no call has failed.
         """
+
         async def postgres() -> str:
             if self._store is None:
                 return "not connected"
@@ -286,8 +309,12 @@ class Replica:
         rows = await self._store.pool.fetch(JOBS_SUMMARY)
         return [json.loads(json.dumps(dict(r), default=str)) for r in rows]
 
-    async def _until_connected(self, what: str, connect: Callable[[], Coroutine[Any, Any, T]],
-                               transient: Callable[[BaseException], bool]) -> T | None:
+    async def _until_connected(
+        self,
+        what: str,
+        connect: Callable[[], Coroutine[Any, Any, T]],
+        transient: Callable[[BaseException], bool],
+    ) -> T | None:
         """Connect, waiting out an unreachable server; None if a stop comes first.
 
         An error that is not about reaching the server (a refused password, say)
@@ -310,17 +337,24 @@ class Replica:
             if not transient(exc):
                 raise exc
             delay = backoff.next_delay()
-            log.warning(f"{what} unreachable; waiting for it", error=redact(repr(exc))[:300],
-                        retry_in_s=round(delay, 3))
+            log.warning(
+                f"{what} unreachable; waiting for it",
+                error=redact(repr(exc))[:300],
+                retry_in_s=round(delay, 3),
+            )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop_requested.wait(), delay)
         return None
 
     async def _open_store(self) -> PostgresRunStore:
         settings = self.config.settings
-        store = install_store_faults(await PostgresRunStore.connect(
-            settings.database_url, max_size=min(20, 4 + settings.worker_concurrency),
-            timeouts=settings.timeouts))
+        store = install_store_faults(
+            await PostgresRunStore.connect(
+                settings.database_url,
+                max_size=min(20, 4 + settings.worker_concurrency),
+                timeouts=settings.timeouts,
+            )
+        )
         try:
             applied = await store.migrate()
         except BaseException:
@@ -332,8 +366,10 @@ class Replica:
 
     async def _run(self) -> None:
         store = await self._until_connected(
-            "PostgreSQL", self._open_store,
-            lambda exc: isinstance(exc, Outage) or is_unreachable(exc))
+            "PostgreSQL",
+            self._open_store,
+            lambda exc: isinstance(exc, Outage) or is_unreachable(exc),
+        )
         if store is None:
             return
         self._store = store
@@ -352,18 +388,29 @@ class Replica:
     async def _run_with(self, store: PostgresRunStore) -> None:
         settings = self.config.settings
         for error in self.config.errors:
-            log.error("invalid job skipped; the others run", path=error.path, job=error.job,
-                      field=error.field_name, error=error.message)
+            log.error(
+                "invalid job skipped; the others run",
+                path=error.path,
+                job=error.job,
+                field=error.field_name,
+                error=error.message,
+            )
         CONFIG_JOB_ERRORS.set(len(self.config.errors))
         if self.role in (Role.ALL, Role.SCHEDULER):
-            changes = await store.sync_jobs(list(self.jobs.values()),
-                                            keep=[e.job for e in self.config.errors if e.job])
+            changes = await store.sync_jobs(
+                list(self.jobs.values()), keep=[e.job for e in self.config.errors if e.job]
+            )
             log.info("jobs synced", jobs=len(self.jobs), changes=changes)
+
         async def connect_broker() -> JetStreamBroker:
-            return await JetStreamBroker.connect(settings.nats_servers, settings.stream,
-                                                 settings.subject, name=self.replica_id,
-                                                 tls_ca=settings.nats_tls_ca,
-                                                 timeouts=settings.timeouts)
+            return await JetStreamBroker.connect(
+                settings.nats_servers,
+                settings.stream,
+                settings.subject,
+                name=self.replica_id,
+                tls_ca=settings.nats_tls_ca,
+                timeouts=settings.timeouts,
+            )
 
         # Whatever fails while connecting to NATS is worth waiting out (an
         # authorization error too is logged with every retry).
@@ -381,11 +428,16 @@ class Replica:
     async def _ensure_channel(self, broker: JetStreamBroker) -> None:
         """The stream and the durable consumer, created or updated (idempotent)."""
         settings = self.config.settings
-        await broker.ensure_stream(settings.duplicate_window,
-                                   max_age=max(settings.lease * 2, settings.duplicate_window),
-                                   replicas=settings.stream_replicas)
-        await broker.ensure_consumer(settings.ack_wait, settings.max_deliver,
-                                     max_ack_pending=max(10_000, settings.max_claimed * 2))
+        await broker.ensure_stream(
+            settings.duplicate_window,
+            max_age=max(settings.lease * 2, settings.duplicate_window),
+            replicas=settings.stream_replicas,
+        )
+        await broker.ensure_consumer(
+            settings.ack_wait,
+            settings.max_deliver,
+            max_ack_pending=max(10_000, settings.max_claimed * 2),
+        )
 
     async def _run_actors(self, store: PostgresRunStore, broker: JetStreamBroker) -> None:
         settings = self.config.settings
@@ -405,11 +457,15 @@ class Replica:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGHUP, on_hup)
 
-        log.info("replica started", replica=self.replica_id, role=self.role.value,
-                 http=(f"{settings.http_host}:{self.http_port}" if settings.http_port >= 0
-                       else "off"),
-                 jobs=len(self.jobs),
-                 database=redact(settings.database_url), nats=redact(settings.nats_url))
+        log.info(
+            "replica started",
+            replica=self.replica_id,
+            role=self.role.value,
+            http=(f"{settings.http_host}:{self.http_port}" if settings.http_port >= 0 else "off"),
+            jobs=len(self.jobs),
+            database=redact(settings.database_url),
+            nats=redact(settings.nats_url),
+        )
         await self._supervise_actors(store, broker)
         log.info("replica stopped", replica=self.replica_id)
 
@@ -437,49 +493,73 @@ class Replica:
         async with asyncio.TaskGroup() as group:
             tasks: dict[str, asyncio.Task[None]] = {}
             if scheduling:
-                materializer = Materializer(store, clock,
-                                            settings.horizon, settings.materialize_interval,
-                                            stop_claiming)
-                claimer = Claimer(store, self.replica_id, to_dispatch, gate,
-                                  batch=settings.claim_batch, lease=settings.lease,
-                                  max_claimed=settings.max_claimed,
-                                  interval=settings.claim_interval, stop=stop_claiming)
-                dispatcher = Dispatcher(broker, settings.deployment, to_dispatch, to_release,
-                                        gate)
+                materializer = Materializer(
+                    store, clock, settings.horizon, settings.materialize_interval, stop_claiming
+                )
+                claimer = Claimer(
+                    store,
+                    self.replica_id,
+                    to_dispatch,
+                    gate,
+                    batch=settings.claim_batch,
+                    lease=settings.lease,
+                    max_claimed=settings.max_claimed,
+                    interval=settings.claim_interval,
+                    stop=stop_claiming,
+                )
+                dispatcher = Dispatcher(broker, settings.deployment, to_dispatch, to_release, gate)
                 compensator = Compensator(store, self.replica_id, to_release)
-                reaper = Reaper(store, settings.reap_interval, stop_claiming,
-                                retention=settings.history_retention)
-                for name, start in (("materializer", materializer.run),
-                                    ("claimer", claimer.run), ("dispatcher", dispatcher.run),
-                                    ("compensator", compensator.run), ("reaper", reaper.run)):
+                reaper = Reaper(
+                    store,
+                    settings.reap_interval,
+                    stop_claiming,
+                    retention=settings.history_retention,
+                )
+                for name, start in (
+                    ("materializer", materializer.run),
+                    ("claimer", claimer.run),
+                    ("dispatcher", dispatcher.run),
+                    ("compensator", compensator.run),
+                    ("reaper", reaper.run),
+                ):
                     tasks[name] = group.create_task(supervise(name, start), name=name)
             if working:
+
                 async def resubscribe() -> Any:
                     await self._ensure_channel(broker)
                     return await broker.pull_subscription()
 
                 subscription = await broker.pull_subscription()
                 worker = Worker(
-                    store, subscription, LocalExecutor(), worker_id=self.replica_id,
-                    deployment=settings.deployment, lease=settings.lease,
+                    store,
+                    subscription,
+                    LocalExecutor(),
+                    worker_id=self.replica_id,
+                    deployment=settings.deployment,
+                    lease=settings.lease,
                     heartbeat_interval=settings.lease_settings.heartbeat_interval(),
-                    concurrency=settings.worker_concurrency, decode=nats_adapter.decode,
-                    delivery_count=nats_adapter.delivery_count, stop=stop_working,
-                    grace=settings.shutdown_grace, resubscribe=resubscribe, clock=clock,
-                    probe_broker=probe_broker)
-                tasks["worker"] = group.create_task(supervise("worker", worker.run),
-                                                    name="worker")
+                    concurrency=settings.worker_concurrency,
+                    decode=nats_adapter.decode,
+                    delivery_count=nats_adapter.delivery_count,
+                    stop=stop_working,
+                    grace=settings.shutdown_grace,
+                    resubscribe=resubscribe,
+                    clock=clock,
+                    probe_broker=probe_broker,
+                )
+                tasks["worker"] = group.create_task(supervise("worker", worker.run), name="worker")
             if not scheduling:
                 # No materializer reads the database's clock here: measure the skew anyway.
                 async def measure_skew() -> None:
                     await clock.run(stop_working, settings.materialize_interval)
 
-                tasks["clock"] = group.create_task(supervise("clock", measure_skew),
-                                                   name="clock")
+                tasks["clock"] = group.create_task(supervise("clock", measure_skew), name="clock")
 
             await self.stop_requested.wait()
-            log.info("stopping: no new claims; finishing in-flight work",
-                     grace_s=settings.shutdown_grace.total_seconds())
+            log.info(
+                "stopping: no new claims; finishing in-flight work",
+                grace_s=settings.shutdown_grace.total_seconds(),
+            )
             # Order matters: stop claiming, let the dispatcher publish or release
             # everything claimed; then the worker drains while the compensator
             # hands back what was not published.
@@ -490,13 +570,16 @@ class Replica:
                 await tasks["dispatcher"]
             stop_working.set()
             if scheduling:
-                await _release_within(tasks["compensator"], to_release,
-                                      settings.shutdown_grace.total_seconds())
+                await _release_within(
+                    tasks["compensator"], to_release, settings.shutdown_grace.total_seconds()
+                )
 
 
-async def _release_within(compensator: asyncio.Task[None],
-                          inbox: asyncio.Queue[tuple[ClaimedRun, ...] | None],
-                          seconds: float) -> None:
+async def _release_within(
+    compensator: asyncio.Task[None],
+    inbox: asyncio.Queue[tuple[ClaimedRun, ...] | None],
+    seconds: float,
+) -> None:
     """The compensator's last releases, while the database takes them within ``seconds``.
 
     It retries an outage for as long as it lasts; at a stop, the runs it could
@@ -507,8 +590,11 @@ async def _release_within(compensator: asyncio.Task[None],
             await inbox.put(None)
             await compensator  # cancelled with this wait when the time is up
     except TimeoutError:
-        log.warning("stopping: unpublished runs not all released in time; their claim "
-                    "leases bring them back", waited_s=seconds)
+        log.warning(
+            "stopping: unpublished runs not all released in time; their claim "
+            "leases bring them back",
+            waited_s=seconds,
+        )
 
 
 async def _cancel_within(task: asyncio.Task[None], seconds: float) -> None:
@@ -524,8 +610,9 @@ async def _cancel_within(task: asyncio.Task[None], seconds: float) -> None:
         task.cancel()
         _, pending = await asyncio.wait({task}, timeout=seconds / 2)
     if pending:
-        log.error("stop still waiting after cancelling; leaving it",
-                  waited_s=STOP_MARGIN_S + seconds)
+        log.error(
+            "stop still waiting after cancelling; leaving it", waited_s=STOP_MARGIN_S + seconds
+        )
 
 
 _watchdog: threading.Timer | None = None
@@ -542,8 +629,9 @@ def _arm_exit_watchdog(seconds: float) -> None:
         return
 
     def exit_now() -> None:
-        log.error("stop exceeded its bound; exiting now (leases recover the runs left)",
-                  bound_s=seconds)
+        log.error(
+            "stop exceeded its bound; exiting now (leases recover the runs left)", bound_s=seconds
+        )
         with contextlib.suppress(Exception):
             sys.stdout.flush()
             sys.stderr.flush()

@@ -30,9 +30,19 @@ log = get_logger("claimer")
 class Claimer:
     """Claims while claimed-but-not-started runs stay under ``max_claimed``."""
 
-    def __init__(self, store: RunStore, owner: str, outbox: asyncio.Queue[ClaimedBatch | None],
-                 gate: BrokerGate, *, batch: int, lease: timedelta, max_claimed: int,
-                 interval: timedelta, stop: asyncio.Event) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        owner: str,
+        outbox: asyncio.Queue[ClaimedBatch | None],
+        gate: BrokerGate,
+        *,
+        batch: int,
+        lease: timedelta,
+        max_claimed: int,
+        interval: timedelta,
+        stop: asyncio.Event,
+    ) -> None:
         self.store = store
         self.owner = owner
         self.outbox = outbox
@@ -47,8 +57,7 @@ class Claimer:
         for run_id, reason in await self.store.skip_unrunnable(self.batch):
             RUNS_SKIPPED.inc()
             log.info("run skipped", run_id=run_id, reason=reason)
-        runs = await self.store.claim_due_runs(self.owner, self.batch, self.lease,
-                                               self.max_claimed)
+        runs = await self.store.claim_due_runs(self.owner, self.batch, self.lease, self.max_claimed)
         if runs:
             RUNS_CLAIMED.inc(len(runs))
             await self.outbox.put(ClaimedBatch(tuple(runs)))
@@ -68,15 +77,17 @@ class Claimer:
         INTAKE_PAUSED.labels(actor="claimer").set(1)
         INTAKE_PAUSES.labels(actor="claimer", reason="broker").inc()
         began = time.monotonic()
-        log.warning("claiming paused: this replica cannot publish; others claim",
-                    error=self.gate.last_error)
+        log.warning(
+            "claiming paused: this replica cannot publish; others claim", error=self.gate.last_error
+        )
         try:
             await self._until_stop_or(self.gate.wait_open())
         finally:
             INTAKE_PAUSED.labels(actor="claimer").set(0)
         if not self.stop.is_set():
-            log.info("claiming resumed: the broker answers",
-                     paused_s=round(time.monotonic() - began, 3))
+            log.info(
+                "claiming resumed: the broker answers", paused_s=round(time.monotonic() - began, 3)
+            )
 
     async def _until_stop_or(self, other: Coroutine[Any, Any, object]) -> None:
         """Wait for ``other`` or the stop event, whichever comes first."""

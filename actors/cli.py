@@ -42,8 +42,9 @@ def _load(path: str) -> LoadedConfig:
         raise SystemExit(2) from None
 
 
-def _run_replica(path: Path, loaded: LoadedConfig, role: Role,
-                 on_http: Callable[[str, int], None] | None = None) -> int:
+def _run_replica(
+    path: Path, loaded: LoadedConfig, role: Role, on_http: Callable[[str, int], None] | None = None
+) -> int:
     replica = Replica(path, loaded, role, on_http=on_http)
     try:
         asyncio.run(replica.run())
@@ -53,8 +54,11 @@ def _run_replica(path: Path, loaded: LoadedConfig, role: Role,
     except (ExceptionGroup, ActorGaveUp, OSError) as exc:
         failures = exc.exceptions if isinstance(exc, ExceptionGroup) else (exc,)
         for failure in failures:
-            what = ("an actor gave up" if isinstance(failure, ActorGaveUp)
-                    else "a server is unreachable or failed")
+            what = (
+                "an actor gave up"
+                if isinstance(failure, ActorGaveUp)
+                else "a server is unreachable or failed"
+            )
             log.error(f"stopping: {what}", error=redact(repr(failure)))
         return 1
     except Exception as exc:  # logged: one JSON line with the traceback, not raw lines
@@ -103,26 +107,35 @@ def cmd_dev(args: argparse.Namespace) -> int:
 
         def banner(host: str | None, port: int | None) -> None:
             base = f"http://{host}:{port}" if host is not None else None
-            print("\n".join([
-                "claimd dev is starting",
-                f"  status page  {base}/" if base else "  http         off",
-                *([f"  metrics      {base}/metrics"] if base else []),
-                f"  postgres     {redact(postgres.url)}",
-                f"  nats         {nats.url}",
-                f"  config       {config}",
-                f"  data         {data_dir}  (server logs: {server_log}, "
-                f"{data_dir / 'nats' / 'nats-server.log'})",
-                f"  stop         Ctrl-C, or kill -TERM {os.getpid()}",
-                ""]), file=sys.stderr, flush=True)
+            print(
+                "\n".join(
+                    [
+                        "claimd dev is starting",
+                        f"  status page  {base}/" if base else "  http         off",
+                        *([f"  metrics      {base}/metrics"] if base else []),
+                        f"  postgres     {redact(postgres.url)}",
+                        f"  nats         {nats.url}",
+                        f"  config       {config}",
+                        f"  data         {data_dir}  (server logs: {server_log}, "
+                        f"{data_dir / 'nats' / 'nats-server.log'})",
+                        f"  stop         Ctrl-C, or kill -TERM {os.getpid()}",
+                        "",
+                    ]
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
 
         if loaded.settings.http_port < 0:
             banner(None, None)
         # Operator commands run in this directory find this instance through it.
         settings = loaded.settings
         endpoints = operator_cli.record_dev_endpoints(
-            data_dir, postgres.url, nats.url,
-            f"http://{settings.http_host}:{settings.http_port}" if settings.http_port > 0
-            else None)
+            data_dir,
+            postgres.url,
+            nats.url,
+            f"http://{settings.http_host}:{settings.http_port}" if settings.http_port > 0 else None,
+        )
         try:
             return _run_replica(config, loaded, Role.ALL, on_http=banner)
         finally:
@@ -181,8 +194,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     try:
         applied = asyncio.run(go())
     except Exception as exc:  # noqa: BLE001 - unreachable, refused, bad URL: one line
-        print(f"error: cannot migrate the database at {redact(url)}: "
-              f"{' '.join(str(exc).split()) or type(exc).__name__}", file=sys.stderr)
+        print(
+            f"error: cannot migrate the database at {redact(url)}: "
+            f"{' '.join(str(exc).split()) or type(exc).__name__}",
+            file=sys.stderr,
+        )
         return 4
     print("applied: " + (", ".join(applied) if applied else "nothing (up to date)"))
     return 0
@@ -228,8 +244,11 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = operator_cli.OneLineParser(
-        prog="claimd", description=__doc__, formatter_class=argparse.RawTextHelpFormatter,
-        epilog=f"exit status of the operator's commands{operator_cli.EXIT_CODES}")
+        prog="claimd",
+        description=__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
+        epilog=f"exit status of the operator's commands{operator_cli.EXIT_CODES}",
+    )
     _logging_options(parser, defaults=True)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -237,8 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--config", help="config file (default: the shipped config/jobs.toml)")
     dev.add_argument("--data-dir", default=".claimd", help="where the servers keep data")
     dev.add_argument("--nats-port", type=int, default=None)
-    dev.add_argument("--http", help='host:port for /metrics and the API, or "off" '
-                     "(default: the config's; CLAIMD_HTTP overrides too)")
+    dev.add_argument(
+        "--http",
+        help='host:port for /metrics and the API, or "off" '
+        "(default: the config's; CLAIMD_HTTP overrides too)",
+    )
     dev.add_argument("--pid-file", help="write the pid here (for `claimd reload`)")
     dev.set_defaults(func=cmd_dev)
 
@@ -271,24 +293,36 @@ def _logging_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None
     def default(value: str) -> str:
         return value if defaults else argparse.SUPPRESS
 
-    parser.add_argument("--log-level", default=default(os.environ.get("CLAIMD_LOG_LEVEL",
-                                                                      "INFO")),
-                        help="DEBUG, INFO, WARNING or ERROR (default INFO; CLAIMD_LOG_LEVEL)")
-    parser.add_argument("--log-format", choices=LOG_FORMATS,
-                        default=default(os.environ.get("CLAIMD_LOG_FORMAT", "auto")),
-                        help="json: one JSON object per line; console: for people; auto "
-                             "(default; CLAIMD_LOG_FORMAT): console when stderr is a "
-                             "terminal, else json")
-    parser.add_argument("--console-logs", dest="log_format", action="store_const",
-                        const="console", default=argparse.SUPPRESS,
-                        help="the same as --log-format console")
+    parser.add_argument(
+        "--log-level",
+        default=default(os.environ.get("CLAIMD_LOG_LEVEL", "INFO")),
+        help="DEBUG, INFO, WARNING or ERROR (default INFO; CLAIMD_LOG_LEVEL)",
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=default(os.environ.get("CLAIMD_LOG_FORMAT", "auto")),
+        help="json: one JSON object per line; console: for people; auto "
+        "(default; CLAIMD_LOG_FORMAT): console when stderr is a "
+        "terminal, else json",
+    )
+    parser.add_argument(
+        "--console-logs",
+        dest="log_format",
+        action="store_const",
+        const="console",
+        default=argparse.SUPPRESS,
+        help="the same as --log-format console",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-        print(f"error: --log-level {args.log_level!r} is not DEBUG, INFO, WARNING or ERROR",
-              file=sys.stderr)
+        print(
+            f"error: --log-level {args.log_level!r} is not DEBUG, INFO, WARNING or ERROR",
+            file=sys.stderr,
+        )
         return 2
     configure_logging(args.log_level.upper(), args.log_format)
     result: int = args.func(args)

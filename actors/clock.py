@@ -53,9 +53,15 @@ class DatabaseClock:
     are taken between reads; it never decides anything replicas must agree on.
     """
 
-    def __init__(self, store: DatabaseNow, *, local: Clock | None = None,
-                 warn_above: timedelta = SKEW_WARNING, warn_every: timedelta = WARN_EVERY,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        store: DatabaseNow,
+        *,
+        local: Clock | None = None,
+        warn_above: timedelta = SKEW_WARNING,
+        warn_every: timedelta = WARN_EVERY,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
         self.local = local or SystemClock()
         self.warn_above = warn_above.total_seconds()
@@ -77,10 +83,13 @@ class DatabaseClock:
             now = self.monotonic()
             if self._warned_at is None or now - self._warned_at >= self.warn_every:
                 self._warned_at = now
-                log.warning("clock skew: this replica's clock disagrees with the database's; "
-                            "claimd decides on the database's clock, fix the host's time sync",
-                            skew_s=round(skew_s, 3), round_trip_s=round(round_trip, 4),
-                            threshold_s=self.warn_above)
+                log.warning(
+                    "clock skew: this replica's clock disagrees with the database's; "
+                    "claimd decides on the database's clock, fix the host's time sync",
+                    skew_s=round(skew_s, 3),
+                    round_trip_s=round(round_trip, 4),
+                    threshold_s=self.warn_above,
+                )
         return db_now
 
     def now(self) -> datetime:

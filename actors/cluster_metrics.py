@@ -60,10 +60,15 @@ def schedule_period(definition: str, now: datetime) -> float | None:
 class ClusterMetrics:
     """Refreshes the cluster gauges' snapshot; ``read`` is set once the store connects."""
 
-    def __init__(self, read: ReadFigures | None = None, *,
-                 collector: ClusterCollector = CLUSTER, min_interval: float = 1.0,
-                 timeout: float = 2.0,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        read: ReadFigures | None = None,
+        *,
+        collector: ClusterCollector = CLUSTER,
+        min_interval: float = 1.0,
+        timeout: float = 2.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.read = read
         self.collector = collector
         self.min_interval = min_interval
@@ -88,23 +93,31 @@ class ClusterMetrics:
             except Exception as exc:  # noqa: BLE001 - /metrics answers anyway, figures aged
                 if self._warned is None or now - self._warned >= WARN_EVERY_S:
                     self._warned = now
-                    log.warning("cluster metrics not read; reporting the last figures",
-                                error=redact(repr(exc))[:300])
+                    log.warning(
+                        "cluster metrics not read; reporting the last figures",
+                        error=redact(repr(exc))[:300],
+                    )
                 return
             self.collector.update(self.snapshot(reading))
 
     def snapshot(self, reading: ClusterReading) -> ClusterSnapshot:
         return ClusterSnapshot(
-            jobs=tuple(self._job(j) for j in reading.jobs), claimed=reading.claimed,
-            running=reading.running, past_lease=reading.past_lease)
+            jobs=tuple(self._job(j) for j in reading.jobs),
+            claimed=reading.claimed,
+            running=reading.running,
+            past_lease=reading.past_lease,
+        )
 
     def _job(self, job: JobReading) -> JobSnapshot:
         if job.fingerprint not in self._periods:
             self._periods[job.fingerprint] = schedule_period(job.definition, datetime.now(UTC))
         return JobSnapshot(
-            name=job.name, paused=job.paused,
+            name=job.name,
+            paused=job.paused,
             last_success=None if job.last_success is None else job.last_success.timestamp(),
             last_failure=None if job.last_failure is None else job.last_failure.timestamp(),
-            overdue=job.overdue, overdue_oldest_age=job.overdue_oldest_age,
+            overdue=job.overdue,
+            overdue_oldest_age=job.overdue_oldest_age,
             period=self._periods[job.fingerprint],
-            materialized_behind=job.materialized_behind)
+            materialized_behind=job.materialized_behind,
+        )

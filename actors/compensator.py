@@ -20,8 +20,9 @@ log = get_logger("compensator")
 
 
 class Compensator:
-    def __init__(self, store: RunStore, owner: str,
-                 inbox: asyncio.Queue[tuple[ClaimedRun, ...] | None]) -> None:
+    def __init__(
+        self, store: RunStore, owner: str, inbox: asyncio.Queue[tuple[ClaimedRun, ...] | None]
+    ) -> None:
         self.store = store
         self.owner = owner
         self.inbox = inbox
@@ -33,14 +34,19 @@ class Compensator:
                 released = await self.store.release_unpublished(self.owner, runs)
             except Outage as exc:  # retried; the lease is the backstop
                 delay = self.backoff.next_delay()
-                log.warning("release failed; retrying", runs=len(runs), delay_s=round(delay, 3),
-                            error=repr(exc))
+                log.warning(
+                    "release failed; retrying",
+                    runs=len(runs),
+                    delay_s=round(delay, 3),
+                    error=repr(exc),
+                )
                 await asyncio.sleep(delay)
                 continue
             self.backoff.reset()
             RUNS_RELEASED.inc(released)
-            log.info("released unpublished runs", runs=released,
-                     run_ids=[r.run_id for r in runs][:20])
+            log.info(
+                "released unpublished runs", runs=released, run_ids=[r.run_id for r in runs][:20]
+            )
             return released
 
     async def run(self) -> None:

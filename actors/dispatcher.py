@@ -22,10 +22,14 @@ log = get_logger("dispatcher")
 class Dispatcher:
     """Publishes claimed batches; returns unpublished runs to the compensator."""
 
-    def __init__(self, broker: Broker, deployment: str,
-                 inbox: asyncio.Queue[ClaimedBatch | None],
-                 compensate: asyncio.Queue[tuple[ClaimedRun, ...] | None],
-                 gate: BrokerGate) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        deployment: str,
+        inbox: asyncio.Queue[ClaimedBatch | None],
+        compensate: asyncio.Queue[tuple[ClaimedRun, ...] | None],
+        gate: BrokerGate,
+    ) -> None:
         self.broker = broker
         self.deployment = deployment
         self.inbox = inbox
@@ -33,16 +37,24 @@ class Dispatcher:
         self.gate = gate
 
     def message(self, run: ClaimedRun) -> DispatchMessage:
-        return DispatchMessage(run_id=run.run_id, epoch=run.epoch, job=run.job,
-                               scheduled_at=run.scheduled_at, attempt=run.attempt,
-                               deployment=self.deployment)
+        return DispatchMessage(
+            run_id=run.run_id,
+            epoch=run.epoch,
+            job=run.job,
+            scheduled_at=run.scheduled_at,
+            attempt=run.attempt,
+            deployment=self.deployment,
+        )
 
     async def dispatch(self, batch: ClaimedBatch) -> list[ClaimedRun]:
         """Publish a batch; returns the runs whose publish failed (already sent on)."""
         runs = batch.runs
         if not self.gate.is_open:
-            log.info("broker unhealthy for this replica; batch released unpublished",
-                     runs=len(runs), error=self.gate.last_error)
+            log.info(
+                "broker unhealthy for this replica; batch released unpublished",
+                runs=len(runs),
+                error=self.gate.last_error,
+            )
             await self.compensate.put(tuple(runs))
             return list(runs)
         try:
@@ -55,14 +67,20 @@ class Dispatcher:
             if error is None:
                 continue
             failed.append(run)
-            log.warning("publish failed; run goes to the compensator", run_id=run.run_id,
-                        job=run.job, epoch=run.epoch, error=repr(error))
+            log.warning(
+                "publish failed; run goes to the compensator",
+                run_id=run.run_id,
+                job=run.job,
+                epoch=run.epoch,
+                error=repr(error),
+            )
         PUBLISHED.inc(len(runs) - len(failed))
         if failed:
             PUBLISH_FAILED.inc(len(failed))
             delay = self.gate.failed()
-            log.info("claiming paused while the broker fails", delay_s=round(delay, 3),
-                     runs=len(failed))
+            log.info(
+                "claiming paused while the broker fails", delay_s=round(delay, 3), runs=len(failed)
+            )
             await self.compensate.put(tuple(failed))
         else:
             self.gate.succeeded()

@@ -10,5 +10,10 @@ log = get_logger("example")
 
 def hello(ctx: RunContext) -> None:
     """Say which run this is; a real job would use ``ctx.run_id`` to dedupe its effect."""
-    log.info("hello from a python job", run_id=ctx.run_id, job=ctx.job,
-             scheduled_at=ctx.scheduled_at.isoformat(), attempt=ctx.attempt)
+    log.info(
+        "hello from a python job",
+        run_id=ctx.run_id,
+        job=ctx.job,
+        scheduled_at=ctx.scheduled_at.isoformat(),
+        attempt=ctx.attempt,
+    )

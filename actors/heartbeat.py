@@ -67,8 +67,7 @@ class Keeping:
     deadline, and runs started meanwhile would depend on it.
     """
 
-    def __init__(self, stall_after: timedelta,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, stall_after: timedelta, clock: Callable[[], float] = time.monotonic) -> None:
         self.stall_after = stall_after.total_seconds()
         self._clock = clock
         self._failing: dict[str, str] = {}
@@ -111,8 +110,9 @@ class Keeping:
     def stalled(self) -> tuple[str, float] | None:
         """The source of the oldest call in progress past ``stall_after``, and its age."""
         now = self._clock()
-        oldest = max(((now - began, source) for source, began in self._calls.values()),
-                     default=None)
+        oldest = max(
+            ((now - began, source) for source, began in self._calls.values()), default=None
+        )
         if oldest is None or oldest[0] <= self.stall_after:
             return None
         return oldest[1], oldest[0]
@@ -135,9 +135,16 @@ class Heartbeat:
     not import them).
     """
 
-    def __init__(self, extend: ExtendLeases, in_flight: dict[tuple[str, int], InFlight],
-                 interval: timedelta, stop: asyncio.Event, *,
-                 outage: type[Exception], keeping: Keeping | None = None) -> None:
+    def __init__(
+        self,
+        extend: ExtendLeases,
+        in_flight: dict[tuple[str, int], InFlight],
+        interval: timedelta,
+        stop: asyncio.Event,
+        *,
+        outage: type[Exception],
+        keeping: Keeping | None = None,
+    ) -> None:
         self.extend = extend
         self.in_flight = in_flight
         self.interval = interval
@@ -163,8 +170,12 @@ class Heartbeat:
             if entry.task is not None and not entry.task.done():
                 LEASES_LOST.inc()
                 entry.lease_lost = True
-                log.warning("lease lost; cancelling execution", run_id=entry.run_id,
-                            job=entry.job, epoch=entry.epoch)
+                log.warning(
+                    "lease lost; cancelling execution",
+                    run_id=entry.run_id,
+                    job=entry.job,
+                    epoch=entry.epoch,
+                )
                 entry.task.cancel()
 
     async def run(self) -> None:

@@ -19,15 +19,21 @@ ReadyCheck = Callable[[], Awaitable[dict[str, Any]]]
 STATIC = Path(__file__).with_name("static")
 # Only the page's own files may run or load; a job's name, error or output that
 # slipped into markup could not execute (the page builds DOM with textContent).
-PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-               "connect-src 'self'; base-uri 'none'; form-action 'none'; "
-               "frame-ancestors 'none'")
+PAGE_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
 
 
 def _samples(name: str) -> list[tuple[dict[str, str], float]]:
     """Every sample of this process's registry named ``name``, whatever its labels."""
-    return [(dict(s.labels), s.value) for family in REGISTRY.collect()
-            for s in family.samples if s.name == name]
+    return [
+        (dict(s.labels), s.value)
+        for family in REGISTRY.collect()
+        for s in family.samples
+        if s.name == name
+    ]
 
 
 def counters() -> dict[str, Any]:
@@ -37,19 +43,24 @@ def counters() -> dict[str, Any]:
     for labels, value in skipped:
         reason = labels.get("reason", "")
         by_reason[reason] = by_reason.get(reason, 0.0) + value
-    return {"deliveries_skipped": sum(v for _, v in skipped),
-            "deliveries_skipped_by_reason": by_reason,
-            "fenced_completions": sum(v for _, v in
-                                      _samples("claimd_fenced_completions_total")),
-            "redeliveries": sum(v for _, v in _samples("claimd_redeliveries_total"))}
+    return {
+        "deliveries_skipped": sum(v for _, v in skipped),
+        "deliveries_skipped_by_reason": by_reason,
+        "fenced_completions": sum(v for _, v in _samples("claimd_fenced_completions_total")),
+        "redeliveries": sum(v for _, v in _samples("claimd_redeliveries_total")),
+    }
 
 
 async def status_page(_: web.Request) -> web.FileResponse:
     """The status page (its data comes from the JSON API, fetched by the page)."""
-    return web.FileResponse(STATIC / "index.html",
-                            headers={"Cache-Control": "no-cache",
-                                     "Content-Type": "text/html; charset=utf-8",
-                                     "Content-Security-Policy": PAGE_POLICY})
+    return web.FileResponse(
+        STATIC / "index.html",
+        headers={
+            "Cache-Control": "no-cache",
+            "Content-Type": "text/html; charset=utf-8",
+            "Content-Security-Policy": PAGE_POLICY,
+        },
+    )
 
 
 async def _revalidate_static(request: web.Request, response: web.StreamResponse) -> None:
@@ -58,9 +69,13 @@ async def _revalidate_static(request: web.Request, response: web.StreamResponse)
         response.headers["Cache-Control"] = "no-cache"
 
 
-def build_app(ready: ReadyCheck, jobs_summary: Callable[[], Awaitable[list[dict[str, Any]]]],
-              api: OperatorApi | None = None, *,
-              refresh: Callable[[], Awaitable[None]] | None = None) -> web.Application:
+def build_app(
+    ready: ReadyCheck,
+    jobs_summary: Callable[[], Awaitable[list[dict[str, Any]]]],
+    api: OperatorApi | None = None,
+    *,
+    refresh: Callable[[], Awaitable[None]] | None = None,
+) -> web.Application:
     """The replica's HTTP surface; with ``api``, the operator API and /openapi.json too.
 
     ``refresh`` runs before each /metrics render (the cluster gauges; it must not raise).
@@ -69,8 +84,7 @@ def build_app(ready: ReadyCheck, jobs_summary: Callable[[], Awaitable[list[dict[
     async def metrics(_: web.Request) -> web.Response:
         if refresh is not None:
             await refresh()
-        return web.Response(body=generate_latest(),
-                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -78,15 +92,15 @@ def build_app(ready: ReadyCheck, jobs_summary: Callable[[], Awaitable[list[dict[
     async def readyz(_: web.Request) -> web.Response:
         checks = await ready()
         ok = all(v == "ok" for v in checks.values())
-        return web.json_response({"status": "ok" if ok else "unavailable", "checks": checks},
-                                 status=200 if ok else 503)
+        return web.json_response(
+            {"status": "ok" if ok else "unavailable", "checks": checks}, status=200 if ok else 503
+        )
 
     async def jobs(_: web.Request) -> web.Response:
         try:
             rows = await jobs_summary()
         except Exception as exc:  # noqa: BLE001 - the database is away: say so, do not 500
-            return web.json_response({"error": f"unavailable: {type(exc).__name__}"},
-                                     status=503)
+            return web.json_response({"error": f"unavailable: {type(exc).__name__}"}, status=503)
         return web.json_response(rows)
 
     async def status_json(_: web.Request) -> web.Response:

@@ -33,9 +33,16 @@ MIN_ON_TIME = timedelta(seconds=5)
 class Materializer:
     """Writes the rows the schedules say are due, every tick."""
 
-    def __init__(self, store: RunStore, clock: DatabaseTime, horizon: timedelta,
-                 interval: timedelta, stop: asyncio.Event, *,
-                 guard_stale_plans: bool = True) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        clock: DatabaseTime,
+        horizon: timedelta,
+        interval: timedelta,
+        stop: asyncio.Event,
+        *,
+        guard_stale_plans: bool = True,
+    ) -> None:
         """``clock`` is the database's (tests may move a fake one, and then turn
         ``guard_stale_plans`` off: the database's own now() cannot agree with it)."""
         self.store = store
@@ -61,12 +68,22 @@ class Materializer:
             job = self._job(state)
             if job is None:
                 continue
-            plan = plan_materialization(job, state.materialized_until, now, self.horizon,
-                                        first_seen=state.created_at, on_time=self.on_time)
+            plan = plan_materialization(
+                job,
+                state.materialized_until,
+                now,
+                self.horizon,
+                first_seen=state.created_at,
+                on_time=self.on_time,
+            )
             if plan.missed:
                 RUNS_MISSED.labels(name).inc(plan.missed)
-                log.warning("missed instants dropped by catch-up policy", job=name,
-                            missed=plan.missed, catchup=job.catchup.value)
+                log.warning(
+                    "missed instants dropped by catch-up policy",
+                    job=name,
+                    missed=plan.missed,
+                    catchup=job.catchup.value,
+                )
             if plan.runs or plan.materialized_until != state.materialized_until:
                 plans.append((state, plan))
         if not plans:
@@ -84,8 +101,7 @@ class Materializer:
         try:
             return self._decoded.job(state.name, state.fingerprint, state.definition)
         except Exception as exc:  # noqa: BLE001 - one bad row must not stop the others
-            log.error("stored job definition unreadable; skipped", job=state.name,
-                      error=repr(exc))
+            log.error("stored job definition unreadable; skipped", job=state.name, error=repr(exc))
             return None
 
     async def run(self) -> None:

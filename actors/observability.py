@@ -33,17 +33,21 @@ from actors.domain import Outcome
 
 # scheme://user:password@host (any scheme: postgresql, nats, tls, http...).
 _PASSWORD_IN_URL = re.compile(
-    r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s,]*):(?P<pw>[^@/\s]+)@", re.I)
+    r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s,]*):(?P<pw>[^@/\s]+)@", re.I
+)
 # nats://token@host: NATS's token form; the whole user part is the secret. Only
 # for NATS's schemes: in postgresql://user@host the user name is not a secret.
-_TOKEN_IN_NATS_URL = re.compile(r"(?P<scheme>\b(?:nats|tls|ws|wss)://)(?P<token>[^:/@\s,]+)@",
-                                re.I)
+_TOKEN_IN_NATS_URL = re.compile(r"(?P<scheme>\b(?:nats|tls|ws|wss)://)(?P<token>[^:/@\s,]+)@", re.I)
 # ?password=..., &token=..., and key-value DSNs (password=secret or password='s e')
-_SECRET_KEYS = (r"password|passwd|pwd|sslpassword|pass|token|auth_token|access_token|"
-                r"api_key|apikey|api_token|secret|client_secret|sslkey_password|nkey|jwt")
+_SECRET_KEYS = (
+    r"password|passwd|pwd|sslpassword|pass|token|auth_token|access_token|"
+    r"api_key|apikey|api_token|secret|client_secret|sslkey_password|nkey|jwt"
+)
 _SECRET_PARAM = re.compile(
     rf"(?P<key>\b(?:{_SECRET_KEYS}))(?P<eq>\s*=\s*)"
-    r"(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&;,'\"]+)", re.I)
+    r"(?P<value>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^\s&;,'\"]+)",
+    re.I,
+)
 _BEARER = re.compile(r"(?P<scheme>\b(?:Bearer|Basic|Token)\s+)[A-Za-z0-9._~+/=-]{6,}", re.I)
 
 
@@ -56,13 +60,13 @@ def redact(text: str) -> str:
     """
     text = _PASSWORD_IN_URL.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
     text = _TOKEN_IN_NATS_URL.sub(
-        lambda m: m[0] if m["token"] == "***" else f"{m['scheme']}***@", text)
+        lambda m: m[0] if m["token"] == "***" else f"{m['scheme']}***@", text
+    )
     text = _SECRET_PARAM.sub(lambda m: f"{m['key']}{m['eq']}***", text)
     return _BEARER.sub(lambda m: f"{m['scheme']}***", text)
 
 
-def _redact_processor(_: Any, __: str, event: MutableMapping[str, Any]
-                      ) -> MutableMapping[str, Any]:
+def _redact_processor(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     for key, value in event.items():
         if isinstance(value, str):
             event[key] = redact(value)
@@ -94,18 +98,28 @@ def configure_logging(level: str = "INFO", log_format: str = "json") -> None:
     ``json``, ``console`` (human-readable) or ``auto`` (console on a terminal).
     """
     json_logs = resolve_log_format(log_format) == "json"
-    renderer: Any = (structlog.processors.JSONRenderer() if json_logs
-                     else structlog.dev.ConsoleRenderer(colors=False))
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if json_logs
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    structlog.processors.format_exc_info, _redact_processor, renderer]))
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                _redact_processor,
+                renderer,
+            ],
+        )
+    )
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(level)
@@ -131,83 +145,114 @@ def get_logger(actor: str) -> Any:
 
 JOB_LABEL = "claimd_job"
 
-RUNS_MATERIALIZED = Counter("claimd_runs_materialized_total",
-                            "Runs inserted by the materializer (duplicates excluded)")
-RUNS_MISSED = Counter("claimd_runs_missed_total",
-                      "Past instants dropped by a job's catch-up policy", [JOB_LABEL])
-RUNS_SKIPPED = Counter("claimd_runs_skipped_total",
-                       "Due runs recorded skipped by policy (deadline, overlap, catch-up)")
+RUNS_MATERIALIZED = Counter(
+    "claimd_runs_materialized_total", "Runs inserted by the materializer (duplicates excluded)"
+)
+RUNS_MISSED = Counter(
+    "claimd_runs_missed_total", "Past instants dropped by a job's catch-up policy", [JOB_LABEL]
+)
+RUNS_SKIPPED = Counter(
+    "claimd_runs_skipped_total", "Due runs recorded skipped by policy (deadline, overlap, catch-up)"
+)
 RUNS_CLAIMED = Counter("claimd_runs_claimed_total", "Runs claimed by this replica")
 PUBLISHED = Counter("claimd_dispatch_published_total", "Dispatch messages acked by JetStream")
-PUBLISH_FAILED = Counter("claimd_dispatch_publish_failed_total",
-                         "Dispatch publishes that failed and went to the compensator")
-RUNS_RELEASED = Counter("claimd_runs_released_total",
-                        "Unpublished runs the compensator returned to pending")
+PUBLISH_FAILED = Counter(
+    "claimd_dispatch_publish_failed_total",
+    "Dispatch publishes that failed and went to the compensator",
+)
+RUNS_RELEASED = Counter(
+    "claimd_runs_released_total", "Unpublished runs the compensator returned to pending"
+)
 RUNS_REAPED = Counter("claimd_runs_reaped_total", "Runs whose lease expired", ["transition"])
 RUNS_PRUNED = Counter("claimd_runs_pruned_total", "Terminal runs deleted by history retention")
-RUNS_STARTED = Counter("claimd_runs_started_total", "Runs a worker moved to running",
-                       [JOB_LABEL])
-RUNS_COMPLETED = Counter("claimd_runs_completed_total",
-                         "Attempts recorded, by outcome (a retried failure counts each attempt)",
-                         [JOB_LABEL, "outcome"])
+RUNS_STARTED = Counter("claimd_runs_started_total", "Runs a worker moved to running", [JOB_LABEL])
+RUNS_COMPLETED = Counter(
+    "claimd_runs_completed_total",
+    "Attempts recorded, by outcome (a retried failure counts each attempt)",
+    [JOB_LABEL, "outcome"],
+)
 RUNS_FAILED_FINALLY = Counter(
     "claimd_runs_failed_total",
     "Runs this replica recorded failed for good: a failed or timed-out last attempt "
     "(worker), or a lease that expired on the last attempt (reaper)",
-    [JOB_LABEL])
+    [JOB_LABEL],
+)
 DELIVERIES_SKIPPED = Counter(
     "claimd_deliveries_skipped_total",
     "Deliveries that changed nothing (run terminal, owned elsewhere, stale epoch, unknown)",
-    ["reason"])
-REDELIVERIES = Counter("claimd_redeliveries_total",
-                       "Messages JetStream delivered more than once")
+    ["reason"],
+)
+REDELIVERIES = Counter("claimd_redeliveries_total", "Messages JetStream delivered more than once")
 FENCED_COMPLETIONS = Counter(
     "claimd_fenced_completions_total",
-    "Completions refused because the run's epoch moved on (a duplicate execution)")
-POISON_MESSAGES = Counter("claimd_poison_messages_total",
-                          "Messages on the dispatch subject that were not valid dispatches",
-                          ["reason"])
+    "Completions refused because the run's epoch moved on (a duplicate execution)",
+)
+POISON_MESSAGES = Counter(
+    "claimd_poison_messages_total",
+    "Messages on the dispatch subject that were not valid dispatches",
+    ["reason"],
+)
 COMPLETIONS_REJECTED = Counter(
     "claimd_completions_rejected_total",
     "Completions not recorded for a reason other than an outage (refused, or an error); "
-    "left to the lease and the reaper")
-LEASES_LOST = Counter("claimd_leases_lost_total",
-                      "Running runs whose lease extension was refused (reaped or cancelled)")
-ACTOR_OUTAGES = Counter("claimd_actor_outages_total",
-                        "Actor restarts because a server was unavailable", ["actor"])
+    "left to the lease and the reaper",
+)
+LEASES_LOST = Counter(
+    "claimd_leases_lost_total",
+    "Running runs whose lease extension was refused (reaped or cancelled)",
+)
+ACTOR_OUTAGES = Counter(
+    "claimd_actor_outages_total", "Actor restarts because a server was unavailable", ["actor"]
+)
 ACTOR_RESTARTS = Counter("claimd_actor_restarts_total", "Actor crashes restarted", ["actor"])
 CONFIG_JOB_ERRORS = Gauge("claimd_config_job_errors", "Jobs in the config file that are invalid")
 RUNS_IN_FLIGHT = Gauge("claimd_worker_runs_in_flight", "Runs executing on this worker")
-CLOCK_SKEW = Gauge("claimd_clock_skew_seconds",
-                   "This replica's wall clock minus the database's (positive: ahead), "
-                   "corrected for half the round trip; claimd decides on the database's clock")
+CLOCK_SKEW = Gauge(
+    "claimd_clock_skew_seconds",
+    "This replica's wall clock minus the database's (positive: ahead), "
+    "corrected for half the round trip; claimd decides on the database's clock",
+)
 # Milliseconds to minutes: a healthy start is tens of ms late, a stalled one minutes.
-LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600,
-               1800)
+LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 SCHEDULE_LAG = Histogram(
     "claimd_start_lag_seconds",
     "Start time minus due time (the scheduled instant plus jitter, or the retry time), on "
     "the database's clock; scheduled runs only (manual triggers and backfills are meant "
-    "to start late and are not observed)", [JOB_LABEL], buckets=LAG_BUCKETS)
-RUN_DURATION = Histogram("claimd_run_duration_seconds", "Execution time of attempts",
-                         [JOB_LABEL],
-                         buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 60, 300, 1800, 3600))
+    "to start late and are not observed)",
+    [JOB_LABEL],
+    buckets=LAG_BUCKETS,
+)
+RUN_DURATION = Histogram(
+    "claimd_run_duration_seconds",
+    "Execution time of attempts",
+    [JOB_LABEL],
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 60, 300, 1800, 3600),
+)
 # Intake: the worker stops fetching while it cannot keep its leases or record
 # its completions (or the broker does not answer), the claimer stops claiming
 # while this replica cannot publish; the work goes to the other replicas.
-INTAKE_PAUSED = Gauge("claimd_intake_paused",
-                      "1 while this actor takes in no new work it could not keep", ["actor"])
-INTAKE_PAUSES = Counter("claimd_intake_pauses_total",
-                        "Times an actor stopped taking in new work, by why", ["actor", "reason"])
+INTAKE_PAUSED = Gauge(
+    "claimd_intake_paused", "1 while this actor takes in no new work it could not keep", ["actor"]
+)
+INTAKE_PAUSES = Counter(
+    "claimd_intake_pauses_total",
+    "Times an actor stopped taking in new work, by why",
+    ["actor", "reason"],
+)
 
 
 # --- dependencies: is this replica reaching PostgreSQL and NATS? ----------------
 
-DEPENDENCY_UP = Gauge("claimd_dependency_up",
-                      "1 while this replica reaches the dependency, 0 while it does not",
-                      ["dependency"])
-RECONNECTS = Counter("claimd_reconnects_total",
-                     "Connections to a dependency restored after it was lost", ["dependency"])
+DEPENDENCY_UP = Gauge(
+    "claimd_dependency_up",
+    "1 while this replica reaches the dependency, 0 while it does not",
+    ["dependency"],
+)
+RECONNECTS = Counter(
+    "claimd_reconnects_total",
+    "Connections to a dependency restored after it was lost",
+    ["dependency"],
+)
 
 
 class DependencyHealth:
@@ -227,32 +272,49 @@ class DependencyHealth:
         if self.up is False:
             RECONNECTS.labels(self.dependency).inc()
             # A warning like the loss it ends: a log read at WARNING shows both.
-            self._log.warning(f"{self.dependency} reachable again",
-                              dependency=self.dependency, **fields)
+            self._log.warning(
+                f"{self.dependency} reachable again", dependency=self.dependency, **fields
+            )
         self.up = True
         DEPENDENCY_UP.labels(self.dependency).set(1)
 
     def lost(self, reason: str, **fields: Any) -> None:
         if self.up is not False:
-            self._log.warning(f"{self.dependency} unreachable", dependency=self.dependency,
-                              reason=redact(reason), **fields)
+            self._log.warning(
+                f"{self.dependency} unreachable",
+                dependency=self.dependency,
+                reason=redact(reason),
+                **fields,
+            )
         self.up = False
         DEPENDENCY_UP.labels(self.dependency).set(0)
+
+
 BUILD_INFO = Info("claimd_build", "The claimd build this replica runs (value 1)")
 
 
 # --- every series from the start ----------------------------------------------------------
 
 # The label values each labelled counter can take, created at zero at start.
-DELIVERY_SKIP_REASONS = ("terminal", "owned", "stale", "unknown", "unreadable", "skipped",
-                         "executing_here", "abandoned_here")
+DELIVERY_SKIP_REASONS = (
+    "terminal",
+    "owned",
+    "stale",
+    "unknown",
+    "unreadable",
+    "skipped",
+    "executing_here",
+    "abandoned_here",
+)
 POISON_REASONS = ("oversized", "not_json", "wrong_schema", "other_deployment", "invalid")
 REAP_TRANSITIONS = ("claimed->pending", "running->pending", "running->failed")
 ACTORS = ("materializer", "claimer", "dispatcher", "compensator", "reaper", "worker", "clock")
 DEPENDENCIES = ("postgres", "nats")
 # Why an actor stops taking in work (actors/heartbeat.py names the worker's sources).
-INTAKE_REASONS = {"worker": ("heartbeat", "completions", "starts", "broker"),
-                  "claimer": ("broker",)}
+INTAKE_REASONS = {
+    "worker": ("heartbeat", "completions", "starts", "broker"),
+    "claimer": ("broker",),
+}
 
 
 def claimd_version() -> str:
@@ -264,8 +326,9 @@ def claimd_version() -> str:
 
 def init_series() -> None:
     """Create the labelled series that do not depend on the jobs, at zero; build info."""
-    BUILD_INFO.info({"version": claimd_version(),
-                     "python": ".".join(str(n) for n in sys.version_info[:3])})
+    BUILD_INFO.info(
+        {"version": claimd_version(), "python": ".".join(str(n) for n in sys.version_info[:3])}
+    )
     for reason in DELIVERY_SKIP_REASONS:
         DELIVERIES_SKIPPED.labels(reason=reason)
     for reason in POISON_REASONS:
@@ -298,8 +361,10 @@ def init_job_series(jobs: Iterable[str]) -> None:
 
 # --- cluster-wide gauges: read from the database, the same on every replica ------------
 
-CLUSTER_NOTE = ("scope=cluster: read from the database, every replica reports the same "
-                "value; aggregate with max(), never sum()")
+CLUSTER_NOTE = (
+    "scope=cluster: read from the database, every replica reports the same "
+    "value; aggregate with max(), never sum()"
+)
 
 
 @dataclass(frozen=True)
@@ -348,7 +413,9 @@ class ClusterCollector(Collector):
         yield GaugeMetricFamily(
             "claimd_cluster_metrics_age_seconds",
             "Seconds since this replica last read the cluster-wide gauges from the database "
-            "(+Inf: never; they are read on scrape, at most once a second)", value=age)
+            "(+Inf: never; they are read on scrape, at most once a second)",
+            value=age,
+        )
         snap = self.snapshot
         if snap is None:
             return
@@ -357,15 +424,20 @@ class ClusterCollector(Collector):
         yield GaugeMetricFamily(
             "claimd_overdue_runs",
             "Runs due and not yet started (pending or claimed), of enabled unpaused jobs; "
-            + CLUSTER_NOTE, value=sum(j.overdue for j in overdue))
+            + CLUSTER_NOTE,
+            value=sum(j.overdue for j in overdue),
+        )
         yield GaugeMetricFamily(
             "claimd_overdue_oldest_age_seconds",
-            "How long the oldest run due and not started has been due (0: none); "
-            + CLUSTER_NOTE, value=max((j.overdue_oldest_age for j in overdue), default=0.0))
+            "How long the oldest run due and not started has been due (0: none); " + CLUSTER_NOTE,
+            value=max((j.overdue_oldest_age for j in overdue), default=0.0),
+        )
         in_flight = GaugeMetricFamily(
             "claimd_runs_in_flight",
             "Runs holding a lease, by state (claimed: on their way to a worker; running); "
-            + CLUSTER_NOTE, labels=["state"])
+            + CLUSTER_NOTE,
+            labels=["state"],
+        )
         in_flight.add_metric(["claimed"], snap.claimed)
         in_flight.add_metric(["running"], snap.running)
         yield in_flight
@@ -373,30 +445,43 @@ class ClusterCollector(Collector):
             "claimd_runs_past_lease",
             "Claimed or running runs whose lease has expired and that no reaper has "
             "recovered yet (lasting: no reaper runs, runs are being lost); " + CLUSTER_NOTE,
-            value=snap.past_lease)
+            value=snap.past_lease,
+        )
 
     @staticmethod
     def _per_job(snap: ClusterSnapshot) -> Iterator[GaugeMetricFamily]:
         def family(name: str, text: str) -> GaugeMetricFamily:
             return GaugeMetricFamily(name, f"{text}; {CLUSTER_NOTE}", labels=[JOB_LABEL])
 
-        success = family("claimd_job_last_success_timestamp_seconds",
-                         "When the job's last successful run finished (seconds since the "
-                         "epoch; absent: never, within the history kept)")
-        failure = family("claimd_job_last_failure_timestamp_seconds",
-                         "When the job's last run that failed for good (failed or timed out, "
-                         "no attempt left) finished (seconds since the epoch)")
-        overdue = family("claimd_job_overdue_runs",
-                         "The job's runs due and not yet started (0 while it is paused)")
-        oldest = family("claimd_job_overdue_oldest_age_seconds",
-                        "How long the job's oldest run due and not started has been due")
-        period = family("claimd_job_period_seconds",
-                        "The job's schedule period: the longest gap between its next ten "
-                        "instants (a weekday cron reports its weekend gap)")
+        success = family(
+            "claimd_job_last_success_timestamp_seconds",
+            "When the job's last successful run finished (seconds since the "
+            "epoch; absent: never, within the history kept)",
+        )
+        failure = family(
+            "claimd_job_last_failure_timestamp_seconds",
+            "When the job's last run that failed for good (failed or timed out, "
+            "no attempt left) finished (seconds since the epoch)",
+        )
+        overdue = family(
+            "claimd_job_overdue_runs",
+            "The job's runs due and not yet started (0 while it is paused)",
+        )
+        oldest = family(
+            "claimd_job_overdue_oldest_age_seconds",
+            "How long the job's oldest run due and not started has been due",
+        )
+        period = family(
+            "claimd_job_period_seconds",
+            "The job's schedule period: the longest gap between its next ten "
+            "instants (a weekday cron reports its weekend gap)",
+        )
         paused = family("claimd_job_paused", "1 while an operator has the job paused")
-        behind = family("claimd_job_materialized_behind_seconds",
-                        "How far the job's materialized rows stop short of now (0: planned "
-                        "ahead; lasting: no materializer runs and due instants have no row)")
+        behind = family(
+            "claimd_job_materialized_behind_seconds",
+            "How far the job's materialized rows stop short of now (0: planned "
+            "ahead; lasting: no materializer runs and due instants have no row)",
+        )
         for job in snap.jobs:
             labels = [job.name]
             if job.last_success is not None:

@@ -78,8 +78,13 @@ class StartedRun:
     due_at: datetime | None = None  # when it became due (instant + jitter, or retry time)
 
     def context(self) -> RunContext:
-        return RunContext(run_id=self.run_id, job=self.job, scheduled_at=self.scheduled_at,
-                          attempt=self.attempt, fencing_token=self.epoch)
+        return RunContext(
+            run_id=self.run_id,
+            job=self.job,
+            scheduled_at=self.scheduled_at,
+            attempt=self.attempt,
+            fencing_token=self.epoch,
+        )
 
 
 @dataclass(frozen=True)
@@ -157,15 +162,22 @@ class RunStore(Protocol):
     async def sync_jobs(self, jobs: Sequence[Job], keep: Sequence[str] = ()) -> dict[str, str]: ...
     async def database_now(self) -> datetime: ...
     async def active_jobs(self) -> dict[str, JobState]: ...
-    async def materialize_many(self, plans: Sequence[tuple[JobState, Plan]],
-                               fresh_until: datetime | None = None) -> int: ...
+    async def materialize_many(
+        self, plans: Sequence[tuple[JobState, Plan]], fresh_until: datetime | None = None
+    ) -> int: ...
     async def skip_unrunnable(self, limit: int) -> list[tuple[str, str]]: ...
-    async def claim_due_runs(self, owner: str, limit: int, lease: timedelta,
-                             max_claimed: int) -> list[ClaimedRun]: ...
+    async def claim_due_runs(
+        self, owner: str, limit: int, lease: timedelta, max_claimed: int
+    ) -> list[ClaimedRun]: ...
     async def release_unpublished(self, owner: str, runs: Sequence[ClaimedRun]) -> int: ...
-    async def start_runs(self, worker: str, messages: Sequence[DispatchMessage],
-                         lease: timedelta, *, retake: Collection[tuple[str, int]] = (),
-                         ) -> tuple[list[StartedRun], list[NotStarted]]:
+    async def start_runs(
+        self,
+        worker: str,
+        messages: Sequence[DispatchMessage],
+        lease: timedelta,
+        *,
+        retake: Collection[tuple[str, int]] = (),
+    ) -> tuple[list[StartedRun], list[NotStarted]]:
         """Start the claimed runs the messages carry; say why each other one did not start.
 
         A run already running under ``worker`` and the message's epoch is taken
@@ -174,9 +186,11 @@ class RunStore(Protocol):
         executing it. Any other such run is left to its lease ("owned").
         """
         ...
+
     async def interrupt_runs(self, worker: str, runs: Sequence[tuple[str, int]]) -> int: ...
-    async def extend_leases(self, worker: str, runs: Sequence[tuple[str, int]],
-                            lease: timedelta) -> set[tuple[str, int]]: ...
+    async def extend_leases(
+        self, worker: str, runs: Sequence[tuple[str, int]], lease: timedelta
+    ) -> set[tuple[str, int]]: ...
     async def complete_runs(self, completions: Sequence[Completion]) -> set[tuple[str, int]]: ...
     async def reap_expired_leases(self, limit: int) -> list[tuple[str, str, str]]: ...
     async def prune_history(self, older_than: timedelta, batch: int) -> int: ...
@@ -194,8 +208,9 @@ class Broker(Protocol):
 class Executor(Protocol):
     """Runs one attempt and reports; never raises for a failing job."""
 
-    async def execute(self, spec: ExecutorSpec, context: RunContext,
-                      timeout: timedelta) -> ExecutionResult: ...
+    async def execute(
+        self, spec: ExecutorSpec, context: RunContext, timeout: timedelta
+    ) -> ExecutionResult: ...
 
 
 class Clock(Protocol):

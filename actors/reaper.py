@@ -26,8 +26,13 @@ PRUNE_EVERY = 10.0  # seconds between retention passes
 class Reaper:
     """Recovers expired leases every tick; prunes history past its retention now and then."""
 
-    def __init__(self, store: RunStore, interval: timedelta, stop: asyncio.Event,
-                 retention: timedelta | None = None) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        interval: timedelta,
+        stop: asyncio.Event,
+        retention: timedelta | None = None,
+    ) -> None:
         self.store = store
         self.interval = interval
         self.stop = stop
@@ -59,8 +64,13 @@ class Reaper:
             if transition.endswith("->failed"):
                 # The last attempt's worker vanished: the run fails for good.
                 RUNS_FAILED_FINALLY.labels(job).inc()
-                log.error("lease expired", run_id=run_id, job=job, transition=transition,
-                          error="lease expired on the last attempt: the run failed")
+                log.error(
+                    "lease expired",
+                    run_id=run_id,
+                    job=job,
+                    transition=transition,
+                    error="lease expired on the last attempt: the run failed",
+                )
                 continue
             log.warning("lease expired", run_id=run_id, job=job, transition=transition)
         return len(reaped)

@@ -33,9 +33,15 @@ class ActorGaveUp(RuntimeError):
     """An actor crashed more often than the restart budget allows."""
 
 
-async def supervise(name: str, start: Callable[[], Awaitable[None]], *, max_restarts: int = 5,
-                    window: float = 60.0, backoff: Backoff | None = None,
-                    outage_backoff: Backoff | None = None) -> None:
+async def supervise(
+    name: str,
+    start: Callable[[], Awaitable[None]],
+    *,
+    max_restarts: int = 5,
+    window: float = 60.0,
+    backoff: Backoff | None = None,
+    outage_backoff: Backoff | None = None,
+) -> None:
     """Run ``start()`` until it returns; restart it when it raises."""
     crashes: deque[float] = deque()
     backoff = backoff or Backoff(initial=0.2, maximum=10.0)
@@ -53,8 +59,12 @@ async def supervise(name: str, start: Callable[[], Awaitable[None]], *, max_rest
                 outage_backoff.reset()
             delay = min(outage_backoff.next_delay(), 5.0)
             ACTOR_OUTAGES.labels(actor=name).inc()
-            log.warning("server unavailable; actor restarts when it is back", name=name,
-                        delay_s=round(delay, 3), error=str(exc)[:300])
+            log.warning(
+                "server unavailable; actor restarts when it is back",
+                name=name,
+                delay_s=round(delay, 3),
+                error=str(exc)[:300],
+            )
             await asyncio.sleep(delay)
             continue
         except Exception as exc:
@@ -63,13 +73,19 @@ async def supervise(name: str, start: Callable[[], Awaitable[None]], *, max_rest
             while crashes and crashes[0] < now - window:
                 crashes.popleft()
             if len(crashes) > max_restarts:
-                log.error("actor gave up", name=name, crashes=len(crashes), window_s=window,
-                          exc_info=True)
+                log.error(
+                    "actor gave up", name=name, crashes=len(crashes), window_s=window, exc_info=True
+                )
                 raise ActorGaveUp(f"{name} crashed {len(crashes)} times in {window}s") from exc
             if time.monotonic() - started > HEALTHY_AFTER:
                 backoff.reset()
             delay = backoff.next_delay()
             ACTOR_RESTARTS.labels(actor=name).inc()
-            log.warning("actor crashed; restarting", name=name, delay_s=round(delay, 3),
-                        error=repr(exc), exc_info=True)
+            log.warning(
+                "actor crashed; restarting",
+                name=name,
+                delay_s=round(delay, 3),
+                error=repr(exc),
+                exc_info=True,
+            )
             await asyncio.sleep(delay)

@@ -107,18 +107,28 @@ class WorkerFaults:
 class Worker:
     """Executes dispatched runs with at most ``concurrency`` at a time."""
 
-    def __init__(self, store: RunStore, subscription: Subscription, executor: Executor, *,
-                 worker_id: str, deployment: str, lease: timedelta,
-                 heartbeat_interval: timedelta, concurrency: int,
-                 decode: Callable[[bytes, str], DispatchMessage],
-                 delivery_count: Callable[[Any], int],
-                 stop: asyncio.Event, grace: timedelta,
-                 faults: WorkerFaults | None = None,
-                 after_record: Callable[[list[_Pending]], None] | None = None,
-                 resubscribe: Callable[[], Awaitable[Subscription]] | None = None,
-                 clock: Clock | None = None,
-                 probe_broker: Callable[[], Awaitable[object]] | None = None,
-                 stall_after: timedelta | None = None) -> None:
+    def __init__(
+        self,
+        store: RunStore,
+        subscription: Subscription,
+        executor: Executor,
+        *,
+        worker_id: str,
+        deployment: str,
+        lease: timedelta,
+        heartbeat_interval: timedelta,
+        concurrency: int,
+        decode: Callable[[bytes, str], DispatchMessage],
+        delivery_count: Callable[[Any], int],
+        stop: asyncio.Event,
+        grace: timedelta,
+        faults: WorkerFaults | None = None,
+        after_record: Callable[[list[_Pending]], None] | None = None,
+        resubscribe: Callable[[], Awaitable[Subscription]] | None = None,
+        clock: Clock | None = None,
+        probe_broker: Callable[[], Awaitable[object]] | None = None,
+        stall_after: timedelta | None = None,
+    ) -> None:
         self.store = store
         # Lag is measured on the database's clock (estimated locally), not the host's.
         self.clock = clock
@@ -154,12 +164,19 @@ class Worker:
         self.keeping = Keeping(stall_after or max(lease / 4, timedelta(seconds=1)))
         self.heartbeat = Heartbeat(
             lambda runs: self.store.extend_leases(self.worker_id, runs, self.lease),
-            self.in_flight, heartbeat_interval, self._hb_stop, outage=Outage,
-            keeping=self.keeping)
+            self.in_flight,
+            heartbeat_interval,
+            self._hb_stop,
+            outage=Outage,
+            keeping=self.keeping,
+        )
         stall = self.keeping.stall_after
         self._store_probe = Probe(lambda: self.store.ping(), stall)
-        self._broker_probe = (Probe(probe_broker, min(BROKER_PROBE_TIMEOUT_S, stall))
-                              if probe_broker is not None else None)
+        self._broker_probe = (
+            Probe(probe_broker, min(BROKER_PROBE_TIMEOUT_S, stall))
+            if probe_broker is not None
+            else None
+        )
         self._fetch_backoff = Backoff(initial=0.2, maximum=5.0)
         self._empty_fetches = 0
 
@@ -190,13 +207,19 @@ class Worker:
         for item in queued:
             self.completions.put_nowait(item)
         waiting = {(p.completion.run_id, p.completion.epoch) for p in queued if p is not None}
-        lost = [e for key, e in self.in_flight.items() if key not in waiting
-                and (e.task is None or e.task.done())]
+        lost = [
+            e
+            for key, e in self.in_flight.items()
+            if key not in waiting and (e.task is None or e.task.done())
+        ]
         for entry in lost:
             self._forget(entry)
         if lost:
-            log.warning("worker loop crashed; its unfinished runs are left to their leases",
-                        runs=len(lost), run_ids=[e.run_id for e in lost][:20])
+            log.warning(
+                "worker loop crashed; its unfinished runs are left to their leases",
+                runs=len(lost),
+                run_ids=[e.run_id for e in lost][:20],
+            )
 
     async def _run(self) -> None:
         self._fetch_backoff.reset()
@@ -227,16 +250,21 @@ class Worker:
         silent): the completer stops and their runs are left to their leases,
         rather than holding the stop until the replica forces it.
         """
-        left = max(self.grace.total_seconds() - (time.monotonic() - since),
-                   min(self.keeping.stall_after, RECORD_AT_STOP_S))
+        left = max(
+            self.grace.total_seconds() - (time.monotonic() - since),
+            min(self.keeping.stall_after, RECORD_AT_STOP_S),
+        )
         try:
             async with asyncio.timeout(left):
                 await self.completions.put(None)
                 await completer  # cancelled with this wait when the time is up
         except TimeoutError:
-            log.warning("stopping: verdicts not recorded in time; their runs are left to "
-                        "their leases", runs=len(self.in_flight), waited_s=round(left, 3),
-                        run_ids=[e.run_id for e in self.in_flight.values()][:20])
+            log.warning(
+                "stopping: verdicts not recorded in time; their runs are left to their leases",
+                runs=len(self.in_flight),
+                waited_s=round(left, 3),
+                run_ids=[e.run_id for e in self.in_flight.values()][:20],
+            )
 
     async def _fetch_and_handle(self, batch: int, group: asyncio.TaskGroup) -> None:
         try:
@@ -302,8 +330,9 @@ class Worker:
         probe = self._broker_probe
         if probe is None or await probe():
             return
-        began = self._paused("broker", f"no answer to a ping after empty fetches: "
-                                       f"{probe.last_error}")
+        began = self._paused(
+            "broker", f"no answer to a ping after empty fetches: {probe.last_error}"
+        )
         backoff = Backoff(initial=0.2, maximum=2.0)
         while not self.stop.is_set():
             await wait_for_stop(self.stop, backoff.next_delay())
@@ -316,15 +345,22 @@ class Worker:
     def _paused(self, reason: str, detail: str) -> float:
         INTAKE_PAUSED.labels(actor="worker").set(1)
         INTAKE_PAUSES.labels(actor="worker", reason=reason).inc()
-        log.warning("worker takes no new runs: it could not keep them", reason=reason,
-                    detail=detail[:300], in_flight=len(self.in_flight))
+        log.warning(
+            "worker takes no new runs: it could not keep them",
+            reason=reason,
+            detail=detail[:300],
+            in_flight=len(self.in_flight),
+        )
         return time.monotonic()
 
     def _resumed(self, reason: str, began: float) -> None:
         INTAKE_PAUSED.labels(actor="worker").set(0)
         if not self.stop.is_set():
-            log.warning("worker takes new runs again", reason=reason,
-                        paused_s=round(time.monotonic() - began, 3))
+            log.warning(
+                "worker takes new runs again",
+                reason=reason,
+                paused_s=round(time.monotonic() - began, 3),
+            )
 
     async def _drain(self) -> None:
         """Let in-flight runs finish up to the grace; cancel the rest (the lease recovers them)."""
@@ -342,16 +378,21 @@ class Worker:
         try:
             async with asyncio.timeout(5):
                 handed_back = await self.store.interrupt_runs(
-                    self.worker_id, [(e.run_id, e.epoch) for e in cut])
+                    self.worker_id, [(e.run_id, e.epoch) for e in cut]
+                )
         except Exception as exc:  # noqa: BLE001 - stopping anyway; the leases recover them
             # Not re-raised even when it is a bug: the supervisor would restart the
             # worker in the middle of the stop. Logged at the level of what it is.
             level = "warning" if isinstance(exc, Outage | TimeoutError) else "error"
-            getattr(log, level)("grace expired; runs left to their leases", runs=len(cut),
-                                error=repr(exc))
+            getattr(log, level)(
+                "grace expired; runs left to their leases", runs=len(cut), error=repr(exc)
+            )
             return
-        log.warning("grace expired; unfinished runs handed back to pending",
-                    runs=handed_back, run_ids=[e.run_id for e in cut][:20])
+        log.warning(
+            "grace expired; unfinished runs handed back to pending",
+            runs=handed_back,
+            run_ids=[e.run_id for e in cut][:20],
+        )
         for entry in cut:
             # That epoch's message is obsolete: the run will be claimed anew.
             await _quietly(entry.message.ack())
@@ -389,7 +430,8 @@ class Worker:
         try:
             with self.keeping.call(STARTS):
                 started, not_started = await self.store.start_runs(
-                    self.worker_id, [m for m, _ in decoded], self.lease, retake=retake)
+                    self.worker_id, [m for m, _ in decoded], self.lease, retake=retake
+                )
         except Exception as exc:
             # Nothing began here: the broker redelivers, and these runs may be
             # taken up again then. An outage is waited out here (no fetch until
@@ -399,8 +441,9 @@ class Worker:
             if not isinstance(exc, Outage):
                 raise
             self.keeping.failed(STARTS, repr(exc)[:200])
-            log.warning("start failed; messages will be redelivered", error=repr(exc),
-                        runs=len(decoded))
+            log.warning(
+                "start failed; messages will be redelivered", error=repr(exc), runs=len(decoded)
+            )
             return
         self.keeping.succeeded(STARTS)
         by_key = {(m.run_id, m.epoch): d for m, d in decoded}
@@ -417,8 +460,13 @@ class Worker:
         for skipped in not_started:
             DELIVERIES_SKIPPED.labels(reason=skipped.reason).inc()
             delivery = by_key[(skipped.run_id, skipped.epoch)]
-            log.info("delivery changed nothing", run_id=skipped.run_id, epoch=skipped.epoch,
-                     reason=skipped.reason, state=skipped.state)
+            log.info(
+                "delivery changed nothing",
+                run_id=skipped.run_id,
+                epoch=skipped.epoch,
+                reason=skipped.reason,
+                state=skipped.state,
+            )
             # Unknown: not a run of this database; terminate so it is never redelivered.
             await _quietly(delivery.term() if skipped.reason == "unknown" else delivery.ack())
 
@@ -452,24 +500,38 @@ class Worker:
         except Exception as exc:  # noqa: BLE001 - an executor bug fails the run, not the worker
             bound.error("executor raised", error=repr(exc), exc_info=True)
             result = ExecutionResult(Outcome.FAILED, error=f"executor error: {exc!r}"[:1000])
-        verdict = decide_attempt(result.outcome, state=RunState.RUNNING, attempt=run.attempt,
-                                 max_attempts=run.max_attempts, policy=run.retry,
-                                 run_id=run.run_id)
+        verdict = decide_attempt(
+            result.outcome,
+            state=RunState.RUNNING,
+            attempt=run.attempt,
+            max_attempts=run.max_attempts,
+            policy=run.retry,
+            run_id=run.run_id,
+        )
         RUN_DURATION.labels(run.job).observe(result.duration.total_seconds())
         fields: dict[str, Any] = {
-            "outcome": result.outcome.value, "exit_code": result.exit_code,
-            "duration_s": round(result.duration.total_seconds(), 3)}
+            "outcome": result.outcome.value,
+            "exit_code": result.exit_code,
+            "duration_s": round(result.duration.total_seconds(), 3),
+        }
         if result.outcome is Outcome.SUCCEEDED:
             bound.info("run finished", **fields)
         elif verdict.retry:
-            bound.warning("run attempt failed; will retry", **fields, error=result.error,
-                          retry_in_s=None if verdict.due_in is None
-                          else verdict.due_in.total_seconds(),
-                          max_attempts=run.max_attempts)
+            bound.warning(
+                "run attempt failed; will retry",
+                **fields,
+                error=result.error,
+                retry_in_s=None if verdict.due_in is None else verdict.due_in.total_seconds(),
+                max_attempts=run.max_attempts,
+            )
         else:
             # The last attempt: the run fails for good. What failed is in the line.
-            bound.error("run failed; no attempts left", **fields, error=result.error,
-                        max_attempts=run.max_attempts)
+            bound.error(
+                "run failed; no attempts left",
+                **fields,
+                error=result.error,
+                max_attempts=run.max_attempts,
+            )
         completion = Completion(run.run_id, run.epoch, result, verdict, self.worker_id)
         await self.completions.put(_Pending(completion, entry.message, run.job))
 
@@ -535,14 +597,19 @@ class Worker:
                 with self.keeping.call(COMPLETIONS):
                     # Shielded: a completion that reached the database must be acted on.
                     recorded = await asyncio.shield(
-                        self.store.complete_runs([p.completion for p in batch]))
+                        self.store.complete_runs([p.completion for p in batch])
+                    )
                 self.keeping.succeeded(COMPLETIONS)
                 return recorded
             except Outage as exc:
                 self.keeping.failed(COMPLETIONS, repr(exc)[:200])
                 delay = backoff.next_delay()
-                log.warning("complete failed; retrying", runs=len(batch), error=repr(exc),
-                            delay_s=round(delay, 3))
+                log.warning(
+                    "complete failed; retrying",
+                    runs=len(batch),
+                    error=repr(exc),
+                    delay_s=round(delay, 3),
+                )
                 await self.keeping.rest(delay)
 
     async def _abandon(self, pending: _Pending, exc: Exception) -> None:
@@ -559,11 +626,16 @@ class Worker:
         key = (c.run_id, c.epoch)
         COMPLETIONS_REJECTED.inc()
         refused = isinstance(exc, RecordRejected)
-        log.error("completion rejected by the database; the lease will recover the run"
-                  if refused else
-                  "completion could not be recorded (unexpected error); "
-                  "the lease will recover the run",
-                  run_id=c.run_id, job=pending.job, epoch=c.epoch, error=repr(exc)[:500])
+        log.error(
+            "completion rejected by the database; the lease will recover the run"
+            if refused
+            else "completion could not be recorded (unexpected error); "
+            "the lease will recover the run",
+            run_id=c.run_id,
+            job=pending.job,
+            epoch=c.epoch,
+            error=repr(exc)[:500],
+        )
         entry = self.in_flight.get(key)
         if entry is not None:
             self._forget(entry)  # stop heartbeating it, so its lease can expire
@@ -573,8 +645,10 @@ class Worker:
         self._recorded_batches += 1
         if self.after_record is not None:
             self.after_record(batch)
-        if self.faults.exit_after_complete and \
-                self._recorded_batches >= self.faults.exit_after_complete:
+        if (
+            self.faults.exit_after_complete
+            and self._recorded_batches >= self.faults.exit_after_complete
+        ):
             log.warning("fault injection: exiting after complete, before ack")
             os._exit(97)
         for pending in batch:
@@ -588,8 +662,12 @@ class Worker:
             else:
                 # The epoch moved on (reaped, cancelled): this execution was a duplicate.
                 FENCED_COMPLETIONS.inc()
-                log.warning("completion fenced: the run moved on", run_id=c.run_id,
-                            job=pending.job, epoch=c.epoch)
+                log.warning(
+                    "completion fenced: the run moved on",
+                    run_id=c.run_id,
+                    job=pending.job,
+                    epoch=c.epoch,
+                )
             await _quietly(pending.delivery.ack())
             entry = self.in_flight.get(key)
             if entry is not None:

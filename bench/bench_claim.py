@@ -63,8 +63,14 @@ class ClaimResult:
         return len(self.claimed_ids) - len(set(self.claimed_ids))
 
 
-async def _claim_until_empty(store: PostgresRunStore, owner: str, batch: int, max_claimed: int,
-                             deadline: float, result: ClaimResult) -> None:
+async def _claim_until_empty(
+    store: PostgresRunStore,
+    owner: str,
+    batch: int,
+    max_claimed: int,
+    deadline: float,
+    result: ClaimResult,
+) -> None:
     while time.perf_counter() < deadline:
         before = len(result.claimed_ids)
         start = time.perf_counter()
@@ -76,8 +82,9 @@ async def _claim_until_empty(store: PostgresRunStore, owner: str, batch: int, ma
         result.claimed_ids.extend(r.run_id for r in runs)
 
 
-async def run_variant(url: str, job_ids: list[int], per_job: int, *,
-                      claimers: int, batch: int, budget: float) -> ClaimResult:
+async def run_variant(
+    url: str, job_ids: list[int], per_job: int, *, claimers: int, batch: int, budget: float
+) -> ClaimResult:
     # A fresh pool per variant, as a fresh replica would have: no variant
     # inherits another's cached (prepared, possibly generic) query plans.
     store = await PostgresRunStore.connect(url, min_size=claimers + 1, max_size=claimers + 1)
@@ -91,11 +98,15 @@ async def run_variant(url: str, job_ids: list[int], per_job: int, *,
         deadline = start + budget
         async with asyncio.TaskGroup() as group:
             for i in range(claimers):
-                group.create_task(_claim_until_empty(store, f"bench-claimer-{i}", batch,
-                                                     max_claimed, deadline, result))
+                group.create_task(
+                    _claim_until_empty(
+                        store, f"bench-claimer-{i}", batch, max_claimed, deadline, result
+                    )
+                )
         result.seconds = time.perf_counter() - start
         result.in_db = await store.pool.fetchval(
-            "SELECT count(*) FROM job_runs WHERE state = 'claimed'")
+            "SELECT count(*) FROM job_runs WHERE state = 'claimed'"
+        )
         return result
     finally:
         await store.close()
@@ -109,35 +120,46 @@ async def main(args: argparse.Namespace) -> None:
     async with bench_schema() as url, migrated_store(url, max_size=2) as store:
         print(await environment(store.pool))
         job_ids = await seed_jobs(store, args.jobs)
-        print(f"backlog: {args.jobs} jobs x {args.per_job} due runs = "
-              f"{args.jobs * args.per_job} runs; batch {args.batch} vs 1; "
-              f"baseline budget {args.baseline_seconds}s")
+        print(
+            f"backlog: {args.jobs} jobs x {args.per_job} due runs = "
+            f"{args.jobs * args.per_job} runs; batch {args.batch} vs 1; "
+            f"baseline budget {args.baseline_seconds}s"
+        )
         results: dict[tuple[int, int], ClaimResult] = {}
         for claimers in (1, args.claimers):
             for batch, budget in ((args.batch, args.max_seconds), (1, args.baseline_seconds)):
-                r = await run_variant(url, job_ids, args.per_job, claimers=claimers,
-                                      batch=batch, budget=budget)
+                r = await run_variant(
+                    url, job_ids, args.per_job, claimers=claimers, batch=batch, budget=budget
+                )
                 results[(claimers, batch)] = r
-                print(f"  {claimers} claimer(s), batch {batch:>3}: {len(r.claimed_ids):>6} of "
-                      f"{r.seeded} claimed in {r.seconds:5.2f}s with {r.statements} statements; "
-                      f"claimed twice: {r.claimed_twice}; rows in state claimed: {r.in_db}")
+                print(
+                    f"  {claimers} claimer(s), batch {batch:>3}: {len(r.claimed_ids):>6} of "
+                    f"{r.seeded} claimed in {r.seconds:5.2f}s with {r.statements} statements; "
+                    f"claimed twice: {r.claimed_twice}; rows in state claimed: {r.in_db}"
+                )
         # How one claim's cost grows with the due backlog: a small backlog
         # against the full one, batch 1, 100 claims each, fresh pools.
         small_per_job = max(1, min(args.per_job, 500 // max(1, args.jobs)))
         by_backlog = {}
         for per_job in (small_per_job, args.per_job):
-            r = await run_variant(url, job_ids, per_job, claimers=1, batch=1,
-                                  budget=args.baseline_seconds)
+            r = await run_variant(
+                url, job_ids, per_job, claimers=1, batch=1, budget=args.baseline_seconds
+            )
             by_backlog[r.seeded] = r.latencies[:100]
 
     rows: list[Row] = []
     for claimers in (1, args.claimers):
         big, one = results[(claimers, args.batch)], results[(claimers, 1)]
         rows.append(Row(f"{claimers} claimer(s): runs claimed/s", big.rate, one.rate, "runs/s"))
-        rows.append(Row(f"{claimers} claimer(s): median claim latency",
-                        _median_ms([s for _, s in big.latencies]),
-                        _median_ms([s for _, s in one.latencies]), "ms/statement",
-                        compared=False))
+        rows.append(
+            Row(
+                f"{claimers} claimer(s): median claim latency",
+                _median_ms([s for _, s in big.latencies]),
+                _median_ms([s for _, s in one.latencies]),
+                "ms/statement",
+                compared=False,
+            )
+        )
     single = results[(1, args.batch)]
     early = [s for n, s in single.latencies if n < args.batch * 4]
     late = [s for n, s in single.latencies if n >= single.seeded - args.batch * 4]
@@ -150,8 +172,7 @@ async def main(args: argparse.Namespace) -> None:
         f"batch-{args.batch} claim latency with <{args.batch * 4} runs already claimed: "
         f"{_median_ms(early):.1f} ms; with ~{single.seeded} already claimed: "
         f"{_median_ms(late):.1f} ms (the in-flight bound counts claimed rows every claim)",
-        "runs claimed twice across all variants: "
-        f"{sum(r.claimed_twice for r in results.values())}",
+        f"runs claimed twice across all variants: {sum(r.claimed_twice for r in results.values())}",
     ]
     print_table("claim_due_runs", rows, notes)
 
@@ -162,10 +183,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--per-job", type=int, default=200, help="due runs per job")
     parser.add_argument("--batch", type=int, default=500, help="the batched claim size")
     parser.add_argument("--claimers", type=int, default=4, help="concurrent claimers")
-    parser.add_argument("--baseline-seconds", type=float, default=6.0,
-                        help="time budget of each batch-1 baseline")
-    parser.add_argument("--max-seconds", type=float, default=60.0,
-                        help="time budget of each batched run")
+    parser.add_argument(
+        "--baseline-seconds", type=float, default=6.0, help="time budget of each batch-1 baseline"
+    )
+    parser.add_argument(
+        "--max-seconds", type=float, default=60.0, help="time budget of each batched run"
+    )
     return parser.parse_args(argv)
 
 

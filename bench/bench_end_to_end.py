@@ -119,8 +119,9 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
     try:
         async with bench_schema() as url, migrated_store(url, max_size=2) as store:
             env = await environment(store.pool)
-            loaded = make_config(url, deployment, jobs_toml(args.jobs, every=args.every,
-                                                            target=target), **settings)
+            loaded = make_config(
+                url, deployment, jobs_toml(args.jobs, every=args.every, target=target), **settings
+            )
             replica = Replica(Path(os.devnull), loaded)
             cpu0 = time.process_time()
             started = await store.pool.fetchval("SELECT now()")
@@ -147,16 +148,26 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
     window = (stopped - window_start).total_seconds()
     lag = list(w["lag"] or [float("nan")] * 3)
     return {
-        "variant": args.child, "settings": settings, "environment": env,
-        "window_s": window, "scheduled": w["scheduled"], "started": w["started"],
-        "succeeded": w["succeeded"], "other_terminal": w["other_terminal"],
+        "variant": args.child,
+        "settings": settings,
+        "environment": env,
+        "window_s": window,
+        "scheduled": w["scheduled"],
+        "started": w["started"],
+        "succeeded": w["succeeded"],
+        "other_terminal": w["other_terminal"],
         "recorded_per_s": recorded / window if window > 0 else 0.0,
         "expected_per_s": args.jobs / parse_duration(args.every).total_seconds(),
-        "lag_p50": lag[0], "lag_p95": lag[1], "lag_p99": lag[2], "lag_max": w["max_lag"],
+        "lag_p50": lag[0],
+        "lag_p95": lag[1],
+        "lag_p99": lag[2],
+        "lag_max": w["max_lag"],
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "rss_before_mb": rss_before_kb / 1024,
-        "cpu_s": cpu, "attempts_total": total_attempts,
-        "double_rows": doubles, "runs_with_several_attempts": double_attempts,
+        "cpu_s": cpu,
+        "attempts_total": total_attempts,
+        "double_rows": doubles,
+        "runs_with_several_attempts": double_attempts,
         "redeliveries": _metric("claimd_redeliveries_total"),
         "fenced_completions": _metric("claimd_fenced_completions_total"),
         "deliveries_skipped": _metric_sum("claimd_deliveries_skipped_total"),
@@ -168,8 +179,9 @@ async def _delete_stream(deployment: str) -> str:
 
     Returns the NATS server's version.
     """
-    broker = await JetStreamBroker.connect(nats_url(), f"CLAIMD_{deployment}",
-                                           f"claimd.{deployment}.runs", name="claimd-bench")
+    broker = await JetStreamBroker.connect(
+        nats_url(), f"CLAIMD_{deployment}", f"claimd.{deployment}.runs", name="claimd-bench"
+    )
     try:
         with contextlib.suppress(NotFoundError):
             await broker.js.delete_stream(broker.stream)
@@ -180,14 +192,36 @@ async def _delete_stream(deployment: str) -> str:
 
 
 def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "bench.bench_end_to_end", "--child", variant,
-           "--jobs", str(args.jobs), "--every", args.every, "--duration", str(args.duration),
-           "--warmup", str(args.warmup), "--job", args.job, "--log-level", args.log_level]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False,
-                          timeout=args.warmup + args.duration + 180)
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.bench_end_to_end",
+        "--child",
+        variant,
+        "--jobs",
+        str(args.jobs),
+        "--every",
+        args.every,
+        "--duration",
+        str(args.duration),
+        "--warmup",
+        str(args.warmup),
+        "--job",
+        args.job,
+        "--log-level",
+        args.log_level,
+    ]
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=args.warmup + args.duration + 180,
+    )
     for line in proc.stdout.splitlines():
         if line.startswith(MARKER):
-            return json.loads(line[len(MARKER):])
+            return json.loads(line[len(MARKER) :])
     sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
     raise RuntimeError(f"variant {variant} produced no result (exit {proc.returncode})")
 
@@ -197,15 +231,19 @@ def _per_1000(r: dict[str, Any]) -> float:
 
 
 def describe(r: dict[str, Any]) -> None:
-    print(f"  {r['variant']} {r['settings']}: window {r['window_s']:.1f}s, "
-          f"{r['scheduled']} scheduled, {r['started']} started, {r['succeeded']} "
-          f"succeeded, {r['other_terminal']} other terminal; max lag "
-          f"{r['lag_max']:.2f}s; RSS after imports {r['rss_before_mb']:.0f} MB; "
-          f"CPU {r['cpu_s']:.1f}s")
-    print(f"    duplicates: {r['double_rows']} (job, instant) with >1 row, "
-          f"{r['runs_with_several_attempts']} runs with >1 attempt, "
-          f"{r['redeliveries']:.0f} redeliveries, {r['fenced_completions']:.0f} fenced "
-          f"completions, {r['deliveries_skipped']:.0f} deliveries that changed nothing")
+    print(
+        f"  {r['variant']} {r['settings']}: window {r['window_s']:.1f}s, "
+        f"{r['scheduled']} scheduled, {r['started']} started, {r['succeeded']} "
+        f"succeeded, {r['other_terminal']} other terminal; max lag "
+        f"{r['lag_max']:.2f}s; RSS after imports {r['rss_before_mb']:.0f} MB; "
+        f"CPU {r['cpu_s']:.1f}s"
+    )
+    print(
+        f"    duplicates: {r['double_rows']} (job, instant) with >1 row, "
+        f"{r['runs_with_several_attempts']} runs with >1 attempt, "
+        f"{r['redeliveries']:.0f} redeliveries, {r['fenced_completions']:.0f} fenced "
+        f"completions, {r['deliveries_skipped']:.0f} deliveries that changed nothing"
+    )
 
 
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
@@ -214,8 +252,10 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None
     for r in results.values():
         describe(r)
     baselines: list[dict[str, Any] | None] = [
-        r for name, r in results.items() if name != "batched"] or [None]
+        r for name, r in results.items() if name != "batched"
+    ] or [None]
     for n in baselines:
+
         def base(key: str, n: dict[str, Any] | None = n) -> float | None:
             return None if n is None else float(n[key])
 
@@ -224,18 +264,26 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None
             Row("start lag p50", b["lag_p50"], base("lag_p50"), "s", higher_is_better=False),
             Row("start lag p95", b["lag_p95"], base("lag_p95"), "s", higher_is_better=False),
             Row("start lag p99", b["lag_p99"], base("lag_p99"), "s", higher_is_better=False),
-            Row("peak RSS", b["peak_rss_mb"], base("peak_rss_mb"), "MB",
-                higher_is_better=False),
-            Row("CPU per 1000 recorded runs", _per_1000(b),
-                None if n is None else _per_1000(n), "s", higher_is_better=False),
+            Row("peak RSS", b["peak_rss_mb"], base("peak_rss_mb"), "MB", higher_is_better=False),
+            Row(
+                "CPU per 1000 recorded runs",
+                _per_1000(b),
+                None if n is None else _per_1000(n),
+                "s",
+                higher_is_better=False,
+            ),
         ]
         against = "" if n is None else f" vs {n['variant']} {n['settings']}"
         print_table(
             f"end to end: {args.jobs} jobs every {args.every}, expected "
-            f"{b['expected_per_s']:.0f} runs/s; batched {b['settings']}{against}", rows,
-            [f"machine: {b['environment']}",
-             "lag of a run not started when the replica stopped = its lag at that moment "
-             "(lower bound)"])
+            f"{b['expected_per_s']:.0f} runs/s; batched {b['settings']}{against}",
+            rows,
+            [
+                f"machine: {b['environment']}",
+                "lag of a run not started when the replica stopped = its lag at that moment "
+                "(lower bound)",
+            ],
+        )
 
 
 async def _child_main(args: argparse.Namespace) -> None:
@@ -247,18 +295,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--every", default="1s", help="each job's interval")
-    parser.add_argument("--duration", type=float, default=18.0,
-                        help="measured seconds per configuration")
-    parser.add_argument("--warmup", type=float, default=3.0,
-                        help="seconds before the measured window starts")
-    parser.add_argument("--job", choices=("sync", "async"), default="sync",
-                        help="no-op python job: sync (runs in a thread) or async")
-    parser.add_argument("--log-level", default="warning",
-                        help="the replica's log level (info logs two lines per run)")
-    parser.add_argument("--baselines", default="baseline",
-                        help="comma-separated configurations to compare against: "
-                             f"{', '.join(v for v in VARIANTS if v != 'batched')}; "
-                             "empty for none")
+    parser.add_argument(
+        "--duration", type=float, default=18.0, help="measured seconds per configuration"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=3.0, help="seconds before the measured window starts"
+    )
+    parser.add_argument(
+        "--job",
+        choices=("sync", "async"),
+        default="sync",
+        help="no-op python job: sync (runs in a thread) or async",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        help="the replica's log level (info logs two lines per run)",
+    )
+    parser.add_argument(
+        "--baselines",
+        default="baseline",
+        help="comma-separated configurations to compare against: "
+        f"{', '.join(v for v in VARIANTS if v != 'batched')}; "
+        "empty for none",
+    )
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 

@@ -86,8 +86,9 @@ async def migrated_store(schema_url: str, max_size: int = 10) -> AsyncIterator[P
 async def bench_stream(prefix: str = "bench") -> AsyncIterator[JetStreamBroker]:
     """A connected broker on a stream of its own (no consumer), deleted afterwards."""
     deployment = unique_name(prefix)
-    broker = await JetStreamBroker.connect(nats_url(), f"CLAIMD_{deployment}",
-                                           f"claimd.{deployment}.runs", name="claimd-bench")
+    broker = await JetStreamBroker.connect(
+        nats_url(), f"CLAIMD_{deployment}", f"claimd.{deployment}.runs", name="claimd-bench"
+    )
     try:
         await broker.ensure_stream(timedelta(minutes=2))
         yield broker
@@ -101,8 +102,9 @@ async def bench_stream(prefix: str = "bench") -> AsyncIterator[JetStreamBroker]:
 # --- configs and rows ---------------------------------------------------------------------
 
 
-def jobs_toml(n_jobs: int, *, every: str = "1s", target: str = "bench.common:noop",
-              prefix: str = "job") -> str:
+def jobs_toml(
+    n_jobs: int, *, every: str = "1s", target: str = "bench.common:noop", prefix: str = "job"
+) -> str:
     """``n_jobs`` interval jobs running a python function."""
     return "\n".join(
         textwrap.dedent(f"""
@@ -110,14 +112,19 @@ def jobs_toml(n_jobs: int, *, every: str = "1s", target: str = "bench.common:noo
             every = "{every}"
             timeout = "30s"
             run = {{ python = "{target}" }}
-        """) for i in range(n_jobs))
+        """)
+        for i in range(n_jobs)
+    )
 
 
-def make_config(schema_url: str, deployment: str, jobs: str, **settings: object
-                ) -> LoadedConfig:
+def make_config(schema_url: str, deployment: str, jobs: str, **settings: object) -> LoadedConfig:
     """A LoadedConfig for the benchmark's schema and stream (the tests' make_config)."""
-    lines = [f'database_url = "{schema_url}"', f'nats_url = "{nats_url()}"',
-             f'deployment = "{deployment}"', 'http = "off"']
+    lines = [
+        f'database_url = "{schema_url}"',
+        f'nats_url = "{nats_url()}"',
+        f'deployment = "{deployment}"',
+        'http = "off"',
+    ]
     for key, value in settings.items():
         lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value!r}")
     return parse_config("[claimd]\n" + "\n".join(lines) + "\n" + jobs, "<bench>", env={})
@@ -206,12 +213,18 @@ def print_table(title: str, rows: Sequence[Row], notes: Sequence[str] = ()) -> N
     body = [(r.name, _fmt(r.figure), _fmt(r.baseline), r.ratio, r.unit) for r in rows]
     widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(header)]
     print(f"\n{title}")
-    line = "  ".join(h.ljust(w) if i in (0, 4) else h.rjust(w)
-                     for i, (h, w) in enumerate(zip(header, widths, strict=True)))
+    line = "  ".join(
+        h.ljust(w) if i in (0, 4) else h.rjust(w)
+        for i, (h, w) in enumerate(zip(header, widths, strict=True))
+    )
     print(line)
     print("-" * len(line))
     for b in body:
-        print("  ".join(c.ljust(w) if i in (0, 4) else c.rjust(w)
-                        for i, (c, w) in enumerate(zip(b, widths, strict=True))))
+        print(
+            "  ".join(
+                c.ljust(w) if i in (0, 4) else c.rjust(w)
+                for i, (c, w) in enumerate(zip(b, widths, strict=True))
+            )
+        )
     for note in notes:
         print(f"  {note}")

@@ -79,8 +79,7 @@ async def broker(nats_url: str, deployment: str) -> AsyncIterator[JetStreamBroke
     """A connected broker with the test's stream and consumer created; deleted afterwards."""
     from datetime import timedelta
 
-    b = await JetStreamBroker.connect(nats_url, f"CLAIMD_{deployment}",
-                                      f"claimd.{deployment}.runs")
+    b = await JetStreamBroker.connect(nats_url, f"CLAIMD_{deployment}", f"claimd.{deployment}.runs")
     await b.ensure_stream(timedelta(minutes=2))
     await b.ensure_consumer(timedelta(seconds=2), max_deliver=3, max_ack_pending=10_000)
     yield b
@@ -88,15 +87,23 @@ async def broker(nats_url: str, deployment: str) -> AsyncIterator[JetStreamBroke
 
 
 @pytest.fixture
-def make_config(tmp_path: Path, schema_url: str, nats_url: str, deployment: str
-                ) -> Callable[..., LoadedConfig]:
+def make_config(
+    tmp_path: Path, schema_url: str, nats_url: str, deployment: str
+) -> Callable[..., LoadedConfig]:
     """Build a LoadedConfig for the test's schema and stream from a jobs TOML snippet."""
 
     def make(jobs_toml: str, **settings: object) -> LoadedConfig:
-        values: dict[str, object] = {"database_url": schema_url, "nats_url": nats_url,
-                                     "deployment": deployment, "http": "off", **settings}
-        lines = [f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value!r}"
-                 for key, value in values.items()]
+        values: dict[str, object] = {
+            "database_url": schema_url,
+            "nats_url": nats_url,
+            "deployment": deployment,
+            "http": "off",
+            **settings,
+        }
+        lines = [
+            f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value!r}"
+            for key, value in values.items()
+        ]
         text = "[claimd]\n" + "\n".join(lines) + "\n\n" + textwrap.dedent(jobs_toml)
         path = tmp_path / "claimd.toml"
         path.write_text(text)

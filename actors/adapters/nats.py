@@ -51,15 +51,18 @@ class PoisonMessage(ValueError):
 
 
 def encode(message: DispatchMessage) -> bytes:
-    return json.dumps({
-        "v": MESSAGE_VERSION,
-        "run_id": message.run_id,
-        "epoch": message.epoch,
-        "job": message.job,
-        "scheduled_at": message.scheduled_at.isoformat(),
-        "attempt": message.attempt,
-        "deployment": message.deployment,
-    }, separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "v": MESSAGE_VERSION,
+            "run_id": message.run_id,
+            "epoch": message.epoch,
+            "job": message.job,
+            "scheduled_at": message.scheduled_at.isoformat(),
+            "attempt": message.attempt,
+            "deployment": message.deployment,
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 def decode(data: bytes, deployment: str) -> DispatchMessage:
@@ -77,8 +80,11 @@ def decode(data: bytes, deployment: str) -> DispatchMessage:
         epoch = body["epoch"]
         attempt = body["attempt"]
         # bool is an int to Python; the epoch must fit the bigint column.
-        if any(not isinstance(n, int) or isinstance(n, bool) for n in (epoch, attempt)) \
-                or not 1 <= epoch < 2**63 or not 1 <= attempt < 2**31:
+        if (
+            any(not isinstance(n, int) or isinstance(n, bool) for n in (epoch, attempt))
+            or not 1 <= epoch < 2**63
+            or not 1 <= attempt < 2**31
+        ):
             raise ValueError("epoch and attempt must be positive integers")
         texts = [body["job"], body["scheduled_at"], body["deployment"]]
         if not all(isinstance(t, str) for t in texts):
@@ -87,8 +93,12 @@ def decode(data: bytes, deployment: str) -> DispatchMessage:
         if scheduled_at.utcoffset() is None:
             raise ValueError("scheduled_at must carry a UTC offset")
         message = DispatchMessage(
-            run_id=run_id, epoch=epoch, job=body["job"], scheduled_at=scheduled_at,
-            attempt=attempt, deployment=body["deployment"],
+            run_id=run_id,
+            epoch=epoch,
+            job=body["job"],
+            scheduled_at=scheduled_at,
+            attempt=attempt,
+            deployment=body["deployment"],
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise PoisonMessage("wrong_schema", str(exc)[:100]) from None
@@ -170,15 +180,30 @@ def _stream_changes(existing: api.StreamConfig | None, wanted: api.StreamConfig)
             return round(value, 3)  # durations come back as seconds from nanoseconds
         return 0 if value is None else value
 
-    fields = ("subjects", "retention", "storage", "duplicate_window", "max_age",
-              "max_msg_size", "num_replicas")
-    return [f for f in fields
-            if norm(getattr(existing, f)) != norm(getattr(wanted, f))
-            and not (f == "num_replicas" and (existing.num_replicas or 1) == wanted.num_replicas)]
+    fields = (
+        "subjects",
+        "retention",
+        "storage",
+        "duplicate_window",
+        "max_age",
+        "max_msg_size",
+        "num_replicas",
+    )
+    return [
+        f
+        for f in fields
+        if norm(getattr(existing, f)) != norm(getattr(wanted, f))
+        and not (f == "num_replicas" and (existing.num_replicas or 1) == wanted.num_replicas)
+    ]
 
 
-async def _answered(what: str, request: Callable[[], Awaitable[T]], *,
-                    also: tuple[type[Exception], ...] = (), attempts: int = 3) -> T:
+async def _answered(
+    what: str,
+    request: Callable[[], Awaitable[T]],
+    *,
+    also: tuple[type[Exception], ...] = (),
+    attempts: int = 3,
+) -> T:
     """A JetStream API request, made again when the cluster left it unanswered.
 
     A cluster can drop a request made while it settles: a stream info or
@@ -186,16 +211,23 @@ async def _answered(what: str, request: Callable[[], Awaitable[T]], *,
     (nats-server 2.15), JetStream answers 503 during an election. Each attempt
     is bounded by the API timeout.
     """
-    retried: tuple[type[Exception], ...] = (nats.errors.TimeoutError, ServiceUnavailableError,
-                                             *also)
+    retried: tuple[type[Exception], ...] = (
+        nats.errors.TimeoutError,
+        ServiceUnavailableError,
+        *also,
+    )
     for attempt in range(1, attempts + 1):
         try:
             return await request()
         except retried as exc:
             if attempt == attempts:
                 raise
-            log.warning("JetStream request unanswered; asking again", request=what,
-                        attempt=attempt, error=repr(exc))
+            log.warning(
+                "JetStream request unanswered; asking again",
+                request=what,
+                attempt=attempt,
+                error=repr(exc),
+            )
             await asyncio.sleep(0.2 * attempt)
     raise AssertionError("unreachable")
 
@@ -203,11 +235,16 @@ async def _answered(what: str, request: Callable[[], Awaitable[T]], *,
 class JetStreamBroker:
     """Broker port on NATS JetStream."""
 
-    def __init__(self, nc: NATS, js: JetStreamContext, stream: str, subject: str,
-                 publish_timeout: float = DEFAULT_TIMEOUTS.publish_timeout.total_seconds(),
-                 faults: PublishFaults | None = None,
-                 close_timeout: float = DEFAULT_TIMEOUTS.close_timeout.total_seconds(),
-                 ) -> None:
+    def __init__(
+        self,
+        nc: NATS,
+        js: JetStreamContext,
+        stream: str,
+        subject: str,
+        publish_timeout: float = DEFAULT_TIMEOUTS.publish_timeout.total_seconds(),
+        faults: PublishFaults | None = None,
+        close_timeout: float = DEFAULT_TIMEOUTS.close_timeout.total_seconds(),
+    ) -> None:
         self.nc = nc
         self.js = js
         self.stream = stream
@@ -219,9 +256,16 @@ class JetStreamBroker:
         self._consumer_settings: tuple[timedelta, int, int] | None = None
 
     @classmethod
-    async def connect(cls, url: str | Sequence[str], stream: str, subject: str, *,
-                      name: str = "claimd", tls_ca: str | None = None,
-                      timeouts: TimeoutBudget = DEFAULT_TIMEOUTS) -> JetStreamBroker:
+    async def connect(
+        cls,
+        url: str | Sequence[str],
+        stream: str,
+        subject: str,
+        *,
+        name: str = "claimd",
+        tls_ca: str | None = None,
+        timeouts: TimeoutBudget = DEFAULT_TIMEOUTS,
+    ) -> JetStreamBroker:
         """Connect to one server or any of a cluster's (a list, or comma-separated).
 
         ``tls://`` URLs use TLS, verified against ``tls_ca`` when given (else the
@@ -234,22 +278,35 @@ class JetStreamBroker:
         tls = ssl.create_default_context(cafile=tls_ca) if tls_ca else None
         events = _ConnectionEvents(servers)
         nc = await nats.connect(
-            servers, name=name, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+            servers,
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
             connect_timeout=max(1, round(timeouts.connect_timeout.total_seconds())),
             ping_interval=max(1, round(timeouts.ping_interval.total_seconds())),
             max_outstanding_pings=timeouts.max_outstanding_pings,
-            allow_reconnect=True, tls=tls, error_cb=events.error,
-            disconnected_cb=events.disconnected, reconnected_cb=events.reconnected,
-            closed_cb=events.closed, discovered_server_cb=events.discovered,
+            allow_reconnect=True,
+            tls=tls,
+            error_cb=events.error,
+            disconnected_cb=events.disconnected,
+            reconnected_cb=events.reconnected,
+            closed_cb=events.closed,
+            discovered_server_cb=events.discovered,
         )
         events.nc = nc
         NATS_HEALTH.reached(server=events.server())
-        return cls(nc, nc.jetstream(timeout=timeouts.api_timeout.total_seconds()), stream,
-                   subject, publish_timeout=timeouts.publish_timeout.total_seconds(),
-                   close_timeout=timeouts.close_timeout.total_seconds())
+        return cls(
+            nc,
+            nc.jetstream(timeout=timeouts.api_timeout.total_seconds()),
+            stream,
+            subject,
+            publish_timeout=timeouts.publish_timeout.total_seconds(),
+            close_timeout=timeouts.close_timeout.total_seconds(),
+        )
 
-    async def ensure_stream(self, duplicate_window: timedelta,
-                            max_age: timedelta | None = None, replicas: int = 1) -> None:
+    async def ensure_stream(
+        self, duplicate_window: timedelta, max_age: timedelta | None = None, replicas: int = 1
+    ) -> None:
         """Create or update the stream (idempotent; several replicas may call it).
 
         ``max_age``: a dispatch older than its run's lease is obsolete (the
@@ -264,13 +321,14 @@ class JetStreamBroker:
         copies (not clustered, too few peers) is a StreamSettingsRefused.
         """
         self._stream_settings = (duplicate_window, max_age, replicas)
-        await _answered("stream", lambda: self._ensure_stream(duplicate_window, max_age,
-                                                              replicas))
+        await _answered("stream", lambda: self._ensure_stream(duplicate_window, max_age, replicas))
 
-    async def _ensure_stream(self, duplicate_window: timedelta, max_age: timedelta | None,
-                             replicas: int) -> None:
+    async def _ensure_stream(
+        self, duplicate_window: timedelta, max_age: timedelta | None, replicas: int
+    ) -> None:
         config = api.StreamConfig(
-            name=self.stream, subjects=[self.subject],
+            name=self.stream,
+            subjects=[self.subject],
             retention=api.RetentionPolicy.WORK_QUEUE,
             storage=api.StorageType.FILE,
             duplicate_window=duplicate_window.total_seconds(),
@@ -288,12 +346,20 @@ class JetStreamBroker:
                 info = await self._created_by_another(exc, replicas)
         existing = (info.config.num_replicas or 1) if info.config else 1
         if existing > replicas:
-            log.warning("stream has more replicas than stream_replicas; leaving it so",
-                        stream=self.stream, replicas=existing, stream_replicas=replicas)
+            log.warning(
+                "stream has more replicas than stream_replicas; leaving it so",
+                stream=self.stream,
+                replicas=existing,
+                stream_replicas=replicas,
+            )
             config.num_replicas = existing
         elif existing < replicas:
-            log.warning("scaling the stream up to stream_replicas", stream=self.stream,
-                        replicas=existing, stream_replicas=replicas)
+            log.warning(
+                "scaling the stream up to stream_replicas",
+                stream=self.stream,
+                replicas=existing,
+                stream_replicas=replicas,
+            )
         changed = _stream_changes(info.config, config)
         if not changed:
             # Not an update that changes nothing: on a cluster, an update racing
@@ -315,24 +381,36 @@ class JetStreamBroker:
     def _refused(self, exc: APIError, replicas: int) -> Exception:
         if exc.code == 503:  # JetStream not ready (an election): not a verdict on the settings
             return exc
-        hint = ("; stream_replicas must not exceed the JetStream servers of the cluster "
-                "(1 for a single server)") if replicas > 1 else ""
+        hint = (
+            (
+                "; stream_replicas must not exceed the JetStream servers of the cluster "
+                "(1 for a single server)"
+            )
+            if replicas > 1
+            else ""
+        )
         return StreamSettingsRefused(
             f"the NATS servers refused stream {self.stream} with {replicas} "
-            f"replica(s): {exc.description or exc} (code {exc.err_code}){hint}")
+            f"replica(s): {exc.description or exc} (code {exc.err_code}){hint}"
+        )
 
-    async def ensure_consumer(self, ack_wait: timedelta, max_deliver: int,
-                              max_ack_pending: int) -> None:
+    async def ensure_consumer(
+        self, ack_wait: timedelta, max_deliver: int, max_ack_pending: int
+    ) -> None:
         self._consumer_settings = (ack_wait, max_deliver, max_ack_pending)
         config = api.ConsumerConfig(
-            durable_name=CONSUMER, ack_policy=api.AckPolicy.EXPLICIT,
-            ack_wait=ack_wait.total_seconds(), max_deliver=max_deliver,
-            max_ack_pending=max_ack_pending, filter_subject=self.subject,
+            durable_name=CONSUMER,
+            ack_policy=api.AckPolicy.EXPLICIT,
+            ack_wait=ack_wait.total_seconds(),
+            max_deliver=max_deliver,
+            max_ack_pending=max_ack_pending,
+            filter_subject=self.subject,
         )
         # NotFound too: a stream created a moment ago may not be known to the
         # server that takes the consumer yet.
-        await _answered("consumer", lambda: self.js.add_consumer(self.stream, config),
-                        also=(NotFoundError,))
+        await _answered(
+            "consumer", lambda: self.js.add_consumer(self.stream, config), also=(NotFoundError,)
+        )
 
     async def pull_subscription(self) -> JetStreamContext.PullSubscription:
         return await self.js.pull_subscribe_bind(durable=CONSUMER, stream=self.stream)
@@ -347,16 +425,21 @@ class JetStreamBroker:
             raise ConnectionError("not connected to NATS (reconnecting)")
         await self.nc.flush(timeout=max(1, math.ceil(timeout)))
 
-    async def publish_many(self, messages: Sequence[DispatchMessage]
-                           ) -> list[BaseException | None]:
+    async def publish_many(self, messages: Sequence[DispatchMessage]) -> list[BaseException | None]:
         """Publish all messages with their acks awaited together.
 
         Returns, per message, None when JetStream acknowledged it or the error.
         """
+
         async def one(message: DispatchMessage) -> None:
             self.faults.check()
-            await self.js.publish(self.subject, encode(message), timeout=self.publish_timeout,
-                                  stream=self.stream, headers={"Nats-Msg-Id": message.msg_id})
+            await self.js.publish(
+                self.subject,
+                encode(message),
+                timeout=self.publish_timeout,
+                stream=self.stream,
+                headers={"Nats-Msg-Id": message.msg_id},
+            )
 
         results = await asyncio.gather(*(one(m) for m in messages), return_exceptions=True)
         out: list[BaseException | None] = []
@@ -365,7 +448,8 @@ class JetStreamBroker:
                 raise r
             out.append(r if isinstance(r, BaseException) else None)
         if self._stream_settings is not None and any(
-                isinstance(r, NoStreamResponseError | NotFoundError) for r in out):
+            isinstance(r, NoStreamResponseError | NotFoundError) for r in out
+        ):
             # The stream is gone (a broker recreated without its data): put it
             # back, with the workers' consumer (pull requests name it, so the
             # workers' subscriptions work again); the failed runs go to the
@@ -389,8 +473,9 @@ class JetStreamBroker:
         try:
             await asyncio.wait_for(self.nc.close(), self.close_timeout)
         except TimeoutError:
-            log.warning("nats connection did not close in time; abandoned",
-                        waited_s=self.close_timeout)
+            log.warning(
+                "nats connection did not close in time; abandoned", waited_s=self.close_timeout
+            )
 
 
 def delivery_count(msg: Msg) -> int:

@@ -11,8 +11,9 @@ def _find(installed: str, source: str) -> Path:
     for candidate in (_PACKAGE / installed, _PACKAGE.parent / source):
         if candidate.is_dir():
             return candidate
-    raise FileNotFoundError(f"cannot find {source}/ (looked in {_PACKAGE / installed} "
-                            f"and {_PACKAGE.parent / source})")
+    raise FileNotFoundError(
+        f"cannot find {source}/ (looked in {_PACKAGE / installed} and {_PACKAGE.parent / source})"
+    )
 
 
 def sql_dir() -> Path:

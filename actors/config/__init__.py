@@ -22,8 +22,18 @@ from actors.config.jobs import JOB_NAME_PATTERN, job_from_raw
 from actors.config.settings import ENV_OVERRIDES, Duration, Settings
 from actors.domain import Job
 
-__all__ = ["ENV_OVERRIDES", "JOB_NAME_PATTERN", "ConfigError", "ConfigErrors", "Duration",
-           "LoadedConfig", "Settings", "job_from_raw", "load_config", "parse_config"]
+__all__ = [
+    "ENV_OVERRIDES",
+    "JOB_NAME_PATTERN",
+    "ConfigError",
+    "ConfigErrors",
+    "Duration",
+    "LoadedConfig",
+    "Settings",
+    "job_from_raw",
+    "load_config",
+    "parse_config",
+]
 
 
 @dataclass(frozen=True)
@@ -40,8 +50,9 @@ class LoadedConfig:
             raise ConfigErrors(self.errors)
 
 
-def parse_config(text: str, path: str = "<string>",
-                 env: dict[str, str] | None = None) -> LoadedConfig:
+def parse_config(
+    text: str, path: str = "<string>", env: dict[str, str] | None = None
+) -> LoadedConfig:
     """Parse config text. Settings errors raise; job errors are collected per job."""
     env = dict(os.environ) if env is None else env
     try:
@@ -50,8 +61,11 @@ def parse_config(text: str, path: str = "<string>",
         raise ConfigError(path, f"not valid TOML: {exc}") from None
     unknown = set(raw) - {"claimd", "jobs"}
     if unknown:
-        raise ConfigError(path, "unknown top-level table (expected [claimd] and [jobs.NAME])",
-                          field_name=sorted(unknown)[0])
+        raise ConfigError(
+            path,
+            "unknown top-level table (expected [claimd] and [jobs.NAME])",
+            field_name=sorted(unknown)[0],
+        )
     settings_raw = raw.get("claimd", {})
     if not isinstance(settings_raw, dict):
         raise ConfigError(path, "must be a table", field_name="claimd")

@@ -10,8 +10,9 @@ from actors.domain import ClaimdError
 class ConfigError(ClaimdError):
     """One problem in a config file, located by file, job and field."""
 
-    def __init__(self, path: str, message: str, *, job: str | None = None,
-                 field_name: str | None = None) -> None:
+    def __init__(
+        self, path: str, message: str, *, job: str | None = None, field_name: str | None = None
+    ) -> None:
         self.path = path
         self.job = job
         self.field_name = field_name

@@ -51,7 +51,6 @@ class HttpRunModel(StrictModel):
         return value
 
 
-
 class RunModel(StrictModel):
     shell: list[str] | str | None = None
     use_shell: bool = False
@@ -87,13 +86,17 @@ class JobModel(StrictModel):
 def _executor_from(run: RunModel) -> ExecutorSpec:
     chosen = [k for k in ("shell", "python", "http") if getattr(run, k) is not None]
     if len(chosen) != 1:
-        raise ValueError("give exactly one of shell, python or http"
-                         + (f" (got {', '.join(chosen)})" if chosen else ""))
+        raise ValueError(
+            "give exactly one of shell, python or http"
+            + (f" (got {', '.join(chosen)})" if chosen else "")
+        )
     if run.shell is not None:
         if isinstance(run.shell, str):
             if not run.use_shell:
-                raise ValueError("a string command needs use_shell = true; "
-                                 "otherwise give an argv list such as [\"/bin/echo\", \"hi\"]")
+                raise ValueError(
+                    "a string command needs use_shell = true; "
+                    'otherwise give an argv list such as ["/bin/echo", "hi"]'
+                )
             argv: tuple[str, ...] = (run.shell,)
         else:
             if not run.shell:
@@ -101,10 +104,17 @@ def _executor_from(run: RunModel) -> ExecutorSpec:
             argv = tuple(run.shell)
         for name, source in run.secret_env.items():
             if not re.match(ENV_NAME, name) or not re.match(ENV_NAME, source):
-                raise ValueError(f"secret_env maps variable names to variable names; "
-                                 f"{name!r} = {source!r} is not one")
-        return ShellSpec(argv=argv, env=dict(run.env), cwd=run.cwd, use_shell=run.use_shell,
-                         secret_env=dict(run.secret_env))
+                raise ValueError(
+                    f"secret_env maps variable names to variable names; "
+                    f"{name!r} = {source!r} is not one"
+                )
+        return ShellSpec(
+            argv=argv,
+            env=dict(run.env),
+            cwd=run.cwd,
+            use_shell=run.use_shell,
+            secret_env=dict(run.secret_env),
+        )
     if run.use_shell or run.env or run.cwd or run.secret_env:
         raise ValueError("use_shell, env, secret_env and cwd apply only to shell jobs")
     if run.python is not None:
@@ -112,17 +122,28 @@ def _executor_from(run: RunModel) -> ExecutorSpec:
     assert run.http is not None
     for header, source in run.http.secret_headers.items():
         if not re.match(ENV_NAME, source):
-            raise ValueError(f"secret_headers maps a header to an environment variable "
-                             f"name; {header!r} = {source!r} is not one")
-    return HttpSpec(url=run.http.url, method=run.http.method, headers=dict(run.http.headers),
-                    body=run.http.body, expect_status=tuple(run.http.expect_status),
-                    secret_headers=dict(run.http.secret_headers))
+            raise ValueError(
+                f"secret_headers maps a header to an environment variable "
+                f"name; {header!r} = {source!r} is not one"
+            )
+    return HttpSpec(
+        url=run.http.url,
+        method=run.http.method,
+        headers=dict(run.http.headers),
+        body=run.http.body,
+        expect_status=tuple(run.http.expect_status),
+        secret_headers=dict(run.http.secret_headers),
+    )
 
 
 def _schedule_from(path: str, name: str, model: JobModel) -> CronSchedule | IntervalSchedule:
     if (model.cron is None) == (model.every is None):
-        raise ConfigError(path, "give exactly one of cron or every", job=name,
-                          field_name="cron" if model.cron is not None else "every")
+        raise ConfigError(
+            path,
+            "give exactly one of cron or every",
+            job=name,
+            field_name="cron" if model.cron is not None else "every",
+        )
     try:
         if model.cron is not None:
             return CronSchedule(model.cron, model.timezone)
@@ -160,8 +181,7 @@ def job_from_raw(path: str, name: str, raw: Any) -> Job:
         text = getattr(model, key)
         try:
             # jitter = "0s" reads as "no jitter"; every other duration must be positive.
-            values[key] = None if text is None else parse_duration(text,
-                                                              allow_zero=key == "jitter")
+            values[key] = None if text is None else parse_duration(text, allow_zero=key == "jitter")
         except ClaimdError as exc:
             raise fail(key, exc) from None
     backoff: dict[str, timedelta] = {}
@@ -170,16 +190,24 @@ def job_from_raw(path: str, name: str, raw: Any) -> Job:
             backoff[key] = parse_duration(getattr(model.backoff, key))
         except ClaimdError as exc:
             raise fail(f"backoff.{key}", exc) from None
-    retry = RetryPolicy(initial=backoff["initial"], maximum=backoff["max"],
-                        multiplier=model.backoff.multiplier)
+    retry = RetryPolicy(
+        initial=backoff["initial"], maximum=backoff["max"], multiplier=model.backoff.multiplier
+    )
     timeout = values["timeout"]
     catchup_window = values["catchup_window"]
     assert timeout is not None
     assert catchup_window is not None
     return Job(
-        name=name, schedule=schedule, executor=executor, timeout=timeout,
-        max_attempts=model.max_attempts, enabled=model.enabled,
-        overlap=Overlap(model.overlap), catchup=Catchup(model.catchup),
-        catchup_window=catchup_window, starting_deadline=values["starting_deadline"],
-        jitter=values["jitter"] or timedelta(0), retry=retry,
+        name=name,
+        schedule=schedule,
+        executor=executor,
+        timeout=timeout,
+        max_attempts=model.max_attempts,
+        enabled=model.enabled,
+        overlap=Overlap(model.overlap),
+        catchup=Catchup(model.catchup),
+        catchup_window=catchup_window,
+        starting_deadline=values["starting_deadline"],
+        jitter=values["jitter"] or timedelta(0),
+        retry=retry,
     )

@@ -50,12 +50,15 @@ def _parse_duration(text: str) -> timedelta:
 class _DurationText:
     """Pydantic marker: a string such as "500ms", "30s", "2h", "1d", parsed once."""
 
-    def __get_pydantic_core_schema__(self, source: Any,
-                                     handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
         # A number without a unit is refused as "not a valid string", before parsing.
         return core_schema.no_info_after_validator_function(
-            _parse_duration, core_schema.str_schema(strict=True),
-            serialization=core_schema.plain_serializer_function_ser_schema(format_duration))
+            _parse_duration,
+            core_schema.str_schema(strict=True),
+            serialization=core_schema.plain_serializer_function_ser_schema(format_duration),
+        )
 
 
 Duration = Annotated[timedelta, _DurationText()]
@@ -119,8 +122,7 @@ class Settings(StrictModel):
             setting = (loc or "").split(".")[0]
             if setting in overrides:
                 msg = f"from {ENV_OVERRIDES[setting]}: {msg}"
-            raise ConfigError(path, msg,
-                              field_name=f"claimd.{loc}" if loc else "claimd") from None
+            raise ConfigError(path, msg, field_name=f"claimd.{loc}" if loc else "claimd") from None
 
     @field_validator("nats_url", mode="before")
     @classmethod
@@ -134,13 +136,15 @@ class Settings(StrictModel):
             raise ValueError("expected a server URL, a list of them, or URLs separated by commas")
         urls = [u.strip() for u in urls]
         if not urls or not all(urls):
-            raise ValueError("give one or more server URLs (a list, or separated by commas), "
-                             "none empty")
+            raise ValueError(
+                "give one or more server URLs (a list, or separated by commas), none empty"
+            )
         for url in urls:
             scheme, sep, rest = url.partition("://")
             if not sep or scheme not in _NATS_SCHEMES or not rest.rpartition("@")[2]:
-                raise ValueError(f"{redact(url)!r} is not a NATS server URL "
-                                 "(nats://host:port, tls://host:port)")
+                raise ValueError(
+                    f"{redact(url)!r} is not a NATS server URL (nats://host:port, tls://host:port)"
+                )
         return ",".join(urls)
 
     @field_validator("http")
@@ -148,7 +152,7 @@ class Settings(StrictModel):
     def _host_port(cls, value: str) -> str:
         host, _, port = value.rpartition(":")
         if value != "off" and (not host or not port.isdigit()):
-            raise ValueError(f"expected host:port or \"off\", got {value!r}")
+            raise ValueError(f'expected host:port or "off", got {value!r}')
         return value
 
     @model_validator(mode="after")
@@ -178,15 +182,18 @@ class Settings(StrictModel):
 
     @property
     def lease_settings(self) -> LeaseSettings:
-        return LeaseSettings(lease=self.lease, ack_wait=self.ack_wait,
-                             max_deliver=self.max_deliver)
+        return LeaseSettings(lease=self.lease, ack_wait=self.ack_wait, max_deliver=self.max_deliver)
 
     @property
     def timeouts(self) -> TimeoutBudget:
         """Every database and broker deadline, derived from the lease."""
-        return TimeoutBudget.from_settings(self.lease, self.ack_wait, self.max_deliver,
-                                           statement_timeout=self.statement_timeout,
-                                           publish_timeout=self.publish_timeout)
+        return TimeoutBudget.from_settings(
+            self.lease,
+            self.ack_wait,
+            self.max_deliver,
+            statement_timeout=self.statement_timeout,
+            publish_timeout=self.publish_timeout,
+        )
 
     @property
     def nats_servers(self) -> list[str]:
@@ -209,9 +216,12 @@ def _read_api_tokens(settings: Settings, env: Any) -> tuple[tuple[str, str], ...
     def add(name: str, token: str, field_name: str) -> None:
         if len(token) < MIN_TOKEN_LENGTH:
             # The message names the token's name, never the token.
-            raise FieldProblem(field_name, f"the API token named {name!r} is shorter than "
-                               f"{MIN_TOKEN_LENGTH} characters (make one with "
-                               "`openssl rand -hex 32`)")
+            raise FieldProblem(
+                field_name,
+                f"the API token named {name!r} is shorter than "
+                f"{MIN_TOKEN_LENGTH} characters (make one with "
+                "`openssl rand -hex 32`)",
+            )
         tokens.append((name, token))
 
     token_file = settings.api_token_file
@@ -222,19 +232,27 @@ def _read_api_tokens(settings: Settings, env: Any) -> tuple[tuple[str, str], ...
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
             raise FieldProblem(field_name, f"cannot read {token_file}: {reason}") from None
-        lines = [line.split() for line in text.splitlines()
-                 if line.strip() and not line.lstrip().startswith("#")]
+        lines = [
+            line.split()
+            for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")
+        ]
         for number, parts in enumerate(lines, 1):
             if len(parts) == 1 and len(lines) == 1:
                 parts = ["api", parts[0]]
             if len(parts) != 2:
-                raise FieldProblem(field_name, f"{token_file} line {number}: expected "
-                                   "NAME TOKEN (or a file holding one bare token)")
+                raise FieldProblem(
+                    field_name,
+                    f"{token_file} line {number}: expected "
+                    "NAME TOKEN (or a file holding one bare token)",
+                )
             add(parts[0], parts[1], field_name)
     if settings.api_token_env:
         value = env.get(settings.api_token_env, "").strip()
         if not value:
-            raise FieldProblem("api_token_env", f"the environment variable "
-                               f"{settings.api_token_env} is not set or empty")
+            raise FieldProblem(
+                "api_token_env",
+                f"the environment variable {settings.api_token_env} is not set or empty",
+            )
         add("api", value, "api_token_env")
     return tuple(tokens)

@@ -63,8 +63,15 @@ class AttemptVerdict:
         return self.state is RunState.PENDING
 
 
-def decide_attempt(outcome: Outcome, *, state: RunState, attempt: int, max_attempts: int,
-                   policy: RetryPolicy | None, run_id: str) -> AttemptVerdict:
+def decide_attempt(
+    outcome: Outcome,
+    *,
+    state: RunState,
+    attempt: int,
+    max_attempts: int,
+    policy: RetryPolicy | None,
+    run_id: str,
+) -> AttemptVerdict:
     """The verdict on attempt ``attempt`` of run ``run_id``, found in ``state``.
 
     - A lease that expired while the run was only claimed: it never started,

@@ -37,8 +37,9 @@ class BackfillProgress:
 
     def after_chunk(self, chunk: list[datetime], added: int) -> BackfillProgress:
         """The progress once ``chunk`` is written, ``added`` of its rows new."""
-        return BackfillProgress(self.job, self.instants, self.covered + len(chunk),
-                                self.added + added, chunk[-1])
+        return BackfillProgress(
+            self.job, self.instants, self.covered + len(chunk), self.added + added, chunk[-1]
+        )
 
 
 class BackfillTooLarge(ValueError):
@@ -47,12 +48,15 @@ class BackfillTooLarge(ValueError):
     def __init__(self, job: str, instants: int, exact: bool, limit: int) -> None:
         self.job, self.instants, self.exact, self.limit = job, instants, exact, limit
         count = f"{instants:,}" if exact else f"more than {limit:,}"
-        super().__init__(f"backfill of {job!r} covers {count} instants, over the limit of "
-                         f"{limit:,} runs per backfill")
+        super().__init__(
+            f"backfill of {job!r} covers {count} instants, over the limit of "
+            f"{limit:,} runs per backfill"
+        )
 
 
-def count_instants(schedule: Schedule, after: datetime, until: datetime,
-                   ceiling: int) -> tuple[int, bool]:
+def count_instants(
+    schedule: Schedule, after: datetime, until: datetime, ceiling: int
+) -> tuple[int, bool]:
     """Instants in ``(after, until]``: (count, exact); counting stops past ``ceiling``.
 
     An interval schedule is counted by arithmetic (exact, whatever the size);
@@ -93,8 +97,9 @@ class BackfillPlan:
         return BackfillProgress(self.job, self.instants, 0, 0, None)
 
 
-def plan_backfill(job: str, schedule: Schedule, start: datetime, end: datetime,
-                  max_runs: int = BACKFILL_MAX_RUNS) -> BackfillPlan:
+def plan_backfill(
+    job: str, schedule: Schedule, start: datetime, end: datetime, max_runs: int = BACKFILL_MAX_RUNS
+) -> BackfillPlan:
     """The backfill of ``[start, end]``; BackfillTooLarge past ``max_runs`` instants."""
     after = start - timedelta(microseconds=1)  # fire_times excludes its start
     total, exact = count_instants(schedule, after, end, max_runs)

@@ -56,9 +56,11 @@ from actors.domain.errors import InvalidSchedule
 FIELD_ORDER = "minute hour day-of-month month day-of-week"
 
 MONTH_NAMES: Mapping[str, int] = {
-    name: number for number, name in enumerate(
+    name: number
+    for number, name in enumerate(
         ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"),
-        start=1)
+        start=1,
+    )
 }
 WEEKDAY_NAMES: Mapping[str, int] = {
     name: number for number, name in enumerate(("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"))
@@ -111,16 +113,19 @@ class CronExpression:
     text: str
     minutes: tuple[int, ...]
     hours: tuple[int, ...]
-    days: frozenset[int]       # day-of-month, 1-31
+    days: frozenset[int]  # day-of-month, 1-31
     months: tuple[int, ...]
-    weekdays: frozenset[int]   # 0 = Sunday ... 6 = Saturday (7 already folded into 0)
-    either_day: bool           # both day fields restricted: a day matches if either does
+    weekdays: frozenset[int]  # 0 = Sunday ... 6 = Saturday (7 already folded into 0)
+    either_day: bool  # both day fields restricted: a day matches if either does
 
     def matches(self, wall: datetime) -> bool:
         """Whether a local wall-clock time (seconds ignored) is one of the expression's slots."""
-        return (wall.minute in self.minutes and wall.hour in self.hours
-                and wall.month in self.months
-                and self._day_matches(wall.day, _cron_weekday(wall.date())))
+        return (
+            wall.minute in self.minutes
+            and wall.hour in self.hours
+            and wall.month in self.months
+            and self._day_matches(wall.day, _cron_weekday(wall.date()))
+        )
 
     def slots_after(self, after: datetime, last_day: date | None = None) -> Iterator[datetime]:
         """Naive wall-clock slots strictly after naive ``after``, increasing.
@@ -154,11 +159,16 @@ class CronExpression:
         if self.either_day and (days_full or weekdays_full):
             days = weekdays = "*"  # one side matches every day, so every day matches
         elif not (days_full or weekdays_full):
-            rule = ("; a day matches if day-of-month OR day-of-week does" if self.either_day
-                    else "; a day must match day-of-month AND day-of-week")
-        return (f"minute {_compact(self.minutes, MINUTE)}; hour {_compact(self.hours, HOUR)}; "
-                f"day-of-month {days}; month {_compact(self.months, MONTH)}; "
-                f"day-of-week {weekdays}{rule}")
+            rule = (
+                "; a day matches if day-of-month OR day-of-week does"
+                if self.either_day
+                else "; a day must match day-of-month AND day-of-week"
+            )
+        return (
+            f"minute {_compact(self.minutes, MINUTE)}; hour {_compact(self.hours, HOUR)}; "
+            f"day-of-month {days}; month {_compact(self.months, MONTH)}; "
+            f"day-of-week {weekdays}{rule}"
+        )
 
     def _day_matches(self, day: int, weekday: int) -> bool:
         if self.either_day:
@@ -193,8 +203,10 @@ def parse_cron(expression: str) -> CronExpression:
     parts = text.split()
     if len(parts) != len(FIELDS):
         extra = " (a seconds or year field is not supported)" if len(parts) in (6, 7) else ""
-        raise InvalidSchedule(f"invalid cron expression {expression!r}: it has {len(parts)} "
-                              f"fields; claimd reads five: {FIELD_ORDER}{extra}")
+        raise InvalidSchedule(
+            f"invalid cron expression {expression!r}: it has {len(parts)} "
+            f"fields; claimd reads five: {FIELD_ORDER}{extra}"
+        )
     values: list[frozenset[int]] = []
     for field, part in zip(FIELDS, parts, strict=True):
         try:
@@ -221,14 +233,19 @@ def parse_cron(expression: str) -> CronExpression:
 def _parse_macro(expression: str, text: str) -> CronExpression:
     name = text.lower()
     if name == "@reboot":
-        raise InvalidSchedule(f"invalid cron expression {expression!r}: @reboot is not "
-                              "supported (claimd fires on the clock, not at start-up)")
+        raise InvalidSchedule(
+            f"invalid cron expression {expression!r}: @reboot is not "
+            "supported (claimd fires on the clock, not at start-up)"
+        )
     if name not in MACROS:
-        raise InvalidSchedule(f"invalid cron expression {expression!r}: unknown nickname; "
-                              f"claimd knows {', '.join(MACROS)}")
+        raise InvalidSchedule(
+            f"invalid cron expression {expression!r}: unknown nickname; "
+            f"claimd knows {', '.join(MACROS)}"
+        )
     cron = parse_cron(MACROS[name])
-    return CronExpression(expression, cron.minutes, cron.hours, cron.days, cron.months,
-                          cron.weekdays, cron.either_day)
+    return CronExpression(
+        expression, cron.minutes, cron.hours, cron.days, cron.months, cron.weekdays, cron.either_day
+    )
 
 
 def _parse_field(field: _Field, text: str) -> frozenset[int]:
@@ -251,8 +268,9 @@ def _parse_item(field: _Field, item: str) -> range:
     if not dash:
         value = _value(field, base)
         if slash:
-            raise _FieldError(f"a step needs a range or '*' (write {value}-{field.high}/{step} "
-                              f"or */{step})")
+            raise _FieldError(
+                f"a step needs a range or '*' (write {value}-{field.high}/{step} or */{step})"
+            )
         return range(value, value + 1)
     start, end = _value(field, start_text), _value(field, end_text)
     if start > end:
@@ -294,8 +312,9 @@ def _unsupported(field: _Field, token: str) -> str:
         return "'LW' (last weekday of the month) is not supported"
     if upper == "W" or (upper.endswith("W") and upper[:-1].isdigit()):
         return "'W' (nearest weekday) is not supported"
-    if upper == "L" or (upper.endswith("L") and (upper[:-1].isdigit()
-                                                 or upper[:-1] in field.names)):
+    if upper == "L" or (
+        upper.endswith("L") and (upper[:-1].isdigit() or upper[:-1] in field.names)
+    ):
         return "'L' (last day) is not supported"
     if token == "":
         return "a number is missing"
@@ -315,8 +334,10 @@ def _require_a_date(cron: CronExpression) -> None:
     if cron.either_day:
         return
     if not any(day <= LONGEST_MONTH[month] for month in cron.months for day in cron.days):
-        raise InvalidSchedule(f"cron expression {cron.text!r} never fires (none of its "
-                              "months has any of its days of the month)")
+        raise InvalidSchedule(
+            f"cron expression {cron.text!r} never fires (none of its "
+            "months has any of its days of the month)"
+        )
 
 
 def _cron_weekday(day: date) -> int:
@@ -334,8 +355,13 @@ def _compact(values: frozenset[int] | tuple[int, ...], field: _Field) -> str:
         if value is not None and value == prev + 1:
             prev = value
             continue
-        runs.append(str(start) if start == prev else
-                    f"{start},{prev}" if prev == start + 1 else f"{start}-{prev}")
+        runs.append(
+            str(start)
+            if start == prev
+            else f"{start},{prev}"
+            if prev == start + 1
+            else f"{start}-{prev}"
+        )
         if value is not None:
             start = prev = value
     return ",".join(runs)

@@ -49,16 +49,19 @@ def decode_job(name: str, data: Mapping[str, Any] | str, enabled: bool = True) -
     if isinstance(data, str):
         data = json.loads(data)
     if not isinstance(data, Mapping):
-        raise UnreadableDefinition(f"job {name!r}: a stored definition is a JSON object, "
-                                   f"not {type(data).__name__}")
+        raise UnreadableDefinition(
+            f"job {name!r}: a stored definition is a JSON object, not {type(data).__name__}"
+        )
     version = data.get("version", 1)
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise UnreadableDefinition(f"job {name!r}: definition version {version!r} is not a "
-                                   "positive whole number")
+        raise UnreadableDefinition(
+            f"job {name!r}: definition version {version!r} is not a positive whole number"
+        )
     if version > DEFINITION_VERSION:
         raise UnreadableDefinition(
             f"job {name!r}: definition version {version} was written by a newer claimd; "
-            f"this one reads up to version {DEFINITION_VERSION}")
+            f"this one reads up to version {DEFINITION_VERSION}"
+        )
     retry = data.get("retry", {})
     deadline = data.get("starting_deadline_ms")
     return Job(
@@ -73,9 +76,11 @@ def decode_job(name: str, data: Mapping[str, Any] | str, enabled: bool = True) -
         catchup_window=timedelta(milliseconds=data["catchup_window_ms"]),
         starting_deadline=None if deadline is None else timedelta(milliseconds=deadline),
         jitter=timedelta(milliseconds=data.get("jitter_ms", 0)),
-        retry=RetryPolicy(initial=timedelta(milliseconds=retry.get("initial_ms", 1000)),
-                          maximum=timedelta(milliseconds=retry.get("maximum_ms", 300_000)),
-                          multiplier=float(retry.get("multiplier", 2.0))),
+        retry=RetryPolicy(
+            initial=timedelta(milliseconds=retry.get("initial_ms", 1000)),
+            maximum=timedelta(milliseconds=retry.get("maximum_ms", 300_000)),
+            multiplier=float(retry.get("multiplier", 2.0)),
+        ),
     )
 
 
@@ -83,16 +88,24 @@ def decode_executor(data: Mapping[str, Any]) -> ExecutorSpec:
     """The executor part of a stored definition (inverse of ``executor_to_dict``)."""
     kind = data.get("kind")
     if kind == "shell":
-        return ShellSpec(argv=tuple(data["argv"]), env=dict(data.get("env") or {}),
-                         cwd=data.get("cwd"), use_shell=bool(data.get("use_shell")),
-                         secret_env=dict(data.get("secret_env") or {}))
+        return ShellSpec(
+            argv=tuple(data["argv"]),
+            env=dict(data.get("env") or {}),
+            cwd=data.get("cwd"),
+            use_shell=bool(data.get("use_shell")),
+            secret_env=dict(data.get("secret_env") or {}),
+        )
     if kind == "python":
         return PythonSpec(target=str(data["target"]))
     if kind == "http":
-        return HttpSpec(url=str(data["url"]), method=str(data.get("method", "POST")),
-                        headers=dict(data.get("headers") or {}), body=data.get("body"),
-                        secret_headers=dict(data.get("secret_headers") or {}),
-                        expect_status=tuple(int(s) for s in data.get("expect_status", (200,))))
+        return HttpSpec(
+            url=str(data["url"]),
+            method=str(data.get("method", "POST")),
+            headers=dict(data.get("headers") or {}),
+            body=data.get("body"),
+            secret_headers=dict(data.get("secret_headers") or {}),
+            expect_status=tuple(int(s) for s in data.get("expect_status", (200,))),
+        )
     raise ValueError(f"unknown executor kind {kind!r}")
 
 

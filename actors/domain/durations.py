@@ -23,9 +23,7 @@ MAX_DURATION = timedelta(days=3650)
 def parse_duration(text: str, *, allow_zero: bool = False) -> timedelta:
     """Parse a duration string with a unit; zero only where ``allow_zero`` says so."""
     if not isinstance(text, str):
-        raise InvalidDuration(
-            f"expected a duration string with a unit such as '30s', got {text!r}"
-        )
+        raise InvalidDuration(f"expected a duration string with a unit such as '30s', got {text!r}")
     match = _PATTERN.match(text)
     if match is None:
         raise InvalidDuration(

@@ -49,14 +49,14 @@ class Status(enum.StrEnum):
     """What became of one due instant."""
 
     SUCCEEDED = "succeeded"
-    FAILED = "failed"            # terminal failure: a problem
-    SKIPPED = "skipped"          # a policy said no; the reason is kept
-    CANCELLED = "cancelled"      # an operator (or a removal) said no
-    DROPPED = "dropped"          # no row: the catch-up policy dropped it, recorded as a gap
-    MISSING = "missing"          # no row and no recorded reason: a hole in the history
-    STUCK = "stuck"              # claimed or running, but its lease has expired
+    FAILED = "failed"  # terminal failure: a problem
+    SKIPPED = "skipped"  # a policy said no; the reason is kept
+    CANCELLED = "cancelled"  # an operator (or a removal) said no
+    DROPPED = "dropped"  # no row: the catch-up policy dropped it, recorded as a gap
+    MISSING = "missing"  # no row and no recorded reason: a hole in the history
+    STUCK = "stuck"  # claimed or running, but its lease has expired
     IN_PROGRESS = "in_progress"  # pending, claimed or running within its lease
-    EXTRA = "extra"              # a row at an instant the schedule does not name (trigger)
+    EXTRA = "extra"  # a row at an instant the schedule does not name (trigger)
 
 
 PROBLEMS = frozenset({Status.FAILED, Status.MISSING, Status.STUCK})
@@ -81,7 +81,7 @@ class Audit:
     end: datetime
     due_since: datetime | None  # instants before this were never due
     entries: list[AuditEntry]
-    not_yet_due: int            # instants of the range after the database's now
+    not_yet_due: int  # instants of the range after the database's now
     counts: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -125,7 +125,8 @@ def parse_instant(text: str, zone: tzinfo, now: datetime) -> datetime:
     except ValueError:
         raise ValueError(
             f"{text!r} is not an ISO 8601 time (e.g. '2026-12-01 02:00', read in "
-            f"{getattr(zone, 'key', 'UTC')}; '2026-12-01T01:00Z'; or 'now')") from None
+            f"{getattr(zone, 'key', 'UTC')}; '2026-12-01T01:00Z'; or 'now')"
+        ) from None
     if parsed.tzinfo is not None:
         return parsed.astimezone(UTC)
     if isinstance(zone, ZoneInfo):
@@ -133,9 +134,15 @@ def parse_instant(text: str, zone: tzinfo, now: datetime) -> datetime:
     return parsed.replace(tzinfo=UTC)
 
 
-def audit_range(schedule: CronSchedule | IntervalSchedule, start: datetime, end: datetime,
-                now: datetime, due_since: datetime | None, runs: Sequence[RunRecord],
-                gaps: Sequence[Gap]) -> Audit:
+def audit_range(
+    schedule: CronSchedule | IntervalSchedule,
+    start: datetime,
+    end: datetime,
+    now: datetime,
+    due_since: datetime | None,
+    runs: Sequence[RunRecord],
+    gaps: Sequence[Gap],
+) -> Audit:
     """What became of every instant of ``schedule`` in ``[start, end]`` that was due.
 
     An instant is due when it is not after ``now`` and not before ``due_since``
@@ -145,13 +152,17 @@ def audit_range(schedule: CronSchedule | IntervalSchedule, start: datetime, end:
     not name (a trigger at an arbitrary time) are listed as ``extra``.
     """
     if end < start:
-        raise ValueError(f"the range ends ({end.isoformat()}) before it starts "
-                         f"({start.isoformat()})")
-    instants = take(schedule.fire_times(start - timedelta(microseconds=1), end),
-                    MAX_AUDIT_INSTANTS + 1)
+        raise ValueError(
+            f"the range ends ({end.isoformat()}) before it starts ({start.isoformat()})"
+        )
+    instants = take(
+        schedule.fire_times(start - timedelta(microseconds=1), end), MAX_AUDIT_INSTANTS + 1
+    )
     if len(instants) > MAX_AUDIT_INSTANTS:
-        raise RangeTooLarge(f"the range holds more than {MAX_AUDIT_INSTANTS} instants of "
-                            "the schedule; audit a shorter range")
+        raise RangeTooLarge(
+            f"the range holds more than {MAX_AUDIT_INSTANTS} instants of "
+            "the schedule; audit a shorter range"
+        )
     due = [t for t in instants if t <= now and (due_since is None or t >= due_since)]
     by_instant = {r.scheduled_at: r for r in runs}
     ordered_gaps = sorted(gaps, key=lambda g: g.first)
@@ -162,9 +173,11 @@ def audit_range(schedule: CronSchedule | IntervalSchedule, start: datetime, end:
             entries.append(_judge(instant, run, now))
             continue
         gap = next((g for g in ordered_gaps if g.first <= instant <= g.last), None)
-        entries.append(AuditEntry(instant, Status.DROPPED, reason=gap.reason) if gap
-                       else AuditEntry(instant, Status.MISSING,
-                                       reason="no run row and no recorded reason"))
+        entries.append(
+            AuditEntry(instant, Status.DROPPED, reason=gap.reason)
+            if gap
+            else AuditEntry(instant, Status.MISSING, reason="no run row and no recorded reason")
+        )
     named = set(instants)
     for run in by_instant.values():
         if run.scheduled_at > now or not start <= run.scheduled_at <= end:
@@ -174,13 +187,24 @@ def audit_range(schedule: CronSchedule | IntervalSchedule, start: datetime, end:
             # all the same (a backfill, or the previous schedule named it too).
             entries.append(_judge(run.scheduled_at, run, now))
         else:
-            entries.append(AuditEntry(run.scheduled_at, Status.EXTRA, run,
-                                      f"{run.trigger} run at an instant the schedule "
-                                      f"does not name; {run.state}"))
+            entries.append(
+                AuditEntry(
+                    run.scheduled_at,
+                    Status.EXTRA,
+                    run,
+                    f"{run.trigger} run at an instant the schedule does not name; {run.state}",
+                )
+            )
     entries.sort(key=lambda e: e.scheduled_at)
     counts = Counter(e.status.value for e in entries)
-    return Audit(start=start, end=end, due_since=due_since, entries=entries,
-                 not_yet_due=sum(1 for t in instants if t > now), counts=dict(counts))
+    return Audit(
+        start=start,
+        end=end,
+        due_since=due_since,
+        entries=entries,
+        not_yet_due=sum(1 for t in instants if t > now),
+        counts=dict(counts),
+    )
 
 
 def _judge(instant: datetime, run: RunRecord, now: datetime) -> AuditEntry:
@@ -193,8 +217,15 @@ def _judge(instant: datetime, run: RunRecord, now: datetime) -> AuditEntry:
         return AuditEntry(instant, Status.SKIPPED, run, run.error)
     if state is RunState.CANCELLED:
         return AuditEntry(instant, Status.CANCELLED, run, run.error)
-    if (state in (RunState.CLAIMED, RunState.RUNNING) and run.lease_expires_at is not None
-            and run.lease_expires_at < now):
-        return AuditEntry(instant, Status.STUCK, run,
-                          f"{state} but its lease expired at {run.lease_expires_at.isoformat()}")
+    if (
+        state in (RunState.CLAIMED, RunState.RUNNING)
+        and run.lease_expires_at is not None
+        and run.lease_expires_at < now
+    ):
+        return AuditEntry(
+            instant,
+            Status.STUCK,
+            run,
+            f"{state} but its lease expired at {run.lease_expires_at.isoformat()}",
+        )
     return AuditEntry(instant, Status.IN_PROGRESS, run, str(state))

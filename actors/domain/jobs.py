@@ -75,15 +75,25 @@ ExecutorSpec = ShellSpec | PythonSpec | HttpSpec
 def executor_to_dict(spec: ExecutorSpec) -> dict[str, Any]:
     """The JSON form stored in ``jobs.definition``; workers execute from it."""
     if isinstance(spec, ShellSpec):
-        return {"kind": "shell", "argv": list(spec.argv), "env": dict(spec.env),
-                "cwd": spec.cwd, "use_shell": spec.use_shell,
-                "secret_env": dict(spec.secret_env)}
+        return {
+            "kind": "shell",
+            "argv": list(spec.argv),
+            "env": dict(spec.env),
+            "cwd": spec.cwd,
+            "use_shell": spec.use_shell,
+            "secret_env": dict(spec.secret_env),
+        }
     if isinstance(spec, PythonSpec):
         return {"kind": "python", "target": spec.target}
-    return {"kind": "http", "url": spec.url, "method": spec.method,
-            "headers": dict(spec.headers), "body": spec.body,
-            "secret_headers": dict(spec.secret_headers),
-            "expect_status": list(spec.expect_status)}
+    return {
+        "kind": "http",
+        "url": spec.url,
+        "method": spec.method,
+        "headers": dict(spec.headers),
+        "body": spec.body,
+        "secret_headers": dict(spec.secret_headers),
+        "expect_status": list(spec.expect_status),
+    }
 
 
 @dataclass(frozen=True)
@@ -126,12 +136,17 @@ class Job:
             "overlap": self.overlap.value,
             "catchup": self.catchup.value,
             "catchup_window_ms": int(self.catchup_window.total_seconds() * 1000),
-            "starting_deadline_ms": (None if self.starting_deadline is None
-                                     else int(self.starting_deadline.total_seconds() * 1000)),
+            "starting_deadline_ms": (
+                None
+                if self.starting_deadline is None
+                else int(self.starting_deadline.total_seconds() * 1000)
+            ),
             "jitter_ms": int(self.jitter.total_seconds() * 1000),
-            "retry": {"initial_ms": int(self.retry.initial.total_seconds() * 1000),
-                      "maximum_ms": int(self.retry.maximum.total_seconds() * 1000),
-                      "multiplier": self.retry.multiplier},
+            "retry": {
+                "initial_ms": int(self.retry.initial.total_seconds() * 1000),
+                "maximum_ms": int(self.retry.maximum.total_seconds() * 1000),
+                "multiplier": self.retry.multiplier,
+            },
         }
 
     def fingerprint(self) -> str:

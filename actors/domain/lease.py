@@ -128,14 +128,22 @@ class TimeoutBudget:
     keepalive_count: int
 
     @classmethod
-    def from_settings(cls, lease: timedelta, ack_wait: timedelta, max_deliver: int, *,
-                      statement_timeout: timedelta | None = None,
-                      publish_timeout: timedelta | None = None) -> TimeoutBudget:
+    def from_settings(
+        cls,
+        lease: timedelta,
+        ack_wait: timedelta,
+        max_deliver: int,
+        *,
+        statement_timeout: timedelta | None = None,
+        publish_timeout: timedelta | None = None,
+    ) -> TimeoutBudget:
         """Derive every deadline from the lease; the two the invariant sums may be set."""
         statement = statement_timeout or _clamp(lease / 8, 500 * _MS, 30 * _SECOND)
         keepalive = _whole_seconds(min(30 * _SECOND, lease / 16))
         return cls(
-            lease=lease, ack_wait=ack_wait, max_deliver=max_deliver,
+            lease=lease,
+            ack_wait=ack_wait,
+            max_deliver=max_deliver,
             statement_timeout=statement,
             acquire_timeout=max(250 * _MS, _MS * round(statement / 2 / _MS)),
             connect_timeout=_clamp(lease / 8, _SECOND, 10 * _SECOND),
@@ -144,13 +152,14 @@ class TimeoutBudget:
             api_timeout=_clamp(lease / 4, 5 * _SECOND, 10 * _SECOND),
             ping_interval=_whole_seconds(min(20 * _SECOND, lease / 12)),
             max_outstanding_pings=2,
-            keepalive_idle=keepalive, keepalive_interval=keepalive, keepalive_count=3,
+            keepalive_idle=keepalive,
+            keepalive_interval=keepalive,
+            keepalive_count=3,
         )
 
     @property
     def lease_settings(self) -> LeaseSettings:
-        return LeaseSettings(lease=self.lease, ack_wait=self.ack_wait,
-                             max_deliver=self.max_deliver)
+        return LeaseSettings(lease=self.lease, ack_wait=self.ack_wait, max_deliver=self.max_deliver)
 
     def database_call(self) -> timedelta:
         """The longest one database call can take: acquire + statement + release."""
@@ -176,11 +185,13 @@ class TimeoutBudget:
     def invariant_terms(self) -> str:
         """The sum the lease must exceed, with its numbers."""
         f = format_duration
-        return (f"publish_timeout + ack_wait x (max_deliver - 1) + database call "
-                f"(acquire + statement_timeout + release) = {f(self.publish_timeout)} + "
-                f"{f(self.ack_wait)} x {self.max_deliver - 1} + ({f(self.acquire_timeout)} + "
-                f"{f(self.statement_timeout)} + {f(self.acquire_timeout)}) = "
-                f"{f(self.required_lease())}")
+        return (
+            f"publish_timeout + ack_wait x (max_deliver - 1) + database call "
+            f"(acquire + statement_timeout + release) = {f(self.publish_timeout)} + "
+            f"{f(self.ack_wait)} x {self.max_deliver - 1} + ({f(self.acquire_timeout)} + "
+            f"{f(self.statement_timeout)} + {f(self.acquire_timeout)}) = "
+            f"{f(self.required_lease())}"
+        )
 
     def describe(self) -> list[str]:
         """A few lines for ``claimd check-config``."""
@@ -205,8 +216,10 @@ def check_timeout_budget(budget: TimeoutBudget) -> None:
     a publish, every redelivery and a completion's database call fit in a lease.
     """
     check_lease_invariant(budget.lease_settings)
-    for name, value in (("statement_timeout", budget.statement_timeout),
-                        ("publish_timeout", budget.publish_timeout)):
+    for name, value in (
+        ("statement_timeout", budget.statement_timeout),
+        ("publish_timeout", budget.publish_timeout),
+    ):
         if value <= timedelta(0):
             raise LeaseInvariantViolated(f"{name} must be greater than zero")
     if budget.lease <= budget.required_lease():
@@ -218,6 +231,7 @@ def check_timeout_budget(budget: TimeoutBudget) -> None:
         )
 
 
-DEFAULT_TIMEOUTS = TimeoutBudget.from_settings(DEFAULT_LEASE.lease, DEFAULT_LEASE.ack_wait,
-                                               DEFAULT_LEASE.max_deliver)
+DEFAULT_TIMEOUTS = TimeoutBudget.from_settings(
+    DEFAULT_LEASE.lease, DEFAULT_LEASE.ack_wait, DEFAULT_LEASE.max_deliver
+)
 check_timeout_budget(DEFAULT_TIMEOUTS)

@@ -38,8 +38,13 @@ class Plan:
 
 
 def plan_materialization(
-    job: Job, materialized_until: datetime | None, now: datetime, horizon: timedelta, *,
-    first_seen: datetime | None = None, on_time: timedelta = timedelta(0),
+    job: Job,
+    materialized_until: datetime | None,
+    now: datetime,
+    horizon: timedelta,
+    *,
+    first_seen: datetime | None = None,
+    on_time: timedelta = timedelta(0),
 ) -> Plan:
     """Instants after ``materialized_until`` up to ``now + horizon``, per catch-up policy.
 
@@ -71,16 +76,19 @@ def plan_materialization(
         if later and later[0] < missed_before:
             kept_past = []
     runs = [
-        PlannedRun(scheduled_at=t, due_at=t + deterministic_offset(f"{job.name}@{t.isoformat()}",
-                                                                   job.jitter))
+        PlannedRun(
+            scheduled_at=t,
+            due_at=t + deterministic_offset(f"{job.name}@{t.isoformat()}", job.jitter),
+        )
         for t in [*kept_past, *on_schedule]
     ]
     # If the plan hit the instant cap, the high-water mark is the last instant
     # planned, so the next tick continues from there instead of skipping.
     high = instants[-1] if len(instants) >= MAX_INSTANTS_PER_PLAN else until
     dropped = past[: len(past) - len(kept_past)]  # the policy keeps a suffix of the past
-    return Plan(runs=runs, materialized_until=high, missed=len(dropped),
-                dropped=_gaps(job, dropped, now))
+    return Plan(
+        runs=runs, materialized_until=high, missed=len(dropped), dropped=_gaps(job, dropped, now)
+    )
 
 
 def _gaps(job: Job, dropped: list[datetime], now: datetime) -> tuple[Gap, ...]:
@@ -91,8 +99,10 @@ def _gaps(job: Job, dropped: list[datetime], now: datetime) -> tuple[Gap, ...]:
         if job.catchup is Catchup.NONE:
             return "missed while no scheduler ran (catchup = none)"
         if instant < now - job.catchup_window:
-            return (f"older than catchup_window ({window}) when planned after a downtime "
-                    f"(catchup = {job.catchup.value})")
+            return (
+                f"older than catchup_window ({window}) when planned after a downtime "
+                f"(catchup = {job.catchup.value})"
+            )
         return "superseded by a later instant (catchup = latest)"
 
     gaps: list[Gap] = []

@@ -49,8 +49,9 @@ def load_zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
-        raise InvalidSchedule(f"unknown time zone {name!r} (expected an IANA name such as "
-                              "'Europe/Berlin' or 'UTC')") from exc
+        raise InvalidSchedule(
+            f"unknown time zone {name!r} (expected an IANA name such as 'Europe/Berlin' or 'UTC')"
+        ) from exc
 
 
 def _require_aware(value: datetime) -> None:
@@ -118,8 +119,9 @@ class CronSchedule:
         # before `until` (UTC offsets differ by at most 26 hours), so stop there
         # rather than search on for a sparse expression's next slot.
         until_day = until.astimezone(zone).date()
-        last_day = until_day + timedelta(days=2) if until_day < date.max - timedelta(days=2) \
-            else date.max
+        last_day = (
+            until_day + timedelta(days=2) if until_day < date.max - timedelta(days=2) else date.max
+        )
         last: datetime | None = None
         for naive in self.cron.slots_after(start_local, last_day):
             instant = local_to_instant(naive, zone)

@@ -19,5 +19,15 @@ from actors.operator.errors import (
     Unprocessable,
 )
 
-__all__ = ["Actor", "BadInput", "Forbidden", "NotFound", "NothingToDo", "OperatorError",
-           "OperatorService", "Unauthorized", "Unavailable", "Unprocessable"]
+__all__ = [
+    "Actor",
+    "BadInput",
+    "Forbidden",
+    "NotFound",
+    "NothingToDo",
+    "OperatorError",
+    "OperatorService",
+    "Unauthorized",
+    "Unavailable",
+    "Unprocessable",
+]

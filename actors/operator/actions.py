@@ -40,8 +40,9 @@ RUN_JOB = "SELECT j.name FROM job_runs r JOIN jobs j ON j.id = r.job_id WHERE r.
 class OperatorService(OperatorReads):
     """Reads and actions over the database, as the CLI and the API offer them."""
 
-    async def _record_refusal(self, actor: Actor, action: str, error: OperatorError,
-                              **fields: Any) -> None:
+    async def _record_refusal(
+        self, actor: Actor, action: str, error: OperatorError, **fields: Any
+    ) -> None:
         await record_action(self._pool, actor, action, ok=False, result=str(error), **fields)
 
     async def pause(self, actor: Actor, job: str) -> dict[str, Any]:
@@ -70,8 +71,9 @@ class OperatorService(OperatorReads):
         """A run of ``job`` for the instant ``at`` (default: the database's now), due now."""
         try:
             row = await self._job_row(job)
-            instant = (parse_time(at, zone_named(row["timezone"]), row["now"], "at") if at
-                       else row["now"])
+            instant = (
+                parse_time(at, zone_named(row["timezone"]), row["now"], "at") if at else row["now"]
+            )
         except OperatorError as bad:
             await self._record_refusal(actor, "trigger", bad, job=job, arguments={"at": at})
             raise
@@ -85,17 +87,29 @@ class OperatorService(OperatorReads):
             else:
                 error = NothingToDo(f"{job} already has a run at {iso(instant)}; nothing added")
             if run_id is not None:
-                return await self._done(conn, actor, "trigger",
-                                        f"triggered {job}: run {run_id} at {iso(instant)}",
-                                        job=job, run_id=run_id, arguments=arguments,
-                                        extra={"scheduled_at": iso(instant)})
+                return await self._done(
+                    conn,
+                    actor,
+                    "trigger",
+                    f"triggered {job}: run {run_id} at {iso(instant)}",
+                    job=job,
+                    run_id=run_id,
+                    arguments=arguments,
+                    extra={"scheduled_at": iso(instant)},
+                )
         await self._record_refusal(actor, "trigger", error, job=job, arguments=arguments)
         raise error
 
-    async def backfill(self, actor: Actor, job: str, start: str, end: str, *,
-                       max_runs: int = BACKFILL_MAX_RUNS,
-                       progress: Callable[[BackfillProgress], None] | None = None
-                       ) -> dict[str, Any]:
+    async def backfill(
+        self,
+        actor: Actor,
+        job: str,
+        start: str,
+        end: str,
+        *,
+        max_runs: int = BACKFILL_MAX_RUNS,
+        progress: Callable[[BackfillProgress], None] | None = None,
+    ) -> dict[str, Any]:
         """One run per instant of the schedule in ``[start, end]`` that has no row yet.
 
         Idempotent: a range whose instants all have a row adds nothing and is
@@ -109,32 +123,43 @@ class OperatorService(OperatorReads):
                 raise BadInput(f"max_runs must be a positive whole number, got {max_runs}")
             row = await self._job_row(job)
             zone = zone_named(row["timezone"])
-            first, last = (parse_time(start, zone, row["now"], "from"),
-                           parse_time(end, zone, row["now"], "to"))
+            first, last = (
+                parse_time(start, zone, row["now"], "from"),
+                parse_time(end, zone, row["now"], "to"),
+            )
             if last < first:
                 raise Unprocessable(f"from {iso(first)} is after to {iso(last)}")
             arguments.update({"from_instant": iso(first), "to_instant": iso(last)})
             try:
-                done = await Operations(self._pool).backfill(job, first, last,
-                                                             max_runs=max_runs,
-                                                             progress=progress)
+                done = await Operations(self._pool).backfill(
+                    job, first, last, max_runs=max_runs, progress=progress
+                )
             except UnknownJob:
                 raise NotFound(f"no enabled job named {job!r}") from None
             except BackfillTooLarge as exc:
-                raise Unprocessable(f"{exc} (from {iso(first)} to {iso(last)}); nothing "
-                                    "added: split the range or raise --max-runs (max_runs "
-                                    "in the API)") from None
+                raise Unprocessable(
+                    f"{exc} (from {iso(first)} to {iso(last)}); nothing "
+                    "added: split the range or raise --max-runs (max_runs "
+                    "in the API)"
+                ) from None
         except OperatorError as bad:
             await self._record_refusal(actor, "backfill", bad, job=job, arguments=arguments)
             raise
-        message = (f"backfilled {job}: {done.instants:,} instants from {iso(first)} to "
-                   f"{iso(last)}: {done.added:,} runs added, {done.existing:,} already had "
-                   "a run")
+        message = (
+            f"backfilled {job}: {done.instants:,} instants from {iso(first)} to "
+            f"{iso(last)}: {done.added:,} runs added, {done.existing:,} already had "
+            "a run"
+        )
         async with self._pool.acquire() as conn:
-            return await self._done(conn, actor, "backfill", message, job=job,
-                                    arguments=arguments,
-                                    extra={"added": done.added, "existing": done.existing,
-                                           "instants": done.instants})
+            return await self._done(
+                conn,
+                actor,
+                "backfill",
+                message,
+                job=job,
+                arguments=arguments,
+                extra={"added": done.added, "existing": done.existing, "instants": done.instants},
+            )
 
     async def cancel(self, actor: Actor, run_id: str) -> dict[str, Any]:
         """Cancel a pending or running run; a finished one is left as it is."""
@@ -145,23 +170,66 @@ class OperatorService(OperatorReads):
             raise
         async with self._pool.acquire() as conn, conn.transaction():
             if await Operations(conn).cancel(ident, f"cancelled by {actor.name}"):
-                return await self._done(conn, actor, "cancel", f"cancelled {ident}",
-                                        job=await conn.fetchval(RUN_JOB, ident), run_id=ident)
+                return await self._done(
+                    conn,
+                    actor,
+                    "cancel",
+                    f"cancelled {ident}",
+                    job=await conn.fetchval(RUN_JOB, ident),
+                    run_id=ident,
+                )
             state = await conn.fetchval(RUN_STATE, ident)
-        error = (NotFound(f"no run {ident}") if state is None
-                 else NothingToDo(f"run {ident} is {state}; nothing to cancel"))
-        await self._record_refusal(actor, "cancel", error,
-                                   run_id=ident if state is not None else None,
-                                   arguments={"run_id": ident})
+        error = (
+            NotFound(f"no run {ident}")
+            if state is None
+            else NothingToDo(f"run {ident} is {state}; nothing to cancel")
+        )
+        await self._record_refusal(
+            actor,
+            "cancel",
+            error,
+            run_id=ident if state is not None else None,
+            arguments={"run_id": ident},
+        )
         raise error
 
-    async def _done(self, conn: asyncpg.Connection, actor: Actor, action: str, message: str,
-                    *, job: str | None = None, run_id: str | None = None,
-                    arguments: dict[str, Any] | None = None,
-                    extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        action_id, at = await record_action(conn, actor, action, job=job, run_id=run_id,
-                                            arguments=arguments, ok=True, result=message)
-        log.debug("operator action", action=action, job=job, run_id=run_id,
-                  actor=actor.name, via=actor.via)
-        return {"action": action, "job": job, "run_id": run_id, "message": message,
-                "action_id": action_id, "at": iso(at), "actor": actor.name, **(extra or {})}
+    async def _done(
+        self,
+        conn: asyncpg.Connection,
+        actor: Actor,
+        action: str,
+        message: str,
+        *,
+        job: str | None = None,
+        run_id: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        action_id, at = await record_action(
+            conn,
+            actor,
+            action,
+            job=job,
+            run_id=run_id,
+            arguments=arguments,
+            ok=True,
+            result=message,
+        )
+        log.debug(
+            "operator action",
+            action=action,
+            job=job,
+            run_id=run_id,
+            actor=actor.name,
+            via=actor.via,
+        )
+        return {
+            "action": action,
+            "job": job,
+            "run_id": run_id,
+            "message": message,
+            "action_id": action_id,
+            "at": iso(at),
+            "actor": actor.name,
+            **(extra or {}),
+        }

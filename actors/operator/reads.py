@@ -69,27 +69,44 @@ class OperatorReads:
         for row in await self.history.jobs(name):
             schedule = schedule_of(row["definition"])
             zone = zone_of(schedule)
-            upcoming = (take(schedule.fire_times(now, now + timedelta(days=3660)), 1)
-                        if row["enabled"] else [])
+            upcoming = (
+                take(schedule.fire_times(now, now + timedelta(days=3660)), 1)
+                if row["enabled"]
+                else []
+            )
             nxt = upcoming[0] if upcoming else None
             last = None
             if row["last_run_id"] is not None:
-                last = {"run_id": row["last_run_id"], "state": row["last_state"],
-                        "outcome": row["last_outcome"], "error": row["last_error"],
-                        "scheduled_at": iso(row["last_scheduled_at"]),
-                        "scheduled_local": local(row["last_scheduled_at"], zone),
-                        "finished_at": iso(row["last_finished_at"])}
-            out.append({
-                "name": row["name"], "enabled": row["enabled"], "paused": row["paused"],
-                "schedule": schedule.describe(), "timezone": zone_name(schedule),
-                "next_fire": iso(nxt), "next_fire_local": local(nxt, zone),
-                "backlog": row["backlog"], "oldest_due": iso(row["oldest_due"]),
-                "ahead": row["ahead"], "running": row["running"],
-                "pending": row["backlog"] + row["ahead"],
-                "last_outcome": last, "last_success": iso(row["last_success"]),
-                "last_success_local": local(row["last_success"], zone),
-                "failures_24h": row["failures_24h"], "due_since": iso(row["due_since"]),
-            })
+                last = {
+                    "run_id": row["last_run_id"],
+                    "state": row["last_state"],
+                    "outcome": row["last_outcome"],
+                    "error": row["last_error"],
+                    "scheduled_at": iso(row["last_scheduled_at"]),
+                    "scheduled_local": local(row["last_scheduled_at"], zone),
+                    "finished_at": iso(row["last_finished_at"]),
+                }
+            out.append(
+                {
+                    "name": row["name"],
+                    "enabled": row["enabled"],
+                    "paused": row["paused"],
+                    "schedule": schedule.describe(),
+                    "timezone": zone_name(schedule),
+                    "next_fire": iso(nxt),
+                    "next_fire_local": local(nxt, zone),
+                    "backlog": row["backlog"],
+                    "oldest_due": iso(row["oldest_due"]),
+                    "ahead": row["ahead"],
+                    "running": row["running"],
+                    "pending": row["backlog"] + row["ahead"],
+                    "last_outcome": last,
+                    "last_success": iso(row["last_success"]),
+                    "last_success_local": local(row["last_success"], zone),
+                    "failures_24h": row["failures_24h"],
+                    "due_since": iso(row["due_since"]),
+                }
+            )
         return out
 
     async def job(self, name: str, recent: int = 20) -> dict[str, Any]:
@@ -100,9 +117,16 @@ class OperatorReads:
         runs = (await self.runs(job=name, limit=recent))["runs"] if recent else []
         return {**found[0], "recent_runs": runs}
 
-    async def runs(self, *, job: str | None = None, states: Sequence[str] | None = None,
-                   since: str | None = None, until: str | None = None, limit: int = 50,
-                   cursor: str | None = None) -> dict[str, Any]:
+    async def runs(
+        self,
+        *,
+        job: str | None = None,
+        states: Sequence[str] | None = None,
+        since: str | None = None,
+        until: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
         """Runs newest first; ``next_cursor`` continues the listing."""
         wanted = check_states(states)
         limit = check_limit(limit)
@@ -117,12 +141,15 @@ class OperatorReads:
         end = parse_time(until, zone, now, "until") if until else None
         if start and end and end < start:
             raise Unprocessable(f"until ({iso(end)}) is before since ({iso(start)})")
-        rows = await self.history.runs(job_id=job_id, states=wanted, since=start, until=end,
-                                       before=before, limit=limit + 1)
+        rows = await self.history.runs(
+            job_id=job_id, states=wanted, since=start, until=end, before=before, limit=limit + 1
+        )
         more = len(rows) > limit
         rows = rows[:limit]
-        return {"runs": [run_json(r) for r in rows],
-                "next_cursor": encode_cursor(rows[-1]) if more else None}
+        return {
+            "runs": [run_json(r) for r in rows],
+            "next_cursor": encode_cursor(rows[-1]) if more else None,
+        }
 
     async def run(self, run_id: str) -> dict[str, Any]:
         """One run with every attempt's verdict, its error, output tail, lease and epoch."""
@@ -132,10 +159,13 @@ class OperatorReads:
         row, attempts = found
         out = run_json(row)
         out["output_tail"] = row["output_tail"]
-        out["lease_expired"] = (row["lease_expires_at"] is not None
-                                and row["lease_expires_at"] < row["now"])
-        out["attempts"] = [{**a, "started_at": iso(a["started_at"]),
-                            "finished_at": iso(a["finished_at"])} for a in attempts]
+        out["lease_expired"] = (
+            row["lease_expires_at"] is not None and row["lease_expires_at"] < row["now"]
+        )
+        out["attempts"] = [
+            {**a, "started_at": iso(a["started_at"]), "finished_at": iso(a["finished_at"])}
+            for a in attempts
+        ]
         return out
 
     async def audit(self, job: str, start: str, end: str) -> dict[str, Any]:
@@ -146,9 +176,14 @@ class OperatorReads:
         now = row["now"]
         first, last = parse_time(start, zone, now, "from"), parse_time(end, zone, now, "to")
         try:
-            result = audit_range(schedule, first, last, now, row["due_since"],
-                                 *await self.history.audit_records(row["id"], first, last,
-                                                                   200_000))
+            result = audit_range(
+                schedule,
+                first,
+                last,
+                now,
+                row["due_since"],
+                *await self.history.audit_records(row["id"], first, last, 200_000),
+            )
         except RangeTooLarge as exc:
             raise Unprocessable(str(exc)) from None
         except ValueError as exc:
@@ -176,35 +211,46 @@ class OperatorReads:
             schedule = schedule_of(row["definition"])
             zone = zone_of(schedule)
             start = last_instants_start(schedule, now, row["due_since"], instants)
-            records = await self.history.audit_records(row["id"], start, now,
-                                                       MAX_AUDIT_INSTANTS)
+            records = await self.history.audit_records(row["id"], start, now, MAX_AUDIT_INSTANTS)
             result = audit_range(schedule, start, now, now, row["due_since"], *records)
-            cells = [{"scheduled_at": iso(e.scheduled_at),
-                      "scheduled_local": local(e.scheduled_at, zone),
-                      "status": e.status.value, "problem": e.status in PROBLEMS,
-                      "reason": e.reason,
-                      "run_id": e.run.run_id if e.run else None,
-                      "state": e.run.state.value if e.run else None,
-                      "attempt": e.run.attempt if e.run else None}
-                     for e in result.entries[-instants:]]
-            out.append({"name": row["name"], "timezone": zone_name(schedule),
-                        "schedule_words": schedule_words(schedule),
-                        "from": iso(start), "cells": cells})
+            cells = [
+                {
+                    "scheduled_at": iso(e.scheduled_at),
+                    "scheduled_local": local(e.scheduled_at, zone),
+                    "status": e.status.value,
+                    "problem": e.status in PROBLEMS,
+                    "reason": e.reason,
+                    "run_id": e.run.run_id if e.run else None,
+                    "state": e.run.state.value if e.run else None,
+                    "attempt": e.run.attempt if e.run else None,
+                }
+                for e in result.entries[-instants:]
+            ]
+            out.append(
+                {
+                    "name": row["name"],
+                    "timezone": zone_name(schedule),
+                    "schedule_words": schedule_words(schedule),
+                    "from": iso(start),
+                    "cells": cells,
+                }
+            )
         return {"now": iso(now), "instants": instants, "jobs": out}
 
-    async def actions(self, *, job: str | None = None, limit: int = 50,
-                      before: int | None = None) -> list[dict[str, Any]]:
+    async def actions(
+        self, *, job: str | None = None, limit: int = 50, before: int | None = None
+    ) -> list[dict[str, Any]]:
         """Operator actions, newest first: who, when, what, with what, and the result."""
         limit = check_limit(limit)
         if job is not None and not re.match(JOB_NAME_PATTERN, job):
             return []  # no job has such a name, so no action names it
         rows = await self.history.actions(job=job, before=before, limit=limit)
-        return [{**r, "at": iso(r["at"]), "arguments": json.loads(r["arguments"])}
-                for r in rows]
+        return [{**r, "at": iso(r["at"]), "arguments": json.loads(r["arguments"])} for r in rows]
 
 
-def last_instants_start(schedule: CronSchedule | IntervalSchedule, now: datetime,
-                        due_since: datetime | None, count: int) -> datetime:
+def last_instants_start(
+    schedule: CronSchedule | IntervalSchedule, now: datetime, due_since: datetime | None, count: int
+) -> datetime:
     """The start of the shortest range ending at ``now`` that holds ``count`` instants.
 
     Never before ``due_since`` (instants before it were never due) nor more than
@@ -214,12 +260,14 @@ def last_instants_start(schedule: CronSchedule | IntervalSchedule, now: datetime
     floor = now - GRID_LOOKBACK
     if due_since is not None:
         floor = max(floor, due_since)
-    window = (schedule.every * count if isinstance(schedule, IntervalSchedule)
-              else timedelta(hours=1))
+    window = (
+        schedule.every * count if isinstance(schedule, IntervalSchedule) else timedelta(hours=1)
+    )
     while True:
         start = floor if window >= now - floor else now - window
-        instants = take(schedule.fire_times(start - timedelta(microseconds=1), now),
-                        MAX_AUDIT_INSTANTS)
+        instants = take(
+            schedule.fire_times(start - timedelta(microseconds=1), now), MAX_AUDIT_INSTANTS
+        )
         if len(instants) >= count:
             return instants[-count]
         if start <= floor or len(instants) >= MAX_AUDIT_INSTANTS:

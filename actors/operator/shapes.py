@@ -35,8 +35,9 @@ def run_id_of(text: str) -> str:
     try:
         return str(uuid.UUID(text))
     except ValueError:
-        raise BadInput(f"{text!r} is not a run id (a UUID such as "
-                       "'0b7c3a9e-5d8f-4f3e-9a51-1c2d3e4f5a6b')") from None
+        raise BadInput(
+            f"{text!r} is not a run id (a UUID such as '0b7c3a9e-5d8f-4f3e-9a51-1c2d3e4f5a6b')"
+        ) from None
 
 
 def check_states(states: Sequence[str] | None) -> list[str] | None:
@@ -65,15 +66,24 @@ def parse_time(text: str, zone: tzinfo, now: datetime, what: str) -> datetime:
 def run_json(row: dict[str, Any]) -> dict[str, Any]:
     zone = zone_named(row["timezone"])
     out: dict[str, Any] = {
-        "id": row["id"], "job": row["job"], "timezone": row["timezone"],
+        "id": row["id"],
+        "job": row["job"],
+        "timezone": row["timezone"],
         "scheduled_at": iso(row["scheduled_at"]),
         "scheduled_local": local(row["scheduled_at"], zone),
-        "due_at": iso(row["due_at"]), "state": row["state"], "trigger": row["trigger"],
-        "attempt": row["attempt"], "claim_epoch": row["claim_epoch"],
-        "lease_owner": row["lease_owner"], "lease_expires_at": iso(row["lease_expires_at"]),
-        "claimed_at": iso(row["claimed_at"]), "started_at": iso(row["started_at"]),
-        "finished_at": iso(row["finished_at"]), "outcome": row["outcome"],
-        "exit_code": row["exit_code"], "error": row["error"],
+        "due_at": iso(row["due_at"]),
+        "state": row["state"],
+        "trigger": row["trigger"],
+        "attempt": row["attempt"],
+        "claim_epoch": row["claim_epoch"],
+        "lease_owner": row["lease_owner"],
+        "lease_expires_at": iso(row["lease_expires_at"]),
+        "claimed_at": iso(row["claimed_at"]),
+        "started_at": iso(row["started_at"]),
+        "finished_at": iso(row["finished_at"]),
+        "outcome": row["outcome"],
+        "exit_code": row["exit_code"],
+        "error": row["error"],
     }
     return out
 
@@ -93,26 +103,51 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise BadInput(f"{cursor!r} is not a cursor this API returned") from None
 
 
-def audit_json(job: str, timezone: str, zone: tzinfo, now: datetime,
-               audit: Audit) -> dict[str, Any]:
+def audit_json(
+    job: str, timezone: str, zone: tzinfo, now: datetime, audit: Audit
+) -> dict[str, Any]:
     """The audit as the API and ``claimd audit --json`` give it."""
     entries = []
     for e in audit.entries:
-        run = None if e.run is None else {
-            "id": e.run.run_id, "state": e.run.state.value, "trigger": e.run.trigger,
-            "attempt": e.run.attempt}
-        entries.append({"scheduled_at": iso(e.scheduled_at),
-                        "scheduled_local": local(e.scheduled_at, zone),
-                        "status": e.status.value, "problem": e.status in PROBLEMS,
-                        "reason": e.reason, "run": run})
+        run = (
+            None
+            if e.run is None
+            else {
+                "id": e.run.run_id,
+                "state": e.run.state.value,
+                "trigger": e.run.trigger,
+                "attempt": e.run.attempt,
+            }
+        )
+        entries.append(
+            {
+                "scheduled_at": iso(e.scheduled_at),
+                "scheduled_local": local(e.scheduled_at, zone),
+                "status": e.status.value,
+                "problem": e.status in PROBLEMS,
+                "reason": e.reason,
+                "run": run,
+            }
+        )
     counts = {s.value: audit.counts.get(s.value, 0) for s in Status}
     return {
-        "job": job, "timezone": timezone, "from": iso(audit.start), "to": iso(audit.end),
-        "from_local": local(audit.start, zone), "to_local": local(audit.end, zone),
-        "now": iso(now), "due_since": iso(audit.due_since), "entries": entries,
-        "summary": {"due": audit.due, "counts": counts, "problems": audit.problems,
-                    "not_yet_due": audit.not_yet_due, "complete": audit.complete,
-                    "line": summary_line(job, audit)},
+        "job": job,
+        "timezone": timezone,
+        "from": iso(audit.start),
+        "to": iso(audit.end),
+        "from_local": local(audit.start, zone),
+        "to_local": local(audit.end, zone),
+        "now": iso(now),
+        "due_since": iso(audit.due_since),
+        "entries": entries,
+        "summary": {
+            "due": audit.due,
+            "counts": counts,
+            "problems": audit.problems,
+            "not_yet_due": audit.not_yet_due,
+            "complete": audit.complete,
+            "line": summary_line(job, audit),
+        },
     }
 
 
@@ -120,6 +155,4 @@ def summary_line(job: str, audit: Audit) -> str:
     shown = [f"{n} {s}" for s, n in sorted(audit.counts.items(), key=lambda kv: -kv[1])]
     verdict = "complete" if audit.complete else "INCOMPLETE"
     tail = f"; {audit.not_yet_due} not yet due" if audit.not_yet_due else ""
-    return (f"{job}: {audit.due} due instants: {', '.join(shown) or 'none'}{tail} "
-            f"-- {verdict}")
-
+    return f"{job}: {audit.due} due instants: {', '.join(shown) or 'none'}{tail} -- {verdict}"

@@ -3,5 +3,11 @@
 from actors.operator_cli.commands import EXIT_CODES, OneLineParser, register
 from actors.operator_cli.connect import database_url, forget_dev_endpoints, record_dev_endpoints
 
-__all__ = ["EXIT_CODES", "OneLineParser", "database_url", "forget_dev_endpoints",
-           "record_dev_endpoints", "register"]
+__all__ = [
+    "EXIT_CODES",
+    "OneLineParser",
+    "database_url",
+    "forget_dev_endpoints",
+    "record_dev_endpoints",
+    "register",
+]

@@ -38,8 +38,10 @@ from actors.operator_cli.connect import (
 )
 
 EXIT_CODES = __doc__.split("Exit status", 1)[1] if __doc__ else ""
-TIME_NOTE = ("Times are ISO 8601 ('2026-12-01 02:00', '2026-12-01T01:00Z') or 'now'; "
-             "a time without an offset is read in the job's time zone.")
+TIME_NOTE = (
+    "Times are ISO 8601 ('2026-12-01 02:00', '2026-12-01T01:00Z') or 'now'; "
+    "a time without an offset is read in the job's time zone."
+)
 Result = tuple[Any, str, int]
 Command = Callable[[Backend, argparse.Namespace], Awaitable[Result]]
 
@@ -66,8 +68,10 @@ async def _run(command: Command, args: argparse.Namespace) -> int:
     except OperatorError as exc:
         return _fail(exc, exc.exit)
     except database.SCHEMA_MISSING:
-        return _fail(Unavailable("the database has no claimd schema, or an older one: run "
-                                 "`claimd migrate`"), 4)
+        return _fail(
+            Unavailable("the database has no claimd schema, or an older one: run `claimd migrate`"),
+            4,
+        )
     except database.CONNECTION_LOST as exc:
         return _fail(Unavailable(f"lost the database: {exc}"), 4)
     except database.DATABASE_ERROR as exc:
@@ -88,6 +92,7 @@ def _command(command: Command) -> Callable[[argparse.Namespace], int]:
             if os.environ.get("CLAIMD_DEBUG"):
                 raise
             return _fail(RuntimeError(f"unexpected {exc!r} (CLAIMD_DEBUG=1 shows where)"), 1)
+
     return run
 
 
@@ -102,8 +107,15 @@ async def jobs(backend: Backend, args: argparse.Namespace) -> Result:
 
 async def runs(backend: Backend, args: argparse.Namespace) -> Result:
     states = [s for value in args.state or [] for s in value.split(",") if s]
-    page = await backend.get("runs", job=args.job, states=states or None, since=args.since,
-                             until=args.until, limit=args.limit, cursor=args.cursor)
+    page = await backend.get(
+        "runs",
+        job=args.job,
+        states=states or None,
+        since=args.since,
+        until=args.until,
+        limit=args.limit,
+        cursor=args.cursor,
+    )
     return page, render.runs(page), 0
 
 
@@ -114,8 +126,7 @@ async def show(backend: Backend, args: argparse.Namespace) -> Result:
 
 async def audit(backend: Backend, args: argparse.Namespace) -> Result:
     result = await backend.get("audit", job=args.job, start=args.start, end=args.end)
-    return (result, render.audit(result, args.problems),
-            0 if result["summary"]["complete"] else 1)
+    return (result, render.audit(result, args.problems), 0 if result["summary"]["complete"] else 1)
 
 
 async def actions(backend: Backend, args: argparse.Namespace) -> Result:
@@ -130,6 +141,7 @@ def _action(name: str, *fields: str) -> Command:
     async def act(backend: Backend, args: argparse.Namespace) -> Result:
         result = await backend.act(name, **{f: getattr(args, f) for f in fields})
         return result, result["message"], 0
+
     return act
 
 
@@ -158,8 +170,7 @@ async def _reload(args: argparse.Namespace, pid: int) -> int:
                 await asyncio.sleep(0.1)
         ok, result = verdict or (False, f"no verdict recorded within {args.wait:g}s")
         actor = Actor(args.actor or os_user(), "cli", f"{os.uname().nodename}:{os.getpid()}")
-        await record_action(pool, actor, "reload", arguments={"pid": pid}, ok=ok,
-                            result=result)
+        await record_action(pool, actor, "reload", arguments={"pid": pid}, ok=ok, result=result)
     finally:
         if pool is not None:
             await pool.close()
@@ -178,8 +189,9 @@ def cmd_reload(args: argparse.Namespace) -> int:
             return _fail(exc, 2)
         if loaded.errors:
             found = "; ".join(str(e) for e in loaded.errors)
-            return _fail(BadInput(f"not signalled: the running replica would refuse this "
-                                  f"file: {found}"), 2)
+            return _fail(
+                BadInput(f"not signalled: the running replica would refuse this file: {found}"), 2
+            )
     try:
         pid = args.pid if args.pid else int(Path(args.pid_file).read_text().strip())
     except (OSError, ValueError) as exc:
@@ -201,19 +213,24 @@ def _positive_int(text: str) -> int:
 
 
 def _connection(p: argparse.ArgumentParser, *, output: bool = True) -> None:
-    g = p.add_argument_group("reaching claimd (default: a running `claimd dev` of this "
-                             "directory)")
+    g = p.add_argument_group("reaching claimd (default: a running `claimd dev` of this directory)")
     g.add_argument("--config", help="read database_url from this config file")
     g.add_argument("--database-url", help="PostgreSQL URL (or CLAIMD_DATABASE_URL)")
-    g.add_argument("--url", help="a replica's HTTP API, e.g. http://127.0.0.1:8780 "
-                   "(or CLAIMD_URL)")
-    g.add_argument("--token", help="bearer token for actions through --url "
-                   "(or CLAIMD_API_TOKEN)")
+    g.add_argument("--url", help="a replica's HTTP API, e.g. http://127.0.0.1:8780 (or CLAIMD_URL)")
+    g.add_argument("--token", help="bearer token for actions through --url (or CLAIMD_API_TOKEN)")
     g.add_argument("--token-file", help="read the bearer token from this file")
-    g.add_argument("--actor", help="who is recorded as doing the action (default: your "
-                   "OS user; through --url the token's name is recorded, this beside it)")
-    g.add_argument("--connect-timeout", type=float, default=5.0, metavar="SECONDS",
-                   help="give up reaching claimd after this long (default 5)")
+    g.add_argument(
+        "--actor",
+        help="who is recorded as doing the action (default: your "
+        "OS user; through --url the token's name is recorded, this beside it)",
+    )
+    g.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="give up reaching claimd after this long (default 5)",
+    )
     g.add_argument("--dev-dir", default=".claimd", help=argparse.SUPPRESS)
     if output:
         p.add_argument("--json", action="store_true", help="JSON for scripts")
@@ -221,73 +238,106 @@ def _connection(p: argparse.ArgumentParser, *, output: bool = True) -> None:
 
 def register(sub: Any) -> None:
     """Add the operator's commands to the `claimd` parser."""
+
     def command(name: str, help_text: str, fn: Command) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(
-            name, help=help_text, description=f"{help_text}. {TIME_NOTE}",
-            epilog=f"exit status{EXIT_CODES}", formatter_class=argparse.RawTextHelpFormatter)
+            name,
+            help=help_text,
+            description=f"{help_text}. {TIME_NOTE}",
+            epilog=f"exit status{EXIT_CODES}",
+            formatter_class=argparse.RawTextHelpFormatter,
+        )
         _connection(p)
         p.set_defaults(func=_command(fn))
         return p
 
-    p = command("jobs", "every job: schedule, zone, next fire, last outcome, last success, "
-                "overdue backlog, paused", jobs)
+    p = command(
+        "jobs",
+        "every job: schedule, zone, next fire, last outcome, last success, overdue backlog, paused",
+        jobs,
+    )
     p.add_argument("--all", action="store_true", help="include jobs removed from the config")
     p = command("runs", "runs, newest first", runs)
     p.add_argument("job", nargs="?", help="only this job's runs")
-    p.add_argument("--state", action="append", help="only these states (repeat, or "
-                   "comma-separated): pending claimed running succeeded failed skipped "
-                   "cancelled")
+    p.add_argument(
+        "--state",
+        action="append",
+        help="only these states (repeat, or "
+        "comma-separated): pending claimed running succeeded failed skipped "
+        "cancelled",
+    )
     p.add_argument("--since", help="scheduled at or after (the job's zone; UTC without JOB)")
     p.add_argument("--until", help="scheduled at or before (the job's zone; UTC without JOB)")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--cursor", help="continue a listing where the previous page ended")
-    p = command("show", "one run: attempts and verdicts, errors, output tail, lease, epoch",
-                show)
+    p = command("show", "one run: attempts and verdicts, errors, output tail, lease, epoch", show)
     p.add_argument("run_id")
-    p = command("audit", "did every due instant of JOB in a range run? each instant with "
-                "its run, or why it has none", audit)
+    p = command(
+        "audit",
+        "did every due instant of JOB in a range run? each instant with "
+        "its run, or why it has none",
+        audit,
+    )
     p.add_argument("job")
     p.add_argument("--from", dest="start", required=True, help="first instant (job's zone)")
     p.add_argument("--to", dest="end", required=True, help="last instant, inclusive")
-    p.add_argument("--problems", action="store_true", help="list only missing, failed and "
-                   "stuck instants (the summary counts all)")
+    p.add_argument(
+        "--problems",
+        action="store_true",
+        help="list only missing, failed and stuck instants (the summary counts all)",
+    )
     p = command("actions", "operator actions: who, when, what, arguments, result", actions)
     p.add_argument("--job")
     p.add_argument("--limit", type=int, default=50)
 
-    command("pause", "stop materializing and claiming a job's runs",
-            _action("pause", "job")).add_argument("job")
+    command(
+        "pause", "stop materializing and claiming a job's runs", _action("pause", "job")
+    ).add_argument("job")
     command("resume", "undo pause", _action("resume", "job")).add_argument("job")
-    p = command("trigger", "a run now (one run per instant still)",
-                _action("trigger", "job", "at"))
+    p = command("trigger", "a run now (one run per instant still)", _action("trigger", "job", "at"))
     p.add_argument("job")
-    p.add_argument("--at", help="the instant, in the job's zone without an offset "
-                   "(default: now)")
-    command("cancel", "cancel a pending or running run",
-            _action("cancel", "run_id")).add_argument("run_id")
-    p = command("backfill", "one run per missed instant in a range (idempotent)",
-                _action("backfill", "job", "start", "end", "max_runs"))
+    p.add_argument("--at", help="the instant, in the job's zone without an offset (default: now)")
+    command("cancel", "cancel a pending or running run", _action("cancel", "run_id")).add_argument(
+        "run_id"
+    )
+    p = command(
+        "backfill",
+        "one run per missed instant in a range (idempotent)",
+        _action("backfill", "job", "start", "end", "max_runs"),
+    )
     p.description = (
         "Add one run for each instant of JOB's schedule from --from to --to (both "
         "included) that has no run yet; instants that have one are left alone, so running "
         f"it again adds nothing (and still exits 0). Written {BACKFILL_CHUNK:,} instants per "
         "statement, with progress on stderr; an interrupted backfill is finished by "
         "running it again. Refused before anything is written (exit 2) past --max-runs. "
-        + TIME_NOTE)
+        + TIME_NOTE
+    )
     p.add_argument("job")
     p.add_argument("--from", dest="start", required=True, help="first instant (job's zone)")
     p.add_argument("--to", dest="end", required=True, help="last instant, inclusive")
-    p.add_argument("--max-runs", type=_positive_int, default=BACKFILL_MAX_RUNS,
-                   help=f"refuse a range of more instants than this "
-                        f"(default {BACKFILL_MAX_RUNS:,})")
+    p.add_argument(
+        "--max-runs",
+        type=_positive_int,
+        default=BACKFILL_MAX_RUNS,
+        help=f"refuse a range of more instants than this (default {BACKFILL_MAX_RUNS:,})",
+    )
 
-    rel = sub.add_parser("reload", help="make a running replica reread its config (SIGHUP) "
-                         "and report its verdict", epilog=f"exit status{EXIT_CODES}",
-                         formatter_class=argparse.RawTextHelpFormatter)
+    rel = sub.add_parser(
+        "reload",
+        help="make a running replica reread its config (SIGHUP) and report its verdict",
+        epilog=f"exit status{EXIT_CODES}",
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
     target = rel.add_mutually_exclusive_group(required=True)
     target.add_argument("--pid", type=int)
     target.add_argument("--pid-file")
-    rel.add_argument("--wait", type=float, default=10.0, metavar="SECONDS",
-                     help="how long to wait for the replica's verdict (default 10)")
+    rel.add_argument(
+        "--wait",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait for the replica's verdict (default 10)",
+    )
     _connection(rel, output=False)
     rel.set_defaults(func=cmd_reload)

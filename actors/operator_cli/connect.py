@@ -37,8 +37,13 @@ from actors.operator import (
 
 ENDPOINTS_FILE = "endpoints.json"
 _BY_STATUS: dict[int, type[OperatorError]] = {
-    400: BadInput, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: NothingToDo,
-    422: Unprocessable}
+    400: BadInput,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: NothingToDo,
+    422: Unprocessable,
+}
 
 
 class Backend(Protocol):
@@ -58,12 +63,22 @@ def os_user() -> str:
 # --- claimd dev's endpoints file ------------------------------------------------------
 
 
-def record_dev_endpoints(data_dir: Path, database_url: str, nats_url: str,
-                         http_url: str | None) -> Path:
+def record_dev_endpoints(
+    data_dir: Path, database_url: str, nats_url: str, http_url: str | None
+) -> Path:
     """Written by `claimd dev`: how operator commands of this directory reach it."""
     path = data_dir / ENDPOINTS_FILE
-    path.write_text(json.dumps({"pid": os.getpid(), "database_url": database_url,
-                                "nats_url": nats_url, "http_url": http_url}, indent=2))
+    path.write_text(
+        json.dumps(
+            {
+                "pid": os.getpid(),
+                "database_url": database_url,
+                "nats_url": nats_url,
+                "http_url": http_url,
+            },
+            indent=2,
+        )
+    )
     path.chmod(0o600)
     return path
 
@@ -85,8 +100,10 @@ def dev_database_url(data_dir: Path) -> str | None:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        raise Unavailable(f"the claimd dev recorded in {path} (pid {pid}) is not running; "
-                          "start it again or give --config / --database-url / --url") from None
+        raise Unavailable(
+            f"the claimd dev recorded in {path} (pid {pid}) is not running; "
+            "start it again or give --config / --database-url / --url"
+        ) from None
     except PermissionError:
         pass  # alive, another user's
     return url
@@ -127,8 +144,11 @@ def print_backfill_progress(done: BackfillProgress) -> None:
     """One stderr line per chunk of a backfill longer than one chunk."""
     if done.instants <= BACKFILL_CHUNK or done.through is None:
         return
-    print(f"backfill {done.job}: {done.covered:,}/{done.instants:,} instants "
-          f"(through {done.through.isoformat()}), {done.added:,} added", file=sys.stderr)
+    print(
+        f"backfill {done.job}: {done.covered:,}/{done.instants:,} instants "
+        f"(through {done.through.isoformat()}), {done.added:,} added",
+        file=sys.stderr,
+    )
 
 
 class DatabaseBackend:
@@ -154,12 +174,21 @@ class DatabaseBackend:
 
 # --- a replica's HTTP API -----------------------------------------------------------
 
-_READS = {"jobs": ("/api/jobs", ()), "job": ("/api/jobs/{name}", ("name",)),
-          "runs": ("/api/runs", ()), "run": ("/api/runs/{run_id}", ("run_id",)),
-          "audit": ("/api/jobs/{job}/audit", ("job",)), "actions": ("/api/actions", ())}
-_ACTIONS = {"pause": "/api/jobs/{job}/pause", "resume": "/api/jobs/{job}/resume",
-            "trigger": "/api/jobs/{job}/trigger", "backfill": "/api/jobs/{job}/backfill",
-            "cancel": "/api/runs/{run_id}/cancel"}
+_READS = {
+    "jobs": ("/api/jobs", ()),
+    "job": ("/api/jobs/{name}", ("name",)),
+    "runs": ("/api/runs", ()),
+    "run": ("/api/runs/{run_id}", ("run_id",)),
+    "audit": ("/api/jobs/{job}/audit", ("job",)),
+    "actions": ("/api/actions", ()),
+}
+_ACTIONS = {
+    "pause": "/api/jobs/{job}/pause",
+    "resume": "/api/jobs/{job}/resume",
+    "trigger": "/api/jobs/{job}/trigger",
+    "backfill": "/api/jobs/{job}/backfill",
+    "cancel": "/api/runs/{run_id}/cancel",
+}
 _QUERY_NAMES = {"start": "from", "end": "to", "states": "state"}
 
 
@@ -172,24 +201,28 @@ class HttpBackend:
         self.actor = actor
         # No total limit: a long backfill is one request; connecting is bounded.
         self.session = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=None, connect=timeout, sock_connect=timeout))
+            timeout=aiohttp.ClientTimeout(total=None, connect=timeout, sock_connect=timeout)
+        )
 
-    async def _call(self, method: str, path: str, *, params: Any = None,
-                    body: dict[str, Any] | None = None) -> Any:
+    async def _call(
+        self, method: str, path: str, *, params: Any = None, body: dict[str, Any] | None = None
+    ) -> Any:
         headers = {"Claimd-Actor": self.actor}
         if self.token and method == "POST":
             headers["Authorization"] = f"Bearer {self.token}"
         try:
-            async with self.session.request(method, self.base + path, params=params,
-                                            json=body, headers=headers) as response:
+            async with self.session.request(
+                method, self.base + path, params=params, json=body, headers=headers
+            ) as response:
                 try:
                     data = await response.json(content_type=None)
                 except (ValueError, aiohttp.ContentTypeError):
                     data = None
                 status = response.status
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise Unavailable(f"cannot reach the claimd API at {self.base}: "
-                              f"{str(exc) or type(exc).__name__}") from None
+            raise Unavailable(
+                f"cannot reach the claimd API at {self.base}: {str(exc) or type(exc).__name__}"
+            ) from None
         if status < 300 and data is not None:
             return data
         message = data.get("error") if isinstance(data, dict) else None
@@ -209,8 +242,9 @@ class HttpBackend:
         return await self._call("GET", path, params=query)
 
     async def act(self, action: str, **params: Any) -> dict[str, Any]:
-        path = _ACTIONS[action].format(**{k: _quote(str(params.pop(k)))
-                                          for k in ("job", "run_id") if k in params})
+        path = _ACTIONS[action].format(
+            **{k: _quote(str(params.pop(k))) for k in ("job", "run_id") if k in params}
+        )
         body = {_QUERY_NAMES.get(k, k): v for k, v in params.items() if v is not None}
         result: dict[str, Any] = await self._call("POST", path, body=body)
         return result
@@ -244,8 +278,10 @@ async def open_backend(args: Any) -> Backend:
         return HttpBackend(url, _token(args), actor, timeout)
     dsn = database_url(args)
     if dsn is None:
-        raise BadInput("no claimd to talk to: give --config, --database-url or --url "
-                       "(or run `claimd dev` in this directory)")
+        raise BadInput(
+            "no claimd to talk to: give --config, --database-url or --url "
+            "(or run `claimd dev` in this directory)"
+        )
     pool = await connect_database(dsn, timeout)
     origin = f"{socket.gethostname()}:{os.getpid()}"
     return DatabaseBackend(pool, Actor(name=actor, via="cli", origin=origin))

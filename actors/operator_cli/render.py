@@ -19,8 +19,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     cells = [[_cell(c) for c in row] for row in rows]
     widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-              for r in cells]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     return "\n".join(lines)
 
 
@@ -43,49 +42,129 @@ def _outcome(last: dict[str, Any] | None) -> str:
 def jobs(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no jobs"
-    body = [[j["name"], j["schedule"], j["timezone"], when(j["next_fire"]),
-             when(j["next_fire_local"]), _outcome(j["last_outcome"]),
-             when(j["last_success"]), j["backlog"], j["ahead"],
-             "removed" if not j["enabled"] else ("paused" if j["paused"] else "active")]
-            for j in rows]
-    return table(["JOB", "SCHEDULE", "ZONE", "NEXT FIRE (UTC)", "NEXT FIRE (LOCAL)",
-                  "LAST OUTCOME", "LAST SUCCESS (UTC)", "OVERDUE", "AHEAD", "STATE"], body)
+    body = [
+        [
+            j["name"],
+            j["schedule"],
+            j["timezone"],
+            when(j["next_fire"]),
+            when(j["next_fire_local"]),
+            _outcome(j["last_outcome"]),
+            when(j["last_success"]),
+            j["backlog"],
+            j["ahead"],
+            "removed" if not j["enabled"] else ("paused" if j["paused"] else "active"),
+        ]
+        for j in rows
+    ]
+    return table(
+        [
+            "JOB",
+            "SCHEDULE",
+            "ZONE",
+            "NEXT FIRE (UTC)",
+            "NEXT FIRE (LOCAL)",
+            "LAST OUTCOME",
+            "LAST SUCCESS (UTC)",
+            "OVERDUE",
+            "AHEAD",
+            "STATE",
+        ],
+        body,
+    )
 
 
 def runs(page: dict[str, Any]) -> str:
     rows = page["runs"]
     if not rows:
         return "no runs"
-    text = table(["RUN", "JOB", "SCHEDULED (UTC)", "SCHEDULED (LOCAL)", "STATE", "ATTEMPT",
-                  "TRIGGER", "ERROR"],
-                 [[r["id"], r["job"], when(r["scheduled_at"]), when(r["scheduled_local"]),
-                   r["state"], r["attempt"], r["trigger"], r["error"]] for r in rows])
+    text = table(
+        [
+            "RUN",
+            "JOB",
+            "SCHEDULED (UTC)",
+            "SCHEDULED (LOCAL)",
+            "STATE",
+            "ATTEMPT",
+            "TRIGGER",
+            "ERROR",
+        ],
+        [
+            [
+                r["id"],
+                r["job"],
+                when(r["scheduled_at"]),
+                when(r["scheduled_local"]),
+                r["state"],
+                r["attempt"],
+                r["trigger"],
+                r["error"],
+            ]
+            for r in rows
+        ],
+    )
     if page.get("next_cursor"):
         text += f"\n(more: --cursor '{page['next_cursor']}')"
     return text
 
 
 def run(r: dict[str, Any]) -> str:
-    lease = (f"{r['lease_owner']} until {when(r['lease_expires_at'])}"
-             + (" (EXPIRED)" if r["lease_expired"] else "")) if r["lease_owner"] else "-"
+    lease = (
+        (
+            f"{r['lease_owner']} until {when(r['lease_expires_at'])}"
+            + (" (EXPIRED)" if r["lease_expired"] else "")
+        )
+        if r["lease_owner"]
+        else "-"
+    )
     fields = [
-        ("run", r["id"]), ("job", r["job"]),
-        ("scheduled", f"{when(r['scheduled_at'])}  ({when(r['scheduled_local'])} "
-                      f"{r['timezone']})"),
-        ("state", r["state"]), ("outcome", r["outcome"]), ("error", r["error"]),
-        ("trigger", r["trigger"]), ("attempt", r["attempt"]),
-        ("claim epoch", r["claim_epoch"]), ("lease", lease), ("due", when(r["due_at"])),
-        ("started", when(r["started_at"])), ("finished", when(r["finished_at"])),
+        ("run", r["id"]),
+        ("job", r["job"]),
+        ("scheduled", f"{when(r['scheduled_at'])}  ({when(r['scheduled_local'])} {r['timezone']})"),
+        ("state", r["state"]),
+        ("outcome", r["outcome"]),
+        ("error", r["error"]),
+        ("trigger", r["trigger"]),
+        ("attempt", r["attempt"]),
+        ("claim epoch", r["claim_epoch"]),
+        ("lease", lease),
+        ("due", when(r["due_at"])),
+        ("started", when(r["started_at"])),
+        ("finished", when(r["finished_at"])),
         ("exit code", r["exit_code"]),
     ]
     lines = [f"{k + ':':<13}{'-' if v is None else v}" for k, v in fields]
     attempts = r["attempts"]
     lines.append("")
-    lines.append(table(["ATTEMPT", "EPOCH", "WORKER", "STARTED (UTC)", "FINISHED (UTC)",
-                        "VERDICT", "EXIT", "ERROR"],
-                       [[a["attempt"], a["claim_epoch"], a["worker"], when(a["started_at"]),
-                         when(a["finished_at"]), a["outcome"], a["exit_code"], a["error"]]
-                        for a in attempts]) if attempts else "no attempt has reached a verdict")
+    lines.append(
+        table(
+            [
+                "ATTEMPT",
+                "EPOCH",
+                "WORKER",
+                "STARTED (UTC)",
+                "FINISHED (UTC)",
+                "VERDICT",
+                "EXIT",
+                "ERROR",
+            ],
+            [
+                [
+                    a["attempt"],
+                    a["claim_epoch"],
+                    a["worker"],
+                    when(a["started_at"]),
+                    when(a["finished_at"]),
+                    a["outcome"],
+                    a["exit_code"],
+                    a["error"],
+                ]
+                for a in attempts
+            ],
+        )
+        if attempts
+        else "no attempt has reached a verdict"
+    )
     if r["output_tail"]:
         lines += ["", "output (tail):", r["output_tail"].rstrip("\n")]
     return "\n".join(lines)
@@ -93,23 +172,52 @@ def run(r: dict[str, Any]) -> str:
 
 def audit(result: dict[str, Any], problems_only: bool = False) -> str:
     entries = [e for e in result["entries"] if e["problem"] or not problems_only]
-    head = (f"audit of {result['job']} from {when(result['from'])} to {when(result['to'])} "
-            f"(zone {result['timezone']}: {when(result['from_local'])} to "
-            f"{when(result['to_local'])})")
+    head = (
+        f"audit of {result['job']} from {when(result['from'])} to {when(result['to'])} "
+        f"(zone {result['timezone']}: {when(result['from_local'])} to "
+        f"{when(result['to_local'])})"
+    )
     if result["due_since"] and result["due_since"] > result["from"]:
-        head += f"\ninstants before {when(result['due_since'])} were never due (the schedule " \
-                "began then)"
-    body = table(["", "SCHEDULED (UTC)", "SCHEDULED (LOCAL)", "STATUS", "RUN", "WHY"],
-                 [["!" if e["problem"] else " ", when(e["scheduled_at"]),
-                   when(e["scheduled_local"]), e["status"],
-                   e["run"]["id"] if e["run"] else None, e["reason"]] for e in entries])
-    return "\n".join([head, body if entries else "(no instants to show)",
-                      result["summary"]["line"]])
+        head += (
+            f"\ninstants before {when(result['due_since'])} were never due (the schedule "
+            "began then)"
+        )
+    body = table(
+        ["", "SCHEDULED (UTC)", "SCHEDULED (LOCAL)", "STATUS", "RUN", "WHY"],
+        [
+            [
+                "!" if e["problem"] else " ",
+                when(e["scheduled_at"]),
+                when(e["scheduled_local"]),
+                e["status"],
+                e["run"]["id"] if e["run"] else None,
+                e["reason"],
+            ]
+            for e in entries
+        ],
+    )
+    return "\n".join(
+        [head, body if entries else "(no instants to show)", result["summary"]["line"]]
+    )
 
 
 def actions(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "no operator actions recorded"
-    return table(["ID", "AT (UTC)", "ACTOR", "VIA", "ACTION", "JOB", "RUN", "OK", "RESULT"],
-                 [[a["id"], when(a["at"]), a["actor"], a["via"], a["action"], a["job"],
-                   a["run_id"], "yes" if a["ok"] else "no", a["result"]] for a in rows])
+    return table(
+        ["ID", "AT (UTC)", "ACTOR", "VIA", "ACTION", "JOB", "RUN", "OK", "RESULT"],
+        [
+            [
+                a["id"],
+                when(a["at"]),
+                a["actor"],
+                a["via"],
+                a["action"],
+                a["job"],
+                a["run_id"],
+                "yes" if a["ok"] else "no",
+                a["result"],
+            ]
+            for a in rows
+        ],
+    )

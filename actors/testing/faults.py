@@ -26,11 +26,13 @@ COMPLETE_RUNS_UNFENCED = COMPLETE_RUNS.replace(_FENCE, "r.state = 'running'")
 assert COMPLETE_RUNS_UNFENCED != COMPLETE_RUNS, "the completion's epoch guard moved"
 
 
-def install_store_faults(store: PostgresRunStore,
-                         environ: Mapping[str, str] = os.environ) -> PostgresRunStore:
+def install_store_faults(
+    store: PostgresRunStore, environ: Mapping[str, str] = os.environ
+) -> PostgresRunStore:
     """``store``, with the broken builds the environment asks for (usually none)."""
     if environ.get(SKIP_EPOCH_GUARD) == "1":
-        log.warning("test fault installed: completions are not fenced by epoch",
-                    fault=SKIP_EPOCH_GUARD)
+        log.warning(
+            "test fault installed: completions are not fenced by epoch", fault=SKIP_EPOCH_GUARD
+        )
         store.complete_statement = COMPLETE_RUNS_UNFENCED
     return store

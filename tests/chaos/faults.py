@@ -64,19 +64,45 @@ FAULT_LABELS = {
     FaultKind.LINK_SLOW: "both links slow (added latency)",
     FaultKind.STOP_BLACKHOLED: "SIGTERM while both links blackholed (extra)",
 }
-PROCESS_KINDS = [FaultKind.KILL, FaultKind.ZOMBIE, FaultKind.NATS_RESTART,
-                 FaultKind.PG_RESTART, FaultKind.PUBLISH_FAILURES, FaultKind.SLOW_COMPLETIONS]
-NETWORK_KINDS = [FaultKind.DB_BLACKHOLE, FaultKind.NATS_BLACKHOLE, FaultKind.LINKS_BLACKHOLE,
-                 FaultKind.LINK_RESETS, FaultKind.LINK_SLOW, FaultKind.STOP_BLACKHOLED]
-FAULT_LINKS = {FaultKind.DB_BLACKHOLE: ("db",), FaultKind.NATS_BLACKHOLE: ("nats",),
-               FaultKind.LINKS_BLACKHOLE: ("db", "nats"), FaultKind.LINK_RESETS: ("db", "nats"),
-               FaultKind.LINK_SLOW: ("db", "nats"), FaultKind.STOP_BLACKHOLED: ("db", "nats")}
+PROCESS_KINDS = [
+    FaultKind.KILL,
+    FaultKind.ZOMBIE,
+    FaultKind.NATS_RESTART,
+    FaultKind.PG_RESTART,
+    FaultKind.PUBLISH_FAILURES,
+    FaultKind.SLOW_COMPLETIONS,
+]
+NETWORK_KINDS = [
+    FaultKind.DB_BLACKHOLE,
+    FaultKind.NATS_BLACKHOLE,
+    FaultKind.LINKS_BLACKHOLE,
+    FaultKind.LINK_RESETS,
+    FaultKind.LINK_SLOW,
+    FaultKind.STOP_BLACKHOLED,
+]
+FAULT_LINKS = {
+    FaultKind.DB_BLACKHOLE: ("db",),
+    FaultKind.NATS_BLACKHOLE: ("nats",),
+    FaultKind.LINKS_BLACKHOLE: ("db", "nats"),
+    FaultKind.LINK_RESETS: ("db", "nats"),
+    FaultKind.LINK_SLOW: ("db", "nats"),
+    FaultKind.STOP_BLACKHOLED: ("db", "nats"),
+}
 # The random part of a plan favours the faults that hit runs in flight.
-WEIGHTS = {FaultKind.KILL: 3, FaultKind.ZOMBIE: 2, FaultKind.NATS_RESTART: 1,
-           FaultKind.PG_RESTART: 1, FaultKind.PUBLISH_FAILURES: 1,
-           FaultKind.SLOW_COMPLETIONS: 1, FaultKind.DB_BLACKHOLE: 2,
-           FaultKind.NATS_BLACKHOLE: 2, FaultKind.LINKS_BLACKHOLE: 2,
-           FaultKind.LINK_RESETS: 2, FaultKind.LINK_SLOW: 1, FaultKind.STOP_BLACKHOLED: 1}
+WEIGHTS = {
+    FaultKind.KILL: 3,
+    FaultKind.ZOMBIE: 2,
+    FaultKind.NATS_RESTART: 1,
+    FaultKind.PG_RESTART: 1,
+    FaultKind.PUBLISH_FAILURES: 1,
+    FaultKind.SLOW_COMPLETIONS: 1,
+    FaultKind.DB_BLACKHOLE: 2,
+    FaultKind.NATS_BLACKHOLE: 2,
+    FaultKind.LINKS_BLACKHOLE: 2,
+    FaultKind.LINK_RESETS: 2,
+    FaultKind.LINK_SLOW: 1,
+    FaultKind.STOP_BLACKHOLED: 1,
+}
 
 
 @dataclass(frozen=True)
@@ -93,6 +119,7 @@ class Fault:
     param: float = 0.0
 
     def describe(self) -> str:
+        # fmt: off
         what = {
             FaultKind.KILL: f"SIGKILL replica r{self.target}, restart after {self.span:.1f}s",
             FaultKind.ZOMBIE: f"SIGSTOP replica r{self.target} for {self.span:.1f}s",
@@ -115,11 +142,20 @@ class Fault:
             FaultKind.STOP_BLACKHOLED:
                 f"extra replica: blackhole both links, SIGTERM {self.param:.1f}s later",
         }[self.kind]
+        # fmt: on
         return f"t+{self.at:5.1f}s {what}"
 
 
-def build_plan(seed: int, kinds: list[FaultKind], duration: float, replicas: int,
-               lease: float, *, force_each: bool = True, warmup: float = 3.0) -> list[Fault]:
+def build_plan(
+    seed: int,
+    kinds: list[FaultKind],
+    duration: float,
+    replicas: int,
+    lease: float,
+    *,
+    force_each: bool = True,
+    warmup: float = 3.0,
+) -> list[Fault]:
     """A reproducible fault plan: one fault at a time, with gaps between them.
 
     With ``force_each`` every kind in ``kinds`` appears at least once (even if
@@ -209,24 +245,31 @@ class PostgresControl:
         from pgserver._commands import POSTGRES_BIN_PATH
 
         user = "pgserver" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
-        subprocess.run([str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self.pgdata), *args],
-                       check=True, user=user, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=60)
+        subprocess.run(
+            [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self.pgdata), *args],
+            check=True,
+            user=user,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+        )
 
     def stop(self) -> None:
         self._pg_ctl("-w", "-m", "fast", "stop")
 
     def start(self) -> None:
         socket_dir = self.pgdata  # where pgserver put the socket (see get_uri)
-        self._pg_ctl("-w", "-o", '-h ""', "-o", f"-k {socket_dir}",
-                     "-l", str(self.pgdata / "log"), "start")
+        self._pg_ctl(
+            "-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(self.pgdata / "log"), "start"
+        )
         with contextlib.suppress(Exception):
             from pgserver.utils import PostmasterInfo
 
             # Keep pgserver's handle pointing at the live postmaster, so its own
             # cleanup stops this one.
             self.server.server._postmaster_info = (  # type: ignore[attr-defined]
-                PostmasterInfo.read_from_pgdata(self.pgdata))
+                PostmasterInfo.read_from_pgdata(self.pgdata)
+            )
 
     def shutdown(self) -> None:
         # pgserver's own cleanup stops the postmaster start() recorded; pg_ctl
@@ -327,15 +370,27 @@ class ReplicaSet:
     def spawn(self, replica: Replica) -> None:
         replica.starts += 1
         with replica.log_path.open("ab") as log:
-            log.write(f"--- start #{replica.starts} at {datetime.now(UTC).isoformat()} "
-                      f"env {replica.extra_env}\n".encode())
+            log.write(
+                f"--- start #{replica.starts} at {datetime.now(UTC).isoformat()} "
+                f"env {replica.extra_env}\n".encode()
+            )
         log = replica.log_path.open("ab")  # handed to the child
         try:
             replica.proc = subprocess.Popen(
-                [*claimd_command(), "--log-level", self.log_level, "run",
-                 "--config", str(self.config)],
-                env={**self.env, **replica.extra_env}, stdout=log, stderr=subprocess.STDOUT,
-                cwd=REPO_ROOT, start_new_session=True)
+                [
+                    *claimd_command(),
+                    "--log-level",
+                    self.log_level,
+                    "run",
+                    "--config",
+                    str(self.config),
+                ],
+                env={**self.env, **replica.extra_env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO_ROOT,
+                start_new_session=True,
+            )
         finally:
             log.close()
         replica.pids.append(replica.proc.pid)
@@ -362,8 +417,9 @@ class ReplicaSet:
         replica.proc.wait()
         return True
 
-    async def retire(self, name: str, timeout: float = 40.0,
-                     during: str = "end of run") -> StopRecord | None:
+    async def retire(
+        self, name: str, timeout: float = 40.0, during: str = "end of run"
+    ) -> StopRecord | None:
         """SIGTERM (graceful stop), timed; SIGKILL if it outlives ``timeout``."""
         replica = self.replicas[name]
         replica.down_on_purpose = replica.retired = True
@@ -396,8 +452,11 @@ class ReplicaSet:
                 code = replica.proc.poll()
                 if code is None:
                     continue
-                self.unplanned.append(UnplannedExit(replica.name, code, datetime.now(UTC),
-                                                    last_error(replica.log_path)))
+                self.unplanned.append(
+                    UnplannedExit(
+                        replica.name, code, datetime.now(UTC), last_error(replica.log_path)
+                    )
+                )
                 replica.down_on_purpose = True  # until respawned below
                 asyncio.get_running_loop().call_later(1.0, self._respawn, replica)
 
@@ -411,8 +470,9 @@ class ReplicaSet:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
-        await asyncio.gather(*(self.retire(name, timeout) for name, r in self.replicas.items()
-                               if not r.retired))
+        await asyncio.gather(
+            *(self.retire(name, timeout) for name, r in self.replicas.items() if not r.retired)
+        )
 
     def kill_all(self) -> None:
         """Last-resort cleanup: nothing the harness started may outlive it."""

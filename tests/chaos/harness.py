@@ -91,10 +91,17 @@ STOP_BOUND_S = SHUTDOWN_GRACE_S + 15.0 + 5.0 + 1.0
 SETTINGS = {
     # lease > ack_wait x (max_deliver - 1) x 3 = 3s: recovery after a lost
     # worker takes one short lease.
-    "lease": "6s", "ack_wait": "1s", "max_deliver": 2,
-    "http": "off", "claim_interval": "200ms", "materialize_interval": "1s",
-    "reap_interval": "1s", "horizon": "30s", "shutdown_grace": f"{SHUTDOWN_GRACE_S}s",
-    "worker_concurrency": 32, "duplicate_window": "1m",
+    "lease": "6s",
+    "ack_wait": "1s",
+    "max_deliver": 2,
+    "http": "off",
+    "claim_interval": "200ms",
+    "materialize_interval": "1s",
+    "reap_interval": "1s",
+    "horizon": "30s",
+    "shutdown_grace": f"{SHUTDOWN_GRACE_S}s",
+    "worker_concurrency": 32,
+    "duplicate_window": "1m",
 }
 BROKEN_BUILDS = {
     # The completion statement without its epoch guard: a zombie's late
@@ -191,18 +198,29 @@ def _toml_value(value: object) -> str:
     return json.dumps(value) if isinstance(value, str) else str(value)
 
 
-def config_text(database_url: str, nats_url: str, deployment: str, jobs: int,
-                slow_jobs: int) -> str:
-    lines = ["[claimd]", f"database_url = {_toml_value(database_url)}",
-             f"nats_url = {_toml_value(nats_url)}", f"deployment = {_toml_value(deployment)}"]
+def config_text(
+    database_url: str, nats_url: str, deployment: str, jobs: int, slow_jobs: int
+) -> str:
+    lines = [
+        "[claimd]",
+        f"database_url = {_toml_value(database_url)}",
+        f"nats_url = {_toml_value(nats_url)}",
+        f"deployment = {_toml_value(deployment)}",
+    ]
     lines += [f"{k} = {_toml_value(v)}" for k, v in SETTINGS.items()]
     for i in range(jobs):
         slow = i < slow_jobs
         name = f"chaos-slow-{i:03d}" if slow else f"chaos-{i:03d}"
         target = "record_effect_slow" if slow else "record_effect"
-        lines += ["", f"[jobs.{name}]", 'every = "1s"', 'timeout = "60s"', "max_attempts = 5",
-                  'backoff = { initial = "500ms", max = "2s" }',
-                  f'run = {{ python = "tests.chaos.workload:{target}" }}']
+        lines += [
+            "",
+            f"[jobs.{name}]",
+            'every = "1s"',
+            'timeout = "60s"',
+            "max_attempts = 5",
+            'backoff = { initial = "500ms", max = "2s" }',
+            f'run = {{ python = "tests.chaos.workload:{target}" }}',
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -246,8 +264,11 @@ def via_proxy_nats(url: str, port: int) -> str:
 
 def replica_env(effects_dsn: str, broken_build: str | None) -> dict[str, str]:
     """The harness's environment, minus anything that would steer a replica elsewhere."""
-    env = {k: v for k, v in os.environ.items()
-           if not (k.startswith("CLAIMD_") and k not in ("CLAIMD_LOG_LEVEL",))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not (k.startswith("CLAIMD_") and k not in ("CLAIMD_LOG_LEVEL",))
+    }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env[EFFECTS_DSN_ENV] = effects_dsn
     if broken_build:
@@ -288,8 +309,7 @@ class Harness:
             self.say(f"embedded PostgreSQL in {self.pg.pgdata}")
         else:
             base_url = shared_pg
-            skipped[FaultKind.PG_RESTART] = ("shared PostgreSQL (other tests use it); "
-                                             "use --embedded")
+            skipped[FaultKind.PG_RESTART] = "shared PostgreSQL (other tests use it); use --embedded"
             self.say("PostgreSQL from CLAIMD_TEST_DATABASE_URL (own schema)")
         shared_nats = os.environ.get("CLAIMD_TEST_NATS_URL")
         if self.o.shared_nats and shared_nats:
@@ -359,13 +379,14 @@ class Harness:
         # pings, minutes by default) after a lease.
         self.db_server_gives_up = loaded.settings.timeouts.database_dead_after().total_seconds()
         kinds = [k for k in (o.kinds or list(FaultKind)) if k not in skipped]
-        plan = build_plan(o.seed, kinds, o.duration, o.replicas, LEASE_S,
-                          force_each=o.force_each)
-        settings_line = (f"seed={o.seed} duration={o.duration:g}s replicas={o.replicas} "
-                         f"jobs={o.jobs} every 1s ({slow_jobs} slow) lease=6s ack_wait=1s "
-                         f"max_deliver=2 postgres={'embedded' if self.pg else 'shared'} "
-                         f"nats={'own' if self.nats else 'shared'}"
-                         + (f" BROKEN BUILD={o.broken_build}" if o.broken_build else ""))
+        plan = build_plan(o.seed, kinds, o.duration, o.replicas, LEASE_S, force_each=o.force_each)
+        settings_line = (
+            f"seed={o.seed} duration={o.duration:g}s replicas={o.replicas} "
+            f"jobs={o.jobs} every 1s ({slow_jobs} slow) lease=6s ack_wait=1s "
+            f"max_deliver=2 postgres={'embedded' if self.pg else 'shared'} "
+            f"nats={'own' if self.nats else 'shared'}"
+            + (f" BROKEN BUILD={o.broken_build}" if o.broken_build else "")
+        )
         self.say(settings_line)
         self.say(f"plan ({len(plan)} faults):")
         for fault in plan:
@@ -397,25 +418,40 @@ class Harness:
             await task
         stopping = [n for n, r in self.replicas.replicas.items() if r.alive and not r.retired]
         await self.replicas.stop_all(timeout=STOP_BOUND_S + 10)
-        self.say("replicas stopped: " + ", ".join(
-            f"{s.replica} {s.seconds:.1f}s" + (" (SIGKILLed)" if s.killed else "")
-            for s in self.replicas.stops if s.replica in stopping and s.during == "end of run"))
+        self.say(
+            "replicas stopped: "
+            + ", ".join(
+                f"{s.replica} {s.seconds:.1f}s" + (" (SIGKILLed)" if s.killed else "")
+                for s in self.replicas.stops
+                if s.replica in stopping and s.during == "end of run"
+            )
+        )
         self.say("checking invariants")
         report = await check_invariants(pool, loaded.jobs, window_start, window_end)
-        work = {name: timedelta(seconds=DEFAULT_SLOW_JOB_S + 0.5 if "slow" in name else 0.5)
-                for name in loaded.jobs}
+        work = {
+            name: timedelta(seconds=DEFAULT_SLOW_JOB_S + 0.5 if "slow" in name else 0.5)
+            for name in loaded.jobs
+        }
         recovery = recovery_seconds(report.runs, [r.started for r in records], work)
         for record, seconds in zip(records, recovery, strict=True):
             record.recovery_s = seconds
         liveness = await self._liveness(pool, records, faults_over, o.replicas)
         result = ChaosResult(
-            options=o, report=report, faults=records, skipped=skipped,
+            options=o,
+            report=report,
+            faults=records,
+            skipped=skipped,
             log_counts=count_log_events(logs),
             unplanned_exits=[(u.replica, u.code) for u in self.replicas.unplanned],
-            settings_line=settings_line, liveness=liveness, stops=list(self.replicas.stops),
-            exit_reasons=[f"{u.replica} exit {u.code} at {u.at.isoformat(timespec='seconds')}: "
-                          f"{u.last_error or '(nothing logged)'}"
-                          for u in self.replicas.unplanned])
+            settings_line=settings_line,
+            liveness=liveness,
+            stops=list(self.replicas.stops),
+            exit_reasons=[
+                f"{u.replica} exit {u.code} at {u.at.isoformat(timespec='seconds')}: "
+                f"{u.last_error or '(nothing logged)'}"
+                for u in self.replicas.unplanned
+            ],
+        )
         result.failures = report.failures() + harness_failures(result)
         result.table = render_table(result)
         print(result.table, file=self.out, flush=True)
@@ -428,27 +464,39 @@ class Harness:
         assert self.replicas is not None
         links = self.links.get(name)
         if links is None:
-            db = await FaultProxy(f"{name}-db", database_upstream(self.database_url),
-                                  server_gives_up=self.db_server_gives_up).start()
-            nats_proxy = await FaultProxy(f"{name}-nats", nats_upstream(self.nats_url),
-                                          server_gives_up=LEASE_S).start()
+            db = await FaultProxy(
+                f"{name}-db",
+                database_upstream(self.database_url),
+                server_gives_up=self.db_server_gives_up,
+            ).start()
+            nats_proxy = await FaultProxy(
+                f"{name}-nats", nats_upstream(self.nats_url), server_gives_up=LEASE_S
+            ).start()
             links = self.links[name] = ReplicaLinks(db, nats_proxy)
             self.stack.push_async_callback(db.close)
             self.stack.push_async_callback(nats_proxy.close)
-        self.replicas.add(name, {
-            "CLAIMD_DATABASE_URL": via_proxy_database(self.database_url, links.db.port),
-            "CLAIMD_NATS_URL": via_proxy_nats(self.nats_url, links.nats.port),
-            **(env or {})})
+        self.replicas.add(
+            name,
+            {
+                "CLAIMD_DATABASE_URL": via_proxy_database(self.database_url, links.db.port),
+                "CLAIMD_NATS_URL": via_proxy_nats(self.nats_url, links.nats.port),
+                **(env or {}),
+            },
+        )
 
-    async def _first_start(self, pool: asyncpg.Pool, pids: list[int],
-                           since: datetime) -> datetime | None:
+    async def _first_start(
+        self, pool: asyncpg.Pool, pids: list[int], since: datetime
+    ) -> datetime | None:
         began: datetime | None = await pool.fetchval(
             "SELECT min(began_at) FROM chaos_effects WHERE began_at > $1 AND pid = ANY($2)",
-            since, pids)
+            since,
+            pids,
+        )
         return began
 
-    async def _liveness(self, pool: asyncpg.Pool, records: list[FaultRecord],
-                        faults_over: datetime, replicas: int) -> list[Liveness]:
+    async def _liveness(
+        self, pool: asyncpg.Pool, records: list[FaultRecord], faults_over: datetime, replicas: int
+    ) -> list[Liveness]:
         """Per network fault, its target after the heal; then every replica after the end."""
         assert self.replicas is not None
         out = []
@@ -460,13 +508,18 @@ class Harness:
             began = await self._first_start(pool, slot.pids, record.ended)
             live = None if began is None else (began - record.ended).total_seconds()
             record.live_again_s = live
-            out.append(Liveness(record.target, record.fault.describe().strip(), record.ended,
-                                live))
+            out.append(Liveness(record.target, record.fault.describe().strip(), record.ended, live))
         for i in range(replicas):
             slot = self.replicas.replicas[f"r{i}"]
             began = await self._first_start(pool, slot.pids, faults_over)
-            out.append(Liveness(slot.name, "the end of the faults", faults_over,
-                                None if began is None else (began - faults_over).total_seconds()))
+            out.append(
+                Liveness(
+                    slot.name,
+                    "the end of the faults",
+                    faults_over,
+                    None if began is None else (began - faults_over).total_seconds(),
+                )
+            )
         return out
 
     async def _fetch_now(self, pool: asyncpg.Pool) -> datetime:
@@ -487,7 +540,8 @@ class Harness:
         while True:
             row = await pool.fetchrow(
                 "SELECT (SELECT count(*) FROM jobs WHERE materialized_until IS NOT NULL) AS j,"
-                " (SELECT count(*) FROM job_runs WHERE state = 'succeeded') AS s")
+                " (SELECT count(*) FROM job_runs WHERE state = 'succeeded') AS s"
+            )
             assert row is not None
             if row["j"] >= jobs and row["s"] >= jobs:
                 return
@@ -495,8 +549,9 @@ class Harness:
                 raise TimeoutError(f"replicas not steady after 90s: {dict(row)}; see the logs")
             await asyncio.sleep(0.5)
 
-    async def _settle(self, pool: asyncpg.Pool, jobs: dict[str, Job], start: datetime,
-                      end: datetime) -> None:
+    async def _settle(
+        self, pool: asyncpg.Pool, jobs: dict[str, Job], start: datetime, end: datetime
+    ) -> None:
         """At least lease + margin; then until the window's runs are terminal (bounded)."""
         await asyncio.sleep(LEASE_S + 3)
         deadline = time.monotonic() + self.o.settle_timeout
@@ -506,7 +561,10 @@ class Harness:
                 " WHERE r.scheduled_at > $1 AND r.scheduled_at <= $2"
                 " AND j.name = ANY($3::text[])"
                 " AND r.state NOT IN ('succeeded', 'failed', 'skipped', 'cancelled')",
-                start, end, sorted(jobs))
+                start,
+                end,
+                sorted(jobs),
+            )
             if open_runs == 0:
                 return
             await asyncio.sleep(0.5)
@@ -569,16 +627,17 @@ class Harness:
             return "postgres"
         if fault.kind.network:
             return await self._apply_network(fault)
-        env = ({"CLAIMD_FAULT_PUBLISH_FAIL_EVERY": str(int(fault.param))}
-               if fault.kind is FaultKind.PUBLISH_FAILURES
-               else {"CLAIMD_CHAOS_SLOW_S": f"{fault.param:.2f}"})
+        env = (
+            {"CLAIMD_FAULT_PUBLISH_FAIL_EVERY": str(int(fault.param))}
+            if fault.kind is FaultKind.PUBLISH_FAILURES
+            else {"CLAIMD_CHAOS_SLOW_S": f"{fault.param:.2f}"}
+        )
         self.extra += 1
         name = f"x{self.extra}"
         await self._add_replica(name, env)
         await asyncio.sleep(fault.span)
         # Graceful stop in the background: the plan goes on while it drains.
-        self._background(replicas.retire(name, timeout=STOP_BOUND_S + 10,
-                                         during=fault.kind.label))
+        self._background(replicas.retire(name, timeout=STOP_BOUND_S + 10, during=fault.kind.label))
         return name
 
     def _background(self, work: Coroutine[Any, Any, object]) -> None:
@@ -635,11 +694,14 @@ class Harness:
                 proxy.set_mode(Mode.BLACKHOLE)
             try:
                 await asyncio.sleep(fault.param)
-                record = await replicas.retire(name, timeout=STOP_BOUND_S + 10,
-                                               during=fault.kind.label)
+                record = await replicas.retire(
+                    name, timeout=STOP_BOUND_S + 10, during=fault.kind.label
+                )
                 if record is not None:
-                    self.say(f"{name} stopped {record.seconds:.1f}s after SIGTERM while "
-                             "blackholed" + (" (SIGKILLed)" if record.killed else ""))
+                    self.say(
+                        f"{name} stopped {record.seconds:.1f}s after SIGTERM while "
+                        "blackholed" + (" (SIGKILLed)" if record.killed else "")
+                    )
             finally:
                 for proxy in links.of(("db", "nats")):
                     proxy.set_mode(Mode.PASS)
@@ -699,15 +761,19 @@ def harness_failures(result: ChaosResult) -> list[str]:
     out = []
     for v in result.liveness:
         if not v.ok:
-            when = ("started no run" if v.live_s is None
-                    else f"started its first run {v.live_s:.1f}s")
-            out.append(f"(6) replica {v.replica} {when} after {v.after} "
-                       f"(bound {LIVENESS_BOUND_S:g}s)")
+            when = (
+                "started no run" if v.live_s is None else f"started its first run {v.live_s:.1f}s"
+            )
+            out.append(
+                f"(6) replica {v.replica} {when} after {v.after} (bound {LIVENESS_BOUND_S:g}s)"
+            )
     for stop in result.stops:
         if stop.killed or stop.seconds > STOP_BOUND_S:
             how = "did not stop and was SIGKILLed" if stop.killed else "stopped"
-            out.append(f"(7) replica {stop.replica} {how} {stop.seconds:.1f}s after SIGTERM "
-                       f"({stop.during}; bound {STOP_BOUND_S:g}s)")
+            out.append(
+                f"(7) replica {stop.replica} {how} {stop.seconds:.1f}s after SIGTERM "
+                f"({stop.during}; bound {STOP_BOUND_S:g}s)"
+            )
     for reason in result.exit_reasons:
         out.append(f"(8) replica exited on its own: {reason}")
     return out
@@ -715,10 +781,13 @@ def harness_failures(result: ChaosResult) -> list[str]:
 
 def render_table(result: ChaosResult) -> str:
     r = result.report
-    lines = [f"claimd chaos: {result.settings_line}",
-             f"window {r.window_start.isoformat(timespec='seconds')} .. "
-             f"{r.window_end.isoformat(timespec='seconds')} "
-             f"({(r.window_end - r.window_start).total_seconds():.0f}s)", ""]
+    lines = [
+        f"claimd chaos: {result.settings_line}",
+        f"window {r.window_start.isoformat(timespec='seconds')} .. "
+        f"{r.window_end.isoformat(timespec='seconds')} "
+        f"({(r.window_end - r.window_start).total_seconds():.0f}s)",
+        "",
+    ]
     lines.append(f"{'fault':<48} {'injected':>8}   recovery p50 / max")
     by_kind: dict[FaultKind, list[FaultRecord]] = {k: [] for k in FaultKind}
     for record in result.faults:
@@ -728,8 +797,7 @@ def render_table(result: ChaosResult) -> str:
             lines.append(f"{kind.label:<48} {'skipped':>8}   {result.skipped[kind]}")
             continue
         done = by_kind[kind]
-        lines.append(f"{kind.label:<48} {len(done):>8}   "
-                     f"{_p50_max([d.recovery_s for d in done])}")
+        lines.append(f"{kind.label:<48} {len(done):>8}   {_p50_max([d.recovery_s for d in done])}")
     lines.append("")
 
     def row(label: str, value: object, note: str = "") -> None:
@@ -738,43 +806,77 @@ def render_table(result: ChaosResult) -> str:
     states = ", ".join(f"{k} {v}" for k, v in sorted(r.states.items()))
     row("runs due in window", r.due)
     row("runs recorded", r.recorded, states)
-    row("lost (must be 0)", r.lost, f"missing {r.missing}, not terminal {r.non_terminal}, "
-                                    f"succeeded without effect {r.lost_work}")
-    row("doubled records (must be 0)", r.doubled,
-        f"instants with >1 row {r.doubled_rows}, runs succeeded twice {r.succeeded_twice}")
-    row("fencing violations (must be 0)", r.fencing_violations,
-        "success on record not the work of the latest claim")
-    row("inconsistent attempts (must be 0)", r.inconsistent + r.unexpected,
-        f"unexpected instants {r.unexpected}")
+    row(
+        "lost (must be 0)",
+        r.lost,
+        f"missing {r.missing}, not terminal {r.non_terminal}, "
+        f"succeeded without effect {r.lost_work}",
+    )
+    row(
+        "doubled records (must be 0)",
+        r.doubled,
+        f"instants with >1 row {r.doubled_rows}, runs succeeded twice {r.succeeded_twice}",
+    )
+    row(
+        "fencing violations (must be 0)",
+        r.fencing_violations,
+        "success on record not the work of the latest claim",
+    )
+    row(
+        "inconsistent attempts (must be 0)",
+        r.inconsistent + r.unexpected,
+        f"unexpected instants {r.unexpected}",
+    )
     row("failed runs (terminal, attempts exhausted)", r.failed_work)
-    row("duplicate executions (keys run >1 time)", r.duplicate_keys,
+    row(
+        "duplicate executions (keys run >1 time)",
+        r.duplicate_keys,
         f"{r.extra_executions} extra executions: {r.duplicates_new_claim} re-run under a "
-        f"newer claim, {r.duplicates_same_claim} twice under one claim")
+        f"newer claim, {r.duplicates_same_claim} twice under one claim",
+    )
     for event, label in LOG_EVENTS.items():
         row(f"  {label}", result.log_counts.get(event, 0))
     exits = Counter(code for _, code in result.unplanned_exits)
-    row("unplanned replica exits (must be 0)", len(result.unplanned_exits),
-        ", ".join(f"exit {c}: {n}" for c, n in sorted(exits.items(), key=str)))
+    row(
+        "unplanned replica exits (must be 0)",
+        len(result.unplanned_exits),
+        ", ".join(f"exit {c}: {n}" for c, n in sorted(exits.items(), key=str)),
+    )
     for reason in result.exit_reasons[:EXIT_REASONS_SHOWN]:
         lines.append(f"  {reason}")
     after_fault = [v for v in result.liveness if v.after != "the end of the faults"]
     at_end = [v for v in result.liveness if v.after == "the end of the faults"]
     late = sum(not v.ok for v in result.liveness)
-    row(f"not live within {LIVENESS_BOUND_S:g}s (must be 0)", late,
+    row(
+        f"not live within {LIVENESS_BOUND_S:g}s (must be 0)",
+        late,
         f"lease {LEASE_S:g}s + {LIVENESS_MARGIN_S:g}s, from each network fault's heal "
-        "(its replica) and from the end of the faults (every replica)")
-    row("  live again after a heal, p50 / max", len(after_fault),
-        _p50_max_or_never([v.live_s for v in after_fault]))
-    row("  live again after the end, p50 / max", len(at_end),
-        _p50_max_or_never([v.live_s for v in at_end]))
+        "(its replica) and from the end of the faults (every replica)",
+    )
+    row(
+        "  live again after a heal, p50 / max",
+        len(after_fault),
+        _p50_max_or_never([v.live_s for v in after_fault]),
+    )
+    row(
+        "  live again after the end, p50 / max",
+        len(at_end),
+        _p50_max_or_never([v.live_s for v in at_end]),
+    )
     over = [s for s in result.stops if s.killed or s.seconds > STOP_BOUND_S]
-    row(f"SIGTERM stops over {STOP_BOUND_S:g}s (must be 0)", len(over),
+    row(
+        f"SIGTERM stops over {STOP_BOUND_S:g}s (must be 0)",
+        len(over),
         f"of {len(result.stops)} timed; p50 / max {_p50_max([s.seconds for s in result.stops])}"
-        + (f"; {sum(s.killed for s in result.stops)} SIGKILLed" if over else ""))
+        + (f"; {sum(s.killed for s in result.stops)} SIGKILLed" if over else ""),
+    )
     blackholed = [s for s in result.stops if s.during == FaultKind.STOP_BLACKHOLED.label]
     if blackholed:
-        row("  of which while blackholed, p50 / max", len(blackholed),
-            _p50_max([s.seconds for s in blackholed]))
+        row(
+            "  of which while blackholed, p50 / max",
+            len(blackholed),
+            _p50_max([s.seconds for s in blackholed]),
+        )
     lines.append("")
     lines += [
         "duplicate executions: the price of at-least-once delivery. A worker killed or paused",
@@ -793,8 +895,10 @@ def render_table(result: ChaosResult) -> str:
         lines.append("RESULT: FAIL")
         lines += [f"  {f}" for f in result.failures]
     else:
-        lines.append("RESULT: PASS (every due instant recorded once, terminal, fenced; "
-                     "every replica live again and stopped within its bound)")
+        lines.append(
+            "RESULT: PASS (every due instant recorded once, terminal, fenced; "
+            "every replica live again and stopped within its bound)"
+        )
     return "\n".join(lines)
 
 
@@ -802,35 +906,66 @@ def render_table(result: ChaosResult) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> Options:
-    p = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m tests.chaos",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--duration", type=float, default=60.0, help="seconds of fault injection")
     p.add_argument("--replicas", type=int, default=3)
     p.add_argument("--jobs", type=int, default=50, help="jobs, each every 1s")
-    p.add_argument("--slow-jobs", type=int, default=None,
-                   help="how many of the jobs work 3s (default: a tenth)")
-    p.add_argument("--embedded", action="store_true",
-                   help="own embedded PostgreSQL (enables PostgreSQL restarts)")
-    p.add_argument("--shared-nats", action="store_true",
-                   help="use CLAIMD_TEST_NATS_URL instead of an own nats-server")
-    p.add_argument("--faults", default=None,
-                   help="comma-separated kinds (or the groups 'process', 'network'): "
-                        + ",".join(k.value for k in FaultKind))
-    p.add_argument("--no-force-each", action="store_true",
-                   help="do not force one fault of each kind into the plan")
-    p.add_argument("--broken-build", choices=sorted(BROKEN_BUILDS),
-                   help="run replicas with a deliberately broken guard (the harness must fail)")
+    p.add_argument(
+        "--slow-jobs",
+        type=int,
+        default=None,
+        help="how many of the jobs work 3s (default: a tenth)",
+    )
+    p.add_argument(
+        "--embedded",
+        action="store_true",
+        help="own embedded PostgreSQL (enables PostgreSQL restarts)",
+    )
+    p.add_argument(
+        "--shared-nats",
+        action="store_true",
+        help="use CLAIMD_TEST_NATS_URL instead of an own nats-server",
+    )
+    p.add_argument(
+        "--faults",
+        default=None,
+        help="comma-separated kinds (or the groups 'process', 'network'): "
+        + ",".join(k.value for k in FaultKind),
+    )
+    p.add_argument(
+        "--no-force-each",
+        action="store_true",
+        help="do not force one fault of each kind into the plan",
+    )
+    p.add_argument(
+        "--broken-build",
+        choices=sorted(BROKEN_BUILDS),
+        help="run replicas with a deliberately broken guard (the harness must fail)",
+    )
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--keep", action="store_true", help="keep the workdir, logs and schema")
     p.add_argument("--log-level", default="WARNING", help="replicas' log level")
     a = p.parse_args(argv)
     return Options(
-        seed=a.seed, duration=a.duration, replicas=a.replicas, jobs=a.jobs,
-        slow_jobs=a.slow_jobs, embedded=a.embedded, shared_nats=a.shared_nats,
+        seed=a.seed,
+        duration=a.duration,
+        replicas=a.replicas,
+        jobs=a.jobs,
+        slow_jobs=a.slow_jobs,
+        embedded=a.embedded,
+        shared_nats=a.shared_nats,
         kinds=parse_kinds(a.faults) if a.faults else None,
-        force_each=not a.no_force_each, broken_build=a.broken_build, workdir=a.workdir,
-        keep=a.keep, log_level=a.log_level)
+        force_each=not a.no_force_each,
+        broken_build=a.broken_build,
+        workdir=a.workdir,
+        keep=a.keep,
+        log_level=a.log_level,
+    )
 
 
 def parse_kinds(text: str) -> list[FaultKind]:

@@ -132,8 +132,10 @@ class Report:
         if self.lost_work:
             out.append(f"(4) {self.lost_work} runs recorded succeeded with no effect (lost work)")
         if self.fencing_violations:
-            out.append(f"(5) {self.fencing_violations} runs whose recorded success is not the "
-                       "work of their latest claim (a zombie overwrote a newer attempt)")
+            out.append(
+                f"(5) {self.fencing_violations} runs whose recorded success is not the "
+                "work of their latest claim (a zombie overwrote a newer attempt)"
+            )
         return out
 
     def note(self, kind: str, text: str) -> None:
@@ -141,11 +143,23 @@ class Report:
             self.examples[kind].append(text)
 
 
-async def load_runs(conn: asyncpg.Connection | asyncpg.Pool, start: datetime, end: datetime,
-                    jobs: Sequence[str]) -> list[RunRow]:
+async def load_runs(
+    conn: asyncpg.Connection | asyncpg.Pool, start: datetime, end: datetime, jobs: Sequence[str]
+) -> list[RunRow]:
     rows = await conn.fetch(WINDOW_RUNS, start, end, list(jobs))
-    runs = {r["id"]: RunRow(r["id"], r["job"], r["scheduled_at"], r["state"], r["claim_epoch"],
-                            r["attempt"], r["finished_at"], r["outcome"]) for r in rows}
+    runs = {
+        r["id"]: RunRow(
+            r["id"],
+            r["job"],
+            r["scheduled_at"],
+            r["state"],
+            r["claim_epoch"],
+            r["attempt"],
+            r["finished_at"],
+            r["outcome"],
+        )
+        for r in rows
+    }
     for a in await conn.fetch(WINDOW_ATTEMPTS, start, end):
         if a["run_id"] in runs:
             runs[a["run_id"]].attempts.append(a)
@@ -155,8 +169,9 @@ async def load_runs(conn: asyncpg.Connection | asyncpg.Pool, start: datetime, en
     return list(runs.values())
 
 
-async def check_invariants(conn: asyncpg.Connection | asyncpg.Pool, jobs: Mapping[str, Job],
-                           start: datetime, end: datetime) -> Report:
+async def check_invariants(
+    conn: asyncpg.Connection | asyncpg.Pool, jobs: Mapping[str, Job], start: datetime, end: datetime
+) -> Report:
     """Check the five invariants over the instants in ``(start, end]``."""
     report = Report(start, end)
     runs = await load_runs(conn, start, end, sorted(jobs))
@@ -191,8 +206,11 @@ def _check_run(report: Report, run: RunRow) -> None:
     report.states[run.state] += 1
     if run.state not in TERMINAL:
         report.non_terminal += 1
-        report.note("non_terminal", f"{run.id} {run.job} @ {run.scheduled_at.isoformat()} "
-                                    f"is {run.state} (epoch {run.epoch})")
+        report.note(
+            "non_terminal",
+            f"{run.id} {run.job} @ {run.scheduled_at.isoformat()} "
+            f"is {run.state} (epoch {run.epoch})",
+        )
     if run.state == "failed":
         report.failed_work += 1
         report.note("failed", f"{run.id} {run.job} attempt {run.attempt}: {run.outcome}")
@@ -221,14 +239,19 @@ def _check_run(report: Report, run: RunRow) -> None:
     if run.state == "succeeded" and len(won) == 1:
         if won[0]["claim_epoch"] != run.epoch:
             report.fencing_violations += 1
-            report.note("fencing", f"{run.id}: row epoch {run.epoch}, succeeded attempt "
-                                   f"epoch {won[0]['claim_epoch']}")
+            report.note(
+                "fencing",
+                f"{run.id}: row epoch {run.epoch}, succeeded attempt epoch {won[0]['claim_epoch']}",
+            )
         elif run.recorded_effect() is None:
             report.fencing_violations += 1
             effects = sorted((e["fencing_token"], e["pid"]) for e in run.effects)
-            report.note("fencing", f"{run.id}: success recorded for epoch {run.epoch} by "
-                                   f"{won[0]['worker']}, but that process did not execute "
-                                   f"epoch {run.epoch}; executions (epoch, pid): {effects}")
+            report.note(
+                "fencing",
+                f"{run.id}: success recorded for epoch {run.epoch} by "
+                f"{won[0]['worker']}, but that process did not execute "
+                f"epoch {run.epoch}; executions (epoch, pid): {effects}",
+            )
 
 
 def _attempt_problem(run: RunRow, won: list[Any]) -> str | None:
@@ -270,8 +293,9 @@ def began_late(run: RunRow) -> datetime | None:
     return began
 
 
-def recovery_seconds(runs: Sequence[RunRow], faults: Sequence[datetime],
-                     work: Mapping[str, timedelta]) -> list[float]:
+def recovery_seconds(
+    runs: Sequence[RunRow], faults: Sequence[datetime], work: Mapping[str, timedelta]
+) -> list[float]:
     """Per fault (by start time): seconds until the last run it delayed began again.
 
     A late run is charged to the last fault that began before the run was due
@@ -294,5 +318,7 @@ def recovery_seconds(runs: Sequence[RunRow], faults: Sequence[datetime],
         current = last[culprit]
         if current is None or began > current:
             last[culprit] = began
-    return [0.0 if end is None else max(0.0, (end - start).total_seconds())
-            for end, start in zip(last, faults, strict=True)]
+    return [
+        0.0 if end is None else max(0.0, (end - start).total_seconds())
+        for end, start in zip(last, faults, strict=True)
+    ]

@@ -194,16 +194,26 @@ class FaultProxy:
                 return
             if conn.caught:  # caught while connecting: the server end waits to give up
                 self._schedule_give_up(conn)
-            conn.tasks.append(asyncio.create_task(
-                self._pump(conn, upstream_reader, conn.client, from_client=False)))
-        conn.tasks.append(asyncio.create_task(
-            self._pump(conn, reader, conn.upstream, from_client=True)))
+            conn.tasks.append(
+                asyncio.create_task(
+                    self._pump(conn, upstream_reader, conn.client, from_client=False)
+                )
+            )
+        conn.tasks.append(
+            asyncio.create_task(self._pump(conn, reader, conn.upstream, from_client=True))
+        )
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*conn.tasks, return_exceptions=True)
         self._connections.discard(conn)
 
-    async def _pump(self, conn: _Connection, reader: asyncio.StreamReader,
-                    writer: asyncio.StreamWriter | None, *, from_client: bool) -> None:
+    async def _pump(
+        self,
+        conn: _Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter | None,
+        *,
+        from_client: bool,
+    ) -> None:
         """Copy one direction; the writer task delivers with the latency of the moment."""
         queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue()
         deliver = asyncio.create_task(self._deliver(conn, queue, writer))
@@ -226,8 +236,12 @@ class FaultProxy:
                 await deliver
         self._ended(conn, from_client=from_client)
 
-    async def _deliver(self, conn: _Connection, queue: asyncio.Queue[tuple[float, bytes] | None],
-                       writer: asyncio.StreamWriter | None) -> None:
+    async def _deliver(
+        self,
+        conn: _Connection,
+        queue: asyncio.Queue[tuple[float, bytes] | None],
+        writer: asyncio.StreamWriter | None,
+    ) -> None:
         while (item := await queue.get()) is not None:
             due, data = item
             wait = due - time.monotonic()

@@ -28,16 +28,20 @@ async def _run(capsys: pytest.CaptureFixture[str], options: Options) -> ChaosRes
 
 
 async def test_short_seeded_run_loses_nothing_and_doubles_nothing(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     # Embedded PostgreSQL so that PostgreSQL restarts are among the faults
     # (the machine's shared server is never restarted); own nats-server.
-    result = await _run(capsys, Options(seed=SEED, duration=45, replicas=3, jobs=50,
-                                        embedded=True, kinds=PROCESS_KINDS))
+    result = await _run(
+        capsys,
+        Options(seed=SEED, duration=45, replicas=3, jobs=50, embedded=True, kinds=PROCESS_KINDS),
+    )
     report = result.report
     injected = {record.fault.kind for record in result.faults}
     assert injected == set(PROCESS_KINDS), (
         f"every process fault kind must be injected; missing {set(PROCESS_KINDS) - injected}, "
-        f"skipped {result.skipped}\n{result.table}")
+        f"skipped {result.skipped}\n{result.table}"
+    )
     assert report.due > 1000, result.table
     assert report.recorded == report.due, result.table
     assert report.lost == 0, result.table
@@ -47,18 +51,21 @@ async def test_short_seeded_run_loses_nothing_and_doubles_nothing(
 
 
 async def test_network_faults_lose_nothing_and_every_replica_recovers(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     # Every replica reaches PostgreSQL and NATS through proxies of its own; the
     # plan blackholes each link of a replica past the lease, both at once,
     # resets them repeatedly, slows them, and SIGTERMs a replica whose links are
     # blackholed. The machine's PostgreSQL is enough (nothing restarts it).
-    result = await _run(capsys, Options(seed=SEED, duration=45, replicas=3, jobs=50,
-                                        kinds=NETWORK_KINDS))
+    result = await _run(
+        capsys, Options(seed=SEED, duration=45, replicas=3, jobs=50, kinds=NETWORK_KINDS)
+    )
     report = result.report
     injected = {record.fault.kind for record in result.faults}
     assert injected == set(NETWORK_KINDS), (
         f"every network fault kind must be injected; missing {set(NETWORK_KINDS) - injected}"
-        f"\n{result.table}")
+        f"\n{result.table}"
+    )
     assert report.due > 1000, result.table
     assert report.lost == 0, result.table
     assert report.doubled == 0, result.table
@@ -74,7 +81,8 @@ async def test_network_faults_lose_nothing_and_every_replica_recovers(
 
 
 async def test_broken_build_without_the_epoch_guard_is_caught(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     # The completion statement loses its epoch guard: a replica paused past its
     # lease wakes up and records its stale execution over the newer attempt.
     # The harness exists to catch exactly this; if it passed, it would prove nothing.
@@ -86,10 +94,18 @@ async def test_broken_build_without_the_epoch_guard_is_caught(
     # the broken build gets up to three seeded storms to show itself: a harness
     # that misses it three times in a row is what this test exists to catch.
     for attempt in range(3):
-        result = await _run(capsys, Options(seed=SEED + 1 + 100 * attempt, duration=25,
-                                            replicas=3, jobs=20, slow_jobs=10,
-                                            kinds=[FaultKind.ZOMBIE],
-                                            broken_build="epoch-guard"))
+        result = await _run(
+            capsys,
+            Options(
+                seed=SEED + 1 + 100 * attempt,
+                duration=25,
+                replicas=3,
+                jobs=20,
+                slow_jobs=10,
+                kinds=[FaultKind.ZOMBIE],
+                broken_build="epoch-guard",
+            ),
+        )
         # The violation itself, not any failure: the run now also fails on
         # liveness and stop bounds, which say nothing about the epoch guard.
         if result.report.fencing_violations > 0:

@@ -62,8 +62,9 @@ async def _connect(proxy: FaultProxy) -> tuple[asyncio.StreamReader, asyncio.Str
     return await asyncio.open_connection("127.0.0.1", proxy.port)
 
 
-async def _round_trip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      data: bytes) -> bytes:
+async def _round_trip(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, data: bytes
+) -> bytes:
     writer.write(data)
     await writer.drain()
     return await asyncio.wait_for(reader.readexactly(len(data)), 5)
@@ -109,7 +110,8 @@ async def test_reset_mode_resets_new_connections(rig: tuple[Echo, FaultProxy]) -
 
 
 async def test_blackhole_drops_silently_and_caught_connections_stay_dead(
-        rig: tuple[Echo, FaultProxy]) -> None:
+    rig: tuple[Echo, FaultProxy],
+) -> None:
     echo, proxy = rig
     reader, writer = await _connect(proxy)
     assert await _round_trip(reader, writer, b"ab") == b"ab"
@@ -146,7 +148,8 @@ async def test_blackhole_drops_silently_and_caught_connections_stay_dead(
 
 
 async def test_a_client_that_gives_up_on_a_caught_connection_is_let_go(
-        rig: tuple[Echo, FaultProxy]) -> None:
+    rig: tuple[Echo, FaultProxy],
+) -> None:
     _, proxy = rig
     proxy.set_mode(Mode.BLACKHOLE)
     _, writer = await _connect(proxy)
@@ -168,4 +171,3 @@ async def test_unreachable_server_closes_the_client_end() -> None:
         writer.close()
     finally:
         await proxy.close()
-

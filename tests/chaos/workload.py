@@ -62,16 +62,25 @@ async def _effects_pool() -> asyncpg.Pool:
         _pool_lock = asyncio.Lock()
     async with _pool_lock:
         if _pool is None:
-            _pool = await asyncpg.create_pool(os.environ[EFFECTS_DSN_ENV], min_size=1,
-                                              max_size=4, timeout=5, command_timeout=10)
+            _pool = await asyncpg.create_pool(
+                os.environ[EFFECTS_DSN_ENV], min_size=1, max_size=4, timeout=5, command_timeout=10
+            )
     assert _pool is not None
     return _pool
 
 
 async def _record(ctx: RunContext, began: datetime) -> None:
     pool = await _effects_pool()
-    await pool.execute(INSERT_EFFECT, ctx.run_id, ctx.job, ctx.scheduled_at, ctx.attempt,
-                       ctx.fencing_token, os.getpid(), began)
+    await pool.execute(
+        INSERT_EFFECT,
+        ctx.run_id,
+        ctx.job,
+        ctx.scheduled_at,
+        ctx.attempt,
+        ctx.fencing_token,
+        os.getpid(),
+        began,
+    )
 
 
 async def record_effect(ctx: RunContext) -> None:

@@ -39,10 +39,12 @@ ULIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
 STOP_TIMEOUT_S = 30
 
 
-def _run(args: list[str], *, timeout: float = 120, env: dict[str, str] | None = None
-         ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env,
-                          check=False)
+def _run(
+    args: list[str], *, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args, capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +59,11 @@ def podman() -> list[str]:
             pytest.skip(f"{tool} is not installed (apt-get install podman runc mmdebstrap)")
     if os.geteuid() != 0:
         pytest.skip("making the base image with mmdebstrap needs root")
-    made = _run([str(REPO / "docker" / "make-base-image.sh")], timeout=600,
-                env={**os.environ, "CONTAINER_ENGINE": "podman"})
+    made = _run(
+        [str(REPO / "docker" / "make-base-image.sh")],
+        timeout=600,
+        env={**os.environ, "CONTAINER_ENGINE": "podman"},
+    )
     assert made.returncode == 0, f"make-base-image.sh failed:\n{made.stdout}\n{made.stderr}"
     candidates = [["podman"]]
     if shutil.which("runc") is not None:
@@ -76,11 +81,18 @@ def podman() -> list[str]:
 @pytest.fixture(scope="module")
 def image(podman: list[str]) -> str:
     """The claimd image, built by docker/build-image.sh (layers cached between runs)."""
-    built = _run([str(REPO / "docker" / "build-image.sh"), IMAGE], timeout=840,
-                 env={**os.environ, "CONTAINER_ENGINE": " ".join(podman),
-                      "CONTAINER_BUILD_FLAGS": " ".join(ULIMITS)})
-    assert built.returncode == 0, (f"build-image.sh failed:\n{built.stdout[-4000:]}\n"
-                                   f"{built.stderr[-4000:]}")
+    built = _run(
+        [str(REPO / "docker" / "build-image.sh"), IMAGE],
+        timeout=840,
+        env={
+            **os.environ,
+            "CONTAINER_ENGINE": " ".join(podman),
+            "CONTAINER_BUILD_FLAGS": " ".join(ULIMITS),
+        },
+    )
+    assert built.returncode == 0, (
+        f"build-image.sh failed:\n{built.stdout[-4000:]}\n{built.stderr[-4000:]}"
+    )
     return IMAGE
 
 
@@ -102,7 +114,9 @@ async def _succeeded(url: str, job: str) -> int:
     try:
         count: int = await conn.fetchval(
             "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id "
-            "WHERE j.name = $1 AND r.state = 'succeeded'", job)
+            "WHERE j.name = $1 AND r.state = 'succeeded'",
+            job,
+        )
         return count
     finally:
         await conn.close()
@@ -114,8 +128,9 @@ async def _podman(podman: list[str], *args: str) -> subprocess.CompletedProcess[
 
 async def _zombies(podman: list[str], name: str) -> list[str]:
     """The processes in the container that exited and were never reaped."""
-    listing = await _podman(podman, "exec", name, "/bin/sh", "-c",
-                            "cat /proc/[0-9]*/stat 2>/dev/null; true")
+    listing = await _podman(
+        podman, "exec", name, "/bin/sh", "-c", "cat /proc/[0-9]*/stat 2>/dev/null; true"
+    )
     assert listing.returncode == 0, listing.stderr
     zombies = []
     for line in listing.stdout.splitlines():
@@ -127,24 +142,49 @@ async def _zombies(podman: list[str], name: str) -> list[str]:
 
 
 async def test_container_runs_jobs_turns_healthy_and_exits_0_on_sigterm(
-        podman: list[str], image: str, container_name: str, schema_url: str,
-        nats_url: str, deployment: str, tmp_path: Path) -> None:
+    podman: list[str],
+    image: str,
+    container_name: str,
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+    tmp_path: Path,
+) -> None:
     if not _tcp_database(schema_url):
-        pytest.skip("the container reaches PostgreSQL over TCP only: set "
-                    "CLAIMD_TEST_DATABASE_URL to a TCP URL")
+        pytest.skip(
+            "the container reaches PostgreSQL over TCP only: set "
+            "CLAIMD_TEST_DATABASE_URL to a TCP URL"
+        )
     http = f"127.0.0.1:{free_port()}"
     # Every run leaves an orphan behind ((sleep 0 &) exits before its child):
     # only an init that reaps reparented children keeps them from piling up.
     config = write_config(
-        tmp_path / "claimd.toml", deployment=deployment, shutdown_grace="10s",
+        tmp_path / "claimd.toml",
+        deployment=deployment,
+        shutdown_grace="10s",
         jobs='[jobs.tick]\nevery = "1s"\ntimeout = "10s"\n'
-             'run = { shell = "(sleep 0 &); echo tick $CLAIMD_RUN_ID", use_shell = true }\n')
+        'run = { shell = "(sleep 0 &); echo tick $CLAIMD_RUN_ID", use_shell = true }\n',
+    )
     config.chmod(0o644)  # read by the image's non-root user
     started = await _podman(
-        podman, "run", "--detach", "--name", container_name, "--network", "host", *ULIMITS,
-        "--env", f"CLAIMD_DATABASE_URL={schema_url}", "--env", f"CLAIMD_NATS_URL={nats_url}",
-        "--env", f"CLAIMD_HTTP={http}",
-        "--volume", f"{config}:/etc/claimd/claimd.toml:ro", image)
+        podman,
+        "run",
+        "--detach",
+        "--name",
+        container_name,
+        "--network",
+        "host",
+        *ULIMITS,
+        "--env",
+        f"CLAIMD_DATABASE_URL={schema_url}",
+        "--env",
+        f"CLAIMD_NATS_URL={nats_url}",
+        "--env",
+        f"CLAIMD_HTTP={http}",
+        "--volume",
+        f"{config}:/etc/claimd/claimd.toml:ro",
+        image,
+    )
     assert started.returncode == 0, started.stderr
 
     async def logs() -> str:
@@ -158,8 +198,9 @@ async def test_container_runs_jobs_turns_healthy_and_exits_0_on_sigterm(
 
     try:
         await eventually(healthy, timeout=90, what="the HEALTHCHECK to pass", interval=0.5)
-        status = await _podman(podman, "inspect", "--format", "{{.State.Health.Status}}",
-                               container_name)
+        status = await _podman(
+            podman, "inspect", "--format", "{{.State.Health.Status}}", container_name
+        )
         assert status.stdout.strip() == "healthy"
 
         async def three_succeeded() -> bool:
@@ -182,12 +223,10 @@ async def test_container_runs_jobs_turns_healthy_and_exits_0_on_sigterm(
     assert "replica stopped" in text
 
 
-def test_image_runs_as_non_root_without_the_embedded_servers(
-        podman: list[str], image: str) -> None:
+def test_image_runs_as_non_root_without_the_embedded_servers(podman: list[str], image: str) -> None:
     user = _run([*podman, "image", "inspect", "--format", "{{.Config.User}}", image])
     assert user.stdout.strip() == "10001:10001"
-    health = _run([*podman, "image", "inspect", "--format", "{{.Config.Healthcheck.Test}}",
-                   image])
+    health = _run([*podman, "image", "inspect", "--format", "{{.Config.Healthcheck.Test}}", image])
     assert "healthcheck.py" in health.stdout
     # HTTP is bound for a container (every interface), not to its own loopback.
     env = _run([*podman, "image", "inspect", "--format", "{{json .Config.Env}}", image])
@@ -206,6 +245,5 @@ def test_compose_file_is_valid() -> None:
     compose = shutil.which("docker-compose")
     if compose is None:
         pytest.skip("docker-compose is not installed (apt-get install docker-compose)")
-    checked = _run([compose, "--file", str(REPO / "docker" / "compose.yaml"), "config",
-                    "--quiet"])
+    checked = _run([compose, "--file", str(REPO / "docker" / "compose.yaml"), "config", "--quiet"])
     assert checked.returncode == 0, checked.stderr

@@ -39,9 +39,11 @@ def claimd_command() -> list[str]:
 
 def child_env(**extra: str) -> dict[str, str]:
     """The environment for a child: no server overrides or faults leaking in from ours."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("CLAIMD_DATABASE_URL", "CLAIMD_NATS_URL")
-           and not k.startswith("CLAIMD_FAULT_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("CLAIMD_DATABASE_URL", "CLAIMD_NATS_URL") and not k.startswith("CLAIMD_FAULT_")
+    }
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
@@ -88,9 +90,14 @@ class ClaimdProcess:
 
     def start(self) -> ClaimdProcess:
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen([*claimd_command(), *self.args], stdout=out,
-                                         stderr=err, env=self.env, cwd=self.workdir,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                [*claimd_command(), *self.args],
+                stdout=out,
+                stderr=err,
+                env=self.env,
+                cwd=self.workdir,
+                start_new_session=True,
+            )
         return self
 
     def returncode(self) -> int | None:
@@ -132,8 +139,10 @@ class ClaimdProcess:
         deadline = time.monotonic() + timeout
         while (code := self.proc.poll()) is None:
             if time.monotonic() > deadline:
-                raise AssertionError(f"{self.label} still running {timeout}s after SIGTERM; "
-                                     f"stderr tail:\n{self.stderr()[-3000:]}")
+                raise AssertionError(
+                    f"{self.label} still running {timeout}s after SIGTERM; "
+                    f"stderr tail:\n{self.stderr()[-3000:]}"
+                )
             await asyncio.sleep(0.05)
         return code
 
@@ -175,8 +184,9 @@ def metric_total(samples: dict[str, float], name: str) -> float:
     return sum(v for k, v in samples.items() if k == name or k.startswith(name + "{"))
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], *, timeout: float,
-                     what: str, interval: float = 0.1) -> None:
+async def eventually(
+    check: Callable[[], Awaitable[bool]], *, timeout: float, what: str, interval: float = 0.1
+) -> None:
     """Poll ``check`` until it holds; fail after a generous deadline."""
     deadline = time.monotonic() + timeout
     while not await check():
@@ -197,8 +207,10 @@ def write_config(path: Path, *, jobs: str, **settings: str | int) -> Path:
 def effect_job(name: str, effects: Path, every: str = "1s", extra: str = "") -> str:
     """A job whose every execution appends ``job run_id scheduled_at`` to ``effects``."""
     command = f'echo "$CLAIMD_JOB $CLAIMD_RUN_ID $CLAIMD_SCHEDULED_AT" >> {effects}'
-    return (f"[jobs.{name}]\nevery = {json.dumps(every)}\ntimeout = \"10s\"\n{extra}"
-            f"run = {{ shell = {json.dumps(command)}, use_shell = true }}\n\n")
+    return (
+        f'[jobs.{name}]\nevery = {json.dumps(every)}\ntimeout = "10s"\n{extra}'
+        f"run = {{ shell = {json.dumps(command)}, use_shell = true }}\n\n"
+    )
 
 
 @dataclass(frozen=True)
@@ -239,8 +251,9 @@ class JobFigures:
         return self.succeeded / self.window_s
 
 
-async def check_effectively_once(schema_url: str, job: str, effects: list[Effect],
-                                 every: timedelta = timedelta(seconds=1)) -> JobFigures:
+async def check_effectively_once(
+    schema_url: str, job: str, effects: list[Effect], every: timedelta = timedelta(seconds=1)
+) -> JobFigures:
     """Assert: every due instant in [first effect, last effect] is one succeeded row,
     every succeeded run was executed once, and every execution belongs to a succeeded run."""
     mine = [e for e in effects if e.job == job]
@@ -254,14 +267,22 @@ async def check_effectively_once(schema_url: str, job: str, effects: list[Effect
         rows = await conn.fetch(
             "SELECT r.id::text AS id, r.scheduled_at, r.state FROM job_runs r "
             "JOIN jobs j ON j.id = r.job_id WHERE j.name = $1 "
-            "AND r.scheduled_at BETWEEN $2 AND $3 ORDER BY r.scheduled_at", job, first, last)
+            "AND r.scheduled_at BETWEEN $2 AND $3 ORDER BY r.scheduled_at",
+            job,
+            first,
+            last,
+        )
         succeeded = await conn.fetch(
             "SELECT r.id::text AS id, r.scheduled_at FROM job_runs r JOIN jobs j "
-            "ON j.id = r.job_id WHERE j.name = $1 AND r.state = 'succeeded'", job)
+            "ON j.id = r.job_id WHERE j.name = $1 AND r.state = 'succeeded'",
+            job,
+        )
         attempts = await conn.fetch(
             "SELECT a.run_id::text AS run_id, a.outcome, a.worker FROM job_run_attempts a "
             "JOIN job_runs r ON r.id = a.run_id JOIN jobs j ON j.id = r.job_id "
-            "WHERE j.name = $1", job)
+            "WHERE j.name = $1",
+            job,
+        )
     finally:
         await conn.close()
 
@@ -273,14 +294,16 @@ async def check_effectively_once(schema_url: str, job: str, effects: list[Effect
     got = [r["scheduled_at"] for r in rows]
     missing = sorted(set(expected) - set(got))
     assert got == expected, f"{job}: due instants missing {missing[:5]} or doubled"
-    not_done = [(r["scheduled_at"].isoformat(), r["state"]) for r in rows
-                if r["state"] != "succeeded"]
+    not_done = [
+        (r["scheduled_at"].isoformat(), r["state"]) for r in rows if r["state"] != "succeeded"
+    ]
     assert not_done == [], f"{job}: runs in the window not succeeded: {not_done[:5]}"
     assert duplicates == 0, f"{job}: {duplicates} run ids executed more than once"
     by_id = {r["id"]: r["scheduled_at"] for r in succeeded}
     assert set(by_id) == set(ids), (
         f"{job}: succeeded but never executed {sorted(set(by_id) - set(ids))[:5]}; "
-        f"executed but not succeeded {sorted(set(ids) - set(by_id))[:5]}")
+        f"executed but not succeeded {sorted(set(ids) - set(by_id))[:5]}"
+    )
     assert all(by_id[e.run_id] == e.scheduled_at for e in mine), "run handed the wrong instant"
     per_run: dict[str, int] = {}
     workers: dict[str, int] = {}
@@ -289,8 +312,15 @@ async def check_effectively_once(schema_url: str, job: str, effects: list[Effect
         workers[a["worker"]] = workers.get(a["worker"], 0) + 1
     assert per_run == dict.fromkeys(by_id, 1), f"{job}: attempts per run are not one each"
     assert {a["outcome"] for a in attempts} == {"succeeded"}
-    return JobFigures(job=job, first=first, last=last, succeeded=len(rows),
-                      executions=len(ids), duplicate_executions=duplicates, workers=workers)
+    return JobFigures(
+        job=job,
+        first=first,
+        last=last,
+        succeeded=len(rows),
+        executions=len(ids),
+        duplicate_executions=duplicates,
+        workers=workers,
+    )
 
 
 def utcnow() -> datetime:

@@ -30,8 +30,9 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., ClaimdProcess]]:
     """Start `claimd` subprocesses; whatever is still running at teardown is killed."""
     started: list[ClaimdProcess] = []
 
-    def start(*args: str, label: str | None = None, env: dict[str, str] | None = None
-              ) -> ClaimdProcess:
+    def start(
+        *args: str, label: str | None = None, env: dict[str, str] | None = None
+    ) -> ClaimdProcess:
         process = ClaimdProcess(list(args), tmp_path, label or f"claimd{len(started)}")
         if env:
             process.env.update(env)
@@ -60,9 +61,20 @@ class PrivateNats:
     def start(self) -> PrivateNats:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js",
-                 "-sd", str(self.store)], stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                [
+                    nats_server_binary(),
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    str(self.port),
+                    "-js",
+                    "-sd",
+                    str(self.store),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         wait_for_port(self.port)
         return self
 
@@ -103,6 +115,7 @@ def private_nats(tmp_path: Path) -> Iterator[PrivateNats]:
 async def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
     """Status and body of a GET: an HTTP error status is returned, not raised; 0 when
     nothing answered (refused, or no answer within ``timeout``)."""
+
     def get() -> tuple[int, str]:
         try:
             with urllib.request.urlopen(url, timeout=timeout) as response:
@@ -111,6 +124,7 @@ async def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
             return int(exc.code), exc.read().decode()
         except (urllib.error.URLError, OSError) as exc:
             return 0, repr(exc)
+
     return await asyncio.to_thread(get)
 
 
@@ -138,7 +152,8 @@ def parse_metrics(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], flo
     return samples
 
 
-def sample(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
-           **labels: str) -> float | None:
+def sample(
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float | None:
     """The value of exactly the series ``name{labels}``, None when absent."""
     return samples.get((name, frozenset(labels.items())))

@@ -27,14 +27,21 @@ END = START + timedelta(seconds=INSTANTS - 1)
 
 async def _claimd(*args: str) -> subprocess.CompletedProcess[str]:
     return await asyncio.to_thread(
-        subprocess.run, [*claimd_command(), *args], capture_output=True, text=True,
-        env=child_env(), timeout=90, check=False)
+        subprocess.run,
+        [*claimd_command(), *args],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=90,
+        check=False,
+    )
 
 
 async def _rows(store: PostgresRunStore) -> tuple[int, int, datetime | None, datetime | None]:
     row = await store.pool.fetchrow(
         "SELECT count(*) AS n, count(DISTINCT scheduled_at) AS d, min(scheduled_at) AS lo, "
-        "max(scheduled_at) AS hi FROM job_runs WHERE trigger = 'backfill'")
+        "max(scheduled_at) AS hi FROM job_runs WHERE trigger = 'backfill'"
+    )
     assert row is not None
     return row["n"], row["d"], row["lo"], row["hi"]
 
@@ -52,20 +59,31 @@ async def beat(store: PostgresRunStore, make_config: Callable[..., LoadedConfig]
 
 
 async def test_a_200000_instant_backfill_fills_the_whole_range_and_a_rerun_adds_nothing(
-        store: PostgresRunStore, schema_url: str, beat: str) -> None:
-    args = ("backfill", beat, "--from", START.isoformat(), "--to", END.isoformat(),
-            "--database-url", schema_url)
+    store: PostgresRunStore, schema_url: str, beat: str
+) -> None:
+    args = (
+        "backfill",
+        beat,
+        "--from",
+        START.isoformat(),
+        "--to",
+        END.isoformat(),
+        "--database-url",
+        schema_url,
+    )
     first = await _claimd(*args)
     assert first.returncode == 0, first.stderr
     assert first.stdout.strip() == (
         f"backfilled beat: 200,000 instants from {START.isoformat()} to {END.isoformat()}: "
-        "200,000 runs added, 0 already had a run")
+        "200,000 runs added, 0 already had a run"
+    )
     assert await _rows(store) == (INSTANTS, INSTANTS, START, END)
     # Progress, chunk by chunk, on stderr: the last line reaches the end of the range.
     progress = [line for line in first.stderr.splitlines() if line.startswith("backfill beat:")]
     assert len(progress) == 20, first.stderr
-    assert progress[-1] == (f"backfill beat: 200,000/200,000 instants (through "
-                            f"{END.isoformat()}), 200,000 added")
+    assert progress[-1] == (
+        f"backfill beat: 200,000/200,000 instants (through {END.isoformat()}), 200,000 added"
+    )
 
     again = await _claimd(*args)
     assert again.returncode == 0, again.stderr
@@ -74,31 +92,52 @@ async def test_a_200000_instant_backfill_fills_the_whole_range_and_a_rerun_adds_
 
 
 async def test_a_backfill_over_the_limit_is_refused_up_front_and_adds_nothing(
-        store: PostgresRunStore, schema_url: str, beat: str) -> None:
+    store: PostgresRunStore, schema_url: str, beat: str
+) -> None:
     # The default limit (1,000,000): 23 days of a job every second is refused.
     far = START + timedelta(days=23)
-    refused = await _claimd("backfill", beat, "--from", START.isoformat(), "--to",
-                            far.isoformat(), "--database-url", schema_url)
+    refused = await _claimd(
+        "backfill",
+        beat,
+        "--from",
+        START.isoformat(),
+        "--to",
+        far.isoformat(),
+        "--database-url",
+        schema_url,
+    )
     assert refused.returncode == 2, refused.stderr
     errors = refused.stderr.strip().splitlines()
     assert len(errors) == 1, refused.stderr
-    assert errors[0].startswith("error: backfill of 'beat' covers 1,987,201 instants, over "
-                                "the limit of 1,000,000 runs per backfill"), errors[0]
+    assert errors[0].startswith(
+        "error: backfill of 'beat' covers 1,987,201 instants, over "
+        "the limit of 1,000,000 runs per backfill"
+    ), errors[0]
     assert "nothing added" in errors[0]
     assert "--max-runs" in errors[0]
     assert refused.stdout == ""
 
     # A lower limit, named on the command line, refuses the 200,000-instant range.
-    lowered = await _claimd("backfill", beat, "--from", START.isoformat(), "--to",
-                            END.isoformat(), "--max-runs", "150000",
-                            "--database-url", schema_url)
+    lowered = await _claimd(
+        "backfill",
+        beat,
+        "--from",
+        START.isoformat(),
+        "--to",
+        END.isoformat(),
+        "--max-runs",
+        "150000",
+        "--database-url",
+        schema_url,
+    )
     assert lowered.returncode == 2, lowered.stderr
     assert "covers 200,000 instants, over the limit of 150,000" in lowered.stderr
     assert await _rows(store) == (0, 0, None, None)
 
 
 async def test_backfill_arguments_that_cannot_be_acted_on_are_one_line_and_exit_2(
-        store: PostgresRunStore, schema_url: str, beat: str) -> None:
+    store: PostgresRunStore, schema_url: str, beat: str
+) -> None:
     cases = {
         ("--from", "yesterday", "--to", END.isoformat()): "from 'yesterday' is not an ISO 8601",
         ("--from", END.isoformat(), "--to", START.isoformat()): "is after to",
@@ -108,8 +147,18 @@ async def test_backfill_arguments_that_cannot_be_acted_on_are_one_line_and_exit_
         assert result.returncode == 2, result.stderr
         assert result.stderr.count("\n") == 1, result.stderr
         assert expected in result.stderr, result.stderr
-    bad_limit = await _claimd("backfill", beat, "--from", START.isoformat(), "--to",
-                              END.isoformat(), "--max-runs", "0", "--database-url", schema_url)
+    bad_limit = await _claimd(
+        "backfill",
+        beat,
+        "--from",
+        START.isoformat(),
+        "--to",
+        END.isoformat(),
+        "--max-runs",
+        "0",
+        "--database-url",
+        schema_url,
+    )
     assert bad_limit.returncode == 2
     assert "--max-runs: expected a positive whole number" in bad_limit.stderr
     assert await _rows(store) == (0, 0, None, None)

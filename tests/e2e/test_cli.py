@@ -42,9 +42,9 @@ from tests.e2e.helpers import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 
-RUN_WINDOW_S = 10.0       # how long the replicas run once the first effect appears
-GRACE_S = 10              # shutdown_grace in the configs
-EXIT_MARGIN_S = 15.0      # time allowed past the grace for the process to exit
+RUN_WINDOW_S = 10.0  # how long the replicas run once the first effect appears
+GRACE_S = 10  # shutdown_grace in the configs
+EXIT_MARGIN_S = 15.0  # time allowed past the grace for the process to exit
 SHIPPED_HTTP_PORT = 8780  # config/jobs.toml
 
 
@@ -63,12 +63,19 @@ def spawn(tmp_path: Path) -> Iterator[Callable[..., ClaimdProcess]]:
         process.kill()
 
 
-def run_config(path: Path, schema_url: str, nats_url: str, deployment: str, jobs: str,
-               **extra: str | int) -> Path:
+def run_config(
+    path: Path, schema_url: str, nats_url: str, deployment: str, jobs: str, **extra: str | int
+) -> Path:
     settings: dict[str, str | int] = {
-        "database_url": schema_url, "nats_url": nats_url, "deployment": deployment,
-        "http": "127.0.0.1:0", "shutdown_grace": f"{GRACE_S}s",
-        "claim_interval": "100ms", "materialize_interval": "500ms", **extra}
+        "database_url": schema_url,
+        "nats_url": nats_url,
+        "deployment": deployment,
+        "http": "127.0.0.1:0",
+        "shutdown_grace": f"{GRACE_S}s",
+        "claim_interval": "100ms",
+        "materialize_interval": "500ms",
+        **extra,
+    }
     return write_config(path, jobs=jobs, **settings)
 
 
@@ -83,15 +90,19 @@ async def fetchval(schema_url: str, sql: str, *args: object) -> object:
 async def succeeded_runs(schema_url: str, job: str) -> int:
     try:
         value = await fetchval(
-            schema_url, "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id "
-            "WHERE j.name = $1 AND r.state = 'succeeded'", job)
+            schema_url,
+            "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id "
+            "WHERE j.name = $1 AND r.state = 'succeeded'",
+            job,
+        )
     except asyncpg.UndefinedTableError:  # not migrated yet
         return 0
     return int(value)  # type: ignore[call-overload]
 
 
-async def run_window(processes: list[ClaimdProcess], effects: Path
-                     ) -> tuple[float, dict[str, float]]:
+async def run_window(
+    processes: list[ClaimdProcess], effects: Path
+) -> tuple[float, dict[str, float]]:
     """Wait for the first effect, let the replicas run RUN_WINDOW_S, scrape metrics,
     SIGTERM them all; assert each exits 0 within the grace. Returns the seconds from
     the first effect's scheduled instant to the SIGTERM, and the summed metrics."""
@@ -124,30 +135,38 @@ async def run_window(processes: list[ClaimdProcess], effects: Path
     return (stopped_at - first).total_seconds(), metrics
 
 
-def report(title: str, figures: list[JobFigures], elapsed: float,
-           metrics: dict[str, float]) -> None:
+def report(
+    title: str, figures: list[JobFigures], elapsed: float, metrics: dict[str, float]
+) -> None:
     runs = sum(f.succeeded for f in figures)
     dups = sum(f.duplicate_executions for f in figures)
-    print(f"\n[e2e figures] {title}: {runs} runs recorded over {elapsed:.1f}s since the "
-          f"first due instant = {runs / elapsed:.2f} runs/s "
-          f"({len(figures)} job(s) every 1s; per job "
-          + ", ".join(f"{f.job}={f.runs_per_second:.2f}/s" for f in figures)
-          + f"); duplicate executions (effects file) = {dups}; "
-          f"redeliveries = {metric_total(metrics, 'claimd_redeliveries_total'):.0f}; "
-          f"deliveries skipped = {metric_total(metrics, 'claimd_deliveries_skipped_total'):.0f}; "
-          f"fenced completions = "
-          f"{metric_total(metrics, 'claimd_fenced_completions_total'):.0f}")
+    print(
+        f"\n[e2e figures] {title}: {runs} runs recorded over {elapsed:.1f}s since the "
+        f"first due instant = {runs / elapsed:.2f} runs/s "
+        f"({len(figures)} job(s) every 1s; per job "
+        + ", ".join(f"{f.job}={f.runs_per_second:.2f}/s" for f in figures)
+        + f"); duplicate executions (effects file) = {dups}; "
+        f"redeliveries = {metric_total(metrics, 'claimd_redeliveries_total'):.0f}; "
+        f"deliveries skipped = {metric_total(metrics, 'claimd_deliveries_skipped_total'):.0f}; "
+        f"fenced completions = "
+        f"{metric_total(metrics, 'claimd_fenced_completions_total'):.0f}"
+    )
 
 
 # --- 1. one replica -----------------------------------------------------------------------
 
 
 async def test_run_records_each_due_second_once_and_stops_on_sigterm(
-        schema_url: str, nats_url: str, deployment: str, tmp_path: Path,
-        spawn: Callable[..., ClaimdProcess]) -> None:
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+    tmp_path: Path,
+    spawn: Callable[..., ClaimdProcess],
+) -> None:
     effects = tmp_path / "effects.txt"
-    config = run_config(tmp_path / "claimd.toml", schema_url, nats_url, deployment,
-                        effect_job("tick", effects))
+    config = run_config(
+        tmp_path / "claimd.toml", schema_url, nats_url, deployment, effect_job("tick", effects)
+    )
     replica = spawn("run", "--config", str(config))
 
     elapsed, metrics = await run_window([replica], effects)
@@ -155,7 +174,8 @@ async def test_run_records_each_due_second_once_and_stops_on_sigterm(
     figures = await check_effectively_once(schema_url, "tick", read_effects(effects))
     report("1 replica", [figures], elapsed, metrics)
     assert figures.succeeded >= elapsed - 3, (
-        f"{figures.succeeded} runs in {elapsed:.1f}s: the replica fell behind")
+        f"{figures.succeeded} runs in {elapsed:.1f}s: the replica fell behind"
+    )
     assert list(figures.workers) == [w for w in figures.workers if f":{replica.pid}:" in w]
     assert figures.workers, "no attempt recorded a worker"
 
@@ -164,8 +184,12 @@ async def test_run_records_each_due_second_once_and_stops_on_sigterm(
 
 
 async def test_two_replicas_share_the_work_without_doubles(
-        schema_url: str, nats_url: str, deployment: str, tmp_path: Path,
-        spawn: Callable[..., ClaimdProcess]) -> None:
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+    tmp_path: Path,
+    spawn: Callable[..., ClaimdProcess],
+) -> None:
     effects = tmp_path / "effects.txt"
     jobs = "".join(effect_job(f"tick{i}", effects) for i in range(3))
     config = run_config(tmp_path / "claimd.toml", schema_url, nats_url, deployment, jobs)
@@ -174,8 +198,7 @@ async def test_two_replicas_share_the_work_without_doubles(
     elapsed, metrics = await run_window(replicas, effects)
 
     all_effects = read_effects(effects)
-    figures = [await check_effectively_once(schema_url, f"tick{i}", all_effects)
-               for i in range(3)]
+    figures = [await check_effectively_once(schema_url, f"tick{i}", all_effects) for i in range(3)]
     report("2 replicas", figures, elapsed, metrics)
     for f in figures:
         assert f.succeeded >= elapsed - 3, f"{f.job}: {f.succeeded} runs in {elapsed:.1f}s"
@@ -187,15 +210,19 @@ async def test_two_replicas_share_the_work_without_doubles(
             per_replica[pid] += count
     print(f"[e2e figures] 2 replicas: runs executed per replica {sorted(per_replica.values())}")
     assert all(count > 0 for count in per_replica.values()), (
-        f"one replica executed nothing: {per_replica}")
+        f"one replica executed nothing: {per_replica}"
+    )
 
 
 # --- 3. bad config through the entry point ------------------------------------------------
 
 
 async def test_check_config_names_the_file_job_and_field_of_a_bad_job(
-        tmp_path: Path, spawn: Callable[..., ClaimdProcess]) -> None:
-    path = write_config(tmp_path / "bad.toml", jobs="""
+    tmp_path: Path, spawn: Callable[..., ClaimdProcess]
+) -> None:
+    path = write_config(
+        tmp_path / "bad.toml",
+        jobs="""
 [jobs.fine]
 every = "1m"
 run = { shell = ["/bin/true"] }
@@ -203,7 +230,8 @@ run = { shell = ["/bin/true"] }
 [jobs.broken-one]
 every = "1 fortnight"
 run = { shell = ["/bin/true"] }
-""")
+""",
+    )
     checker = spawn("check-config", str(path))
     assert await checker.wait(30) != 0
     errors = [line for line in checker.stderr().splitlines() if line.startswith("error:")]
@@ -215,15 +243,20 @@ run = { shell = ["/bin/true"] }
 
 
 async def test_check_config_prints_dst_correct_fire_times(
-        tmp_path: Path, spawn: Callable[..., ClaimdProcess]) -> None:
-    path = write_config(tmp_path / "good.toml", jobs="""
+    tmp_path: Path, spawn: Callable[..., ClaimdProcess]
+) -> None:
+    path = write_config(
+        tmp_path / "good.toml",
+        jobs="""
 [jobs.berlin]
 cron = "30 2 * * *"
 timezone = "Europe/Berlin"
 run = { shell = ["/bin/true"] }
-""")
-    checker = spawn("check-config", str(path), "--from", "2026-03-28T00:00:00+00:00",
-                    "--count", "3")
+""",
+    )
+    checker = spawn(
+        "check-config", str(path), "--from", "2026-03-28T00:00:00+00:00", "--count", "3"
+    )
     assert await checker.wait(30) == 0, checker.stderr()
     lines = [line.split() for line in checker.stdout().splitlines() if line.startswith("  ")]
     # 2026-03-29 02:30 does not exist in Berlin (clocks jump 02:00 -> 03:00): it fires at 03:00.
@@ -235,8 +268,12 @@ run = { shell = ["/bin/true"] }
 
 
 async def test_run_keeps_running_the_good_job_when_another_is_invalid(
-        schema_url: str, nats_url: str, deployment: str, tmp_path: Path,
-        spawn: Callable[..., ClaimdProcess]) -> None:
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+    tmp_path: Path,
+    spawn: Callable[..., ClaimdProcess],
+) -> None:
     effects = tmp_path / "effects.txt"
     jobs = effect_job("good", effects) + effect_job("bad", effects, every="1 fortnight")
     config = run_config(tmp_path / "claimd.toml", schema_url, nats_url, deployment, jobs)
@@ -262,14 +299,17 @@ async def test_run_keeps_running_the_good_job_when_another_is_invalid(
 async def migration_rows(schema_url: str) -> list[int]:
     conn = await asyncpg.connect(schema_url)
     try:
-        return [r["version"] for r in
-                await conn.fetch("SELECT version FROM claimd_migrations ORDER BY version")]
+        return [
+            r["version"]
+            for r in await conn.fetch("SELECT version FROM claimd_migrations ORDER BY version")
+        ]
     finally:
         await conn.close()
 
 
 async def test_migrate_applies_each_migration_once_when_run_twice(
-        schema_url: str, spawn: Callable[..., ClaimdProcess]) -> None:
+    schema_url: str, spawn: Callable[..., ClaimdProcess]
+) -> None:
     versions = [v for v, _ in migration_files()]
     first = spawn("migrate", "--database-url", schema_url, label="migrate1")
     assert await first.wait(60) == 0, first.stderr()
@@ -285,11 +325,11 @@ async def test_migrate_applies_each_migration_once_when_run_twice(
 
 
 async def test_two_concurrent_migrates_apply_each_migration_once(
-        schema_url: str, spawn: Callable[..., ClaimdProcess]) -> None:
+    schema_url: str, spawn: Callable[..., ClaimdProcess]
+) -> None:
     versions = [v for v, _ in migration_files()]
     names = [p.name for _, p in migration_files()]
-    racers = [spawn("migrate", "--database-url", schema_url, label=f"migrate{i}")
-              for i in range(2)]
+    racers = [spawn("migrate", "--database-url", schema_url, label=f"migrate{i}") for i in range(2)]
     for racer in racers:
         assert await racer.wait(60) == 0, racer.stderr()
     outputs = sorted(r.stdout().strip() for r in racers)
@@ -317,13 +357,17 @@ def stop_embedded_postgres(data_dir: Path) -> None:
     shutil.rmtree(data_dir, ignore_errors=True)
 
 
-async def dev_session(spawn: Callable[..., ClaimdProcess], data_dir: Path, nats_port: int,
-                      *config: str,
-                      while_running: Callable[[], Awaitable[None]] | None = None
-                      ) -> ClaimdProcess:
+async def dev_session(
+    spawn: Callable[..., ClaimdProcess],
+    data_dir: Path,
+    nats_port: int,
+    *config: str,
+    while_running: Callable[[], Awaitable[None]] | None = None,
+) -> ClaimdProcess:
     """Start `claimd dev`, wait for succeeded runs, SIGTERM, check it cleaned up."""
-    dev = spawn("dev", "--data-dir", str(data_dir), "--nats-port", str(nats_port), *config,
-                label="dev")
+    dev = spawn(
+        "dev", "--data-dir", str(data_dir), "--nats-port", str(nats_port), *config, label="dev"
+    )
 
     async def ran() -> bool:
         if dev.returncode() is not None:
@@ -346,17 +390,23 @@ async def dev_session(spawn: Callable[..., ClaimdProcess], data_dir: Path, nats_
     async def servers_stopped() -> bool:
         return not port_is_open(nats_port) and not (data_dir / "pg" / "postmaster.pid").exists()
 
-    await eventually(servers_stopped, timeout=15,
-                     what="the embedded nats-server and PostgreSQL to stop")
+    await eventually(
+        servers_stopped, timeout=15, what="the embedded nats-server and PostgreSQL to stop"
+    )
     return dev
 
 
 async def test_dev_runs_jobs_on_embedded_servers_and_stops_them(
-        tmp_path: Path, spawn: Callable[..., ClaimdProcess]) -> None:
+    tmp_path: Path, spawn: Callable[..., ClaimdProcess]
+) -> None:
     effects = tmp_path / "effects.txt"
-    config = write_config(tmp_path / "dev.toml", http="127.0.0.1:0",
-                          claim_interval="100ms", materialize_interval="500ms",
-                          jobs=effect_job("tick", effects))
+    config = write_config(
+        tmp_path / "dev.toml",
+        http="127.0.0.1:0",
+        claim_interval="100ms",
+        materialize_interval="500ms",
+        jobs=effect_job("tick", effects),
+    )
     data_dir = short_data_dir()
     try:
         dev = await dev_session(spawn, data_dir, free_port(), "--config", str(config))
@@ -376,13 +426,15 @@ async def test_dev_runs_jobs_on_embedded_servers_and_stops_them(
     assert other[0] == "claimd dev is starting"
     assert any(line.startswith("  status page  http://127.0.0.1:") for line in other)
     assert f"  data         {data_dir}  (server logs: {data_dir / 'servers.log'}" in "\n".join(
-        other)
+        other
+    )
     assert any(line.startswith("  stop         Ctrl-C") for line in other)
     assert len(other) <= 10, other
 
 
 async def test_dev_without_config_runs_the_shipped_jobs(
-        tmp_path: Path, spawn: Callable[..., ClaimdProcess]) -> None:
+    tmp_path: Path, spawn: Callable[..., ClaimdProcess]
+) -> None:
     # The shipped config/jobs.toml serves HTTP on 127.0.0.1:8780 and nothing on the
     # command line overrides it; when another process holds the port, skip.
     if not port_is_free(SHIPPED_HTTP_PORT):

@@ -53,7 +53,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.clock_skew, pytest.mark.timeout(150)]
 
 SKEW = "10m"
 SKEW_S = 600.0
-WINDOW_S = 20.0          # how long all replicas run together after the last reload
+WINDOW_S = 20.0  # how long all replicas run together after the last reload
 HORIZON = timedelta(minutes=2)
 GRACE_S = 10
 
@@ -65,18 +65,21 @@ def libfaketime() -> str | None:
         return given if Path(given).exists() else None
     if shutil.which("dpkg") is None:
         return None
-    listed = subprocess.run(["dpkg", "-L", "libfaketime"], capture_output=True, text=True,
-                            check=False)
-    found = [line for line in listed.stdout.splitlines()
-             if line.endswith("/libfaketimeMT.so.1")]
+    listed = subprocess.run(
+        ["dpkg", "-L", "libfaketime"], capture_output=True, text=True, check=False
+    )
+    found = [line for line in listed.stdout.splitlines() if line.endswith("/libfaketimeMT.so.1")]
     return found[0] if found and Path(found[0]).exists() else None
 
 
 LIBFAKETIME = libfaketime()
 if LIBFAKETIME is None:
-    pytestmark.append(pytest.mark.skip(
-        reason="libfaketime not installed (apt-get install faketime), or set "
-               "CLAIMD_TEST_LIBFAKETIME to libfaketimeMT.so.1"))
+    pytestmark.append(
+        pytest.mark.skip(
+            reason="libfaketime not installed (apt-get install faketime), or set "
+            "CLAIMD_TEST_LIBFAKETIME to libfaketimeMT.so.1"
+        )
+    )
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,11 @@ class Spec:
 
 
 def shell_job(name: str, schedule: str, every_s: int, extra: str = "") -> Spec:
-    return Spec(name, f'[jobs.{name}]\n{schedule}\ntimeout = "10s"\n{extra}'
-                      'run = { shell = ["true"] }\n\n', every_s)
+    return Spec(
+        name,
+        f'[jobs.{name}]\n{schedule}\ntimeout = "10s"\n{extra}run = {{ shell = ["true"] }}\n\n',
+        every_s,
+    )
 
 
 # Every 2 s for latest/none: the instants due between a job's creation and its
@@ -110,15 +116,17 @@ JOBS = [
     shell_job("all-1s", 'every = "1s"', 1),
     shell_job("all-1s-window-1m", 'every = "1s"', 1, 'catchup_window = "1m"\n'),
     shell_job("latest-2s", 'every = "2s"', 2, 'catchup = "latest"\n'),
-    shell_job("latest-2s-window-1m", 'every = "2s"', 2,
-              'catchup = "latest"\ncatchup_window = "1m"\n'),
+    shell_job(
+        "latest-2s-window-1m", 'every = "2s"', 2, 'catchup = "latest"\ncatchup_window = "1m"\n'
+    ),
     shell_job("none-2s", 'every = "2s"', 2, 'catchup = "none"\n'),
     shell_job("deadline-1s", 'every = "1s"', 1, 'starting_deadline = "30s"\n'),
     shell_job("cron-minute", 'cron = "* * * * *"', 60, 'catchup = "none"\n'),
 ]
 # First seen during the test: added by a reload of the replica ahead, then behind.
-ADDED_BY_AHEAD = shell_job("added-by-ahead", 'every = "1s"', 1, 'catchup = "latest"\n'
-                           'catchup_window = "1m"\n')
+ADDED_BY_AHEAD = shell_job(
+    "added-by-ahead", 'every = "1s"', 1, 'catchup = "latest"\ncatchup_window = "1m"\n'
+)
 ADDED_BY_BEHIND = shell_job("added-by-behind", 'every = "2s"', 2, 'catchup = "none"\n')
 
 REPLICA_SKEW = {"true": None, "ahead": f"+{SKEW}", "behind": f"-{SKEW}"}
@@ -132,10 +140,15 @@ class Cluster:
         self.schema_url = schema_url
         self.config = workdir / "claimd.toml"
         self.settings: dict[str, str | int] = {
-            "database_url": schema_url, "nats_url": nats_url, "deployment": deployment,
-            "http": "127.0.0.1:0", "shutdown_grace": f"{GRACE_S}s",
-            "claim_interval": "100ms", "materialize_interval": "500ms",
-            "horizon": f"{int(HORIZON.total_seconds())}s"}
+            "database_url": schema_url,
+            "nats_url": nats_url,
+            "deployment": deployment,
+            "http": "127.0.0.1:0",
+            "shutdown_grace": f"{GRACE_S}s",
+            "claim_interval": "100ms",
+            "materialize_interval": "500ms",
+            "horizon": f"{int(HORIZON.total_seconds())}s",
+        }
         self.replicas: dict[str, ClaimdProcess] = {}
         self.write_jobs(JOBS)
 
@@ -144,11 +157,18 @@ class Cluster:
 
     def start(self, name: str) -> ClaimdProcess:
         skew = REPLICA_SKEW[name]
-        extra = {} if skew is None else {
-            "LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": skew,
-            "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
-        process = ClaimdProcess(["run", "--config", str(self.config)], self.workdir, name,
-                                env=child_env(**extra))
+        extra = (
+            {}
+            if skew is None
+            else {
+                "LD_PRELOAD": str(LIBFAKETIME),
+                "FAKETIME": skew,
+                "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+            }
+        )
+        process = ClaimdProcess(
+            ["run", "--config", str(self.config)], self.workdir, name, env=child_env(**extra)
+        )
         self.replicas[name] = process.start()
         return process
 
@@ -178,8 +198,7 @@ class Cluster:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, schema_url: str, nats_url: str, deployment: str
-            ) -> Iterator[Cluster]:
+def cluster(tmp_path: Path, schema_url: str, nats_url: str, deployment: str) -> Iterator[Cluster]:
     c = Cluster(tmp_path, schema_url, nats_url, deployment)
     yield c
     c.kill_all()
@@ -209,17 +228,26 @@ async def created(url: str) -> dict[str, datetime]:
 
 async def succeeded_in(url: str, job: str, after: datetime, until: datetime) -> int:
     rows = await query(
-        url, "SELECT count(*) AS n FROM job_runs r JOIN jobs j ON j.id = r.job_id "
+        url,
+        "SELECT count(*) AS n FROM job_runs r JOIN jobs j ON j.id = r.job_id "
         "WHERE j.name = $1 AND r.state = 'succeeded' AND r.scheduled_at > $2 "
-        "AND r.scheduled_at <= $3", job, after, until)
+        "AND r.scheduled_at <= $3",
+        job,
+        after,
+        until,
+    )
     n: int = rows[0]["n"]
     return n
 
 
 async def first_runs_succeeded(url: str, job: str, count: int) -> bool:
     try:
-        return await succeeded_in(url, job, datetime(1970, 1, 1, tzinfo=UTC),
-                                  datetime(9999, 1, 1, tzinfo=UTC)) >= count
+        return (
+            await succeeded_in(
+                url, job, datetime(1970, 1, 1, tzinfo=UTC), datetime(9999, 1, 1, tzinfo=UTC)
+            )
+            >= count
+        )
     except asyncpg.UndefinedTableError:  # not migrated yet
         return False
 
@@ -252,8 +280,7 @@ async def run_scenario(cluster: Cluster, order: list[str]) -> None:
             assert p.returncode() is None, f"{p.label} exited:\n{p.stderr()[-3000:]}"
         return (await db_now(url) - start).total_seconds() >= WINDOW_S
 
-    await eventually(window_passed, timeout=WINDOW_S + 30, what="the run window",
-                     interval=0.5)
+    await eventually(window_passed, timeout=WINDOW_S + 30, what="the run window", interval=0.5)
     end = await db_now(url)
     born = await created(url)
     assert set(born) == {s.name for s in specs}
@@ -272,8 +299,10 @@ async def run_scenario(cluster: Cluster, order: list[str]) -> None:
     except AssertionError as exc:
         with_reason = exc
 
-    metrics = {name: await asyncio.to_thread(scrape_metrics, port_of(p))
-               for name, p in cluster.replicas.items()}
+    metrics = {
+        name: await asyncio.to_thread(scrape_metrics, port_of(p))
+        for name, p in cluster.replicas.items()
+    }
     for p in cluster.replicas.values():
         p.terminate()
     for p in cluster.replicas.values():
@@ -292,15 +321,18 @@ def port_of(process: ClaimdProcess) -> int:
     return port
 
 
-async def judge(url: str, specs: list[Spec], born: dict[str, datetime],
-                end: datetime) -> None:
+async def judge(url: str, specs: list[Spec], born: dict[str, datetime], end: datetime) -> None:
     """The promises over the window, in SQL."""
     rows = await query(
-        url, "SELECT j.name, r.id::text AS id, r.scheduled_at, r.state, r.trigger, r.error, "
+        url,
+        "SELECT j.name, r.id::text AS id, r.scheduled_at, r.state, r.trigger, r.error, "
         "(SELECT count(*) FROM job_run_attempts a WHERE a.run_id = r.id) AS attempts "
-        "FROM job_runs r JOIN jobs j ON j.id = r.job_id ORDER BY j.name, r.scheduled_at")
-    marks = {r["name"]: r["materialized_until"] for r in await query(
-        url, "SELECT name, materialized_until FROM jobs")}
+        "FROM job_runs r JOIN jobs j ON j.id = r.job_id ORDER BY j.name, r.scheduled_at",
+    )
+    marks = {
+        r["name"]: r["materialized_until"]
+        for r in await query(url, "SELECT name, materialized_until FROM jobs")
+    }
     problems: list[str] = []
     for s in specs:
         mine = [r for r in rows if r["name"] == s.name]
@@ -309,46 +341,67 @@ async def judge(url: str, specs: list[Spec], born: dict[str, datetime],
         planned = {r["scheduled_at"] for r in mine}
         gap = [t for t in s.instants(born[s.name], marks[s.name]) if t not in planned]
         if gap:
-            problems.append(f"{s.name}: {len(gap)} instants up to the high-water mark "
-                            f"{marks[s.name].isoformat()} were never planned, e.g. "
-                            f"{[t.isoformat() for t in gap[:3]]}")
-        invented = [r["scheduled_at"].isoformat() for r in mine
-                    if r["scheduled_at"] <= born[s.name]]
+            problems.append(
+                f"{s.name}: {len(gap)} instants up to the high-water mark "
+                f"{marks[s.name].isoformat()} were never planned, e.g. "
+                f"{[t.isoformat() for t in gap[:3]]}"
+            )
+        invented = [
+            r["scheduled_at"].isoformat() for r in mine if r["scheduled_at"] <= born[s.name]
+        ]
         if invented:
-            problems.append(f"{s.name}: {len(invented)} runs for instants before the job "
-                            f"existed ({born[s.name].isoformat()}), e.g. {invented[:3]}")
+            problems.append(
+                f"{s.name}: {len(invented)} runs for instants before the job "
+                f"existed ({born[s.name].isoformat()}), e.g. {invented[:3]}"
+            )
         in_window = [r for r in mine if born[s.name] < r["scheduled_at"] <= end]
         due = s.instants(born[s.name], end)
         got = [r["scheduled_at"] for r in in_window]
         missing = sorted(set(due) - set(got))
         if missing:
-            problems.append(f"{s.name}: {len(missing)} of {len(due)} due instants have no "
-                            f"row, e.g. {[t.isoformat() for t in missing[:3]]}")
+            problems.append(
+                f"{s.name}: {len(missing)} of {len(due)} due instants have no "
+                f"row, e.g. {[t.isoformat() for t in missing[:3]]}"
+            )
         off_grid = sorted(set(got) - set(due))
         if off_grid:
             problems.append(f"{s.name}: rows off the schedule {off_grid[:3]}")
-        not_done = [(r["scheduled_at"].isoformat(), r["state"], r["error"])
-                    for r in in_window if r["state"] != "succeeded"]
+        not_done = [
+            (r["scheduled_at"].isoformat(), r["state"], r["error"])
+            for r in in_window
+            if r["state"] != "succeeded"
+        ]
         if not_done:
-            problems.append(f"{s.name}: {len(not_done)} due runs not succeeded, "
-                            f"e.g. {not_done[:3]}")
-        repeated = [r["scheduled_at"].isoformat() for r in in_window
-                    if r["state"] == "succeeded" and r["attempts"] != 1]
+            problems.append(
+                f"{s.name}: {len(not_done)} due runs not succeeded, e.g. {not_done[:3]}"
+            )
+        repeated = [
+            r["scheduled_at"].isoformat()
+            for r in in_window
+            if r["state"] == "succeeded" and r["attempts"] != 1
+        ]
         if repeated:
             problems.append(f"{s.name}: runs with other than one attempt {repeated[:3]}")
-    dropped = [(r["name"], r["scheduled_at"].isoformat(), r["state"], r["error"]) for r in rows
-               if r["state"] in ("skipped", "failed", "cancelled")]
+    dropped = [
+        (r["name"], r["scheduled_at"].isoformat(), r["state"], r["error"])
+        for r in rows
+        if r["state"] in ("skipped", "failed", "cancelled")
+    ]
     if dropped:
         problems.append(f"{len(dropped)} runs skipped/failed/cancelled, e.g. {dropped[:3]}")
     scheduled = [r["scheduled_at"] for r in rows if r["trigger"] == "schedule"]
     now = await db_now(url)
     if scheduled and max(scheduled) > now + HORIZON + timedelta(seconds=5):
-        problems.append(f"rows planned beyond the database's horizon: latest "
-                        f"{max(scheduled).isoformat()}, database now {now.isoformat()}")
+        problems.append(
+            f"rows planned beyond the database's horizon: latest "
+            f"{max(scheduled).isoformat()}, database now {now.isoformat()}"
+        )
     assert problems == [], "\n".join(problems)
     judged = sum(len(s.instants(born[s.name], end)) for s in specs)
-    print(f"\n[clock skew] {judged} due instants of {len(specs)} jobs judged: each one row, "
-          f"succeeded, one attempt; 0 invented, 0 skipped/failed/missed")
+    print(
+        f"\n[clock skew] {judged} due instants of {len(specs)} jobs judged: each one row, "
+        f"succeeded, one attempt; 0 invented, 0 skipped/failed/missed"
+    )
 
 
 def judge_metrics(cluster: Cluster, metrics: dict[str, dict[str, float]]) -> None:
@@ -360,7 +413,8 @@ def judge_metrics(cluster: Cluster, metrics: dict[str, dict[str, float]]) -> Non
         skew = samples["claimd_clock_skew_seconds"]
         warned = process.events(
             "clock skew: this replica's clock disagrees with the database's; claimd decides "
-            "on the database's clock, fix the host's time sync")
+            "on the database's clock, fix the host's time sync"
+        )
         expected = {"true": 0.0, "ahead": SKEW_S, "behind": -SKEW_S}[name]
         assert abs(skew - expected) < 5, f"{name}: claimd_clock_skew_seconds = {skew}"
         assert bool(warned) == (name != "true"), f"{name}: skew warnings {warned}"
@@ -368,18 +422,19 @@ def judge_metrics(cluster: Cluster, metrics: dict[str, dict[str, float]]) -> Non
         if started:
             mean_lag = metric_total(samples, "claimd_start_lag_seconds_sum") / started
             assert abs(mean_lag) < 60, f"{name}: mean start lag {mean_lag:.1f}s"
-    executed = {n for n, s in metrics.items()
-                if metric_total(s, "claimd_start_lag_seconds_count")}
+    executed = {n for n, s in metrics.items() if metric_total(s, "claimd_start_lag_seconds_count")}
     assert executed & {"ahead", "behind"}, f"no skewed replica executed a run: {executed}"
-    print("\n[clock skew] gauges: " + json.dumps(
-        {n: round(s["claimd_clock_skew_seconds"], 3) for n, s in metrics.items()})
+    print(
+        "\n[clock skew] gauges: "
+        + json.dumps({n: round(s["claimd_clock_skew_seconds"], 3) for n, s in metrics.items()})
         + "; runs started per replica: "
-        + json.dumps({n: metric_total(s, "claimd_start_lag_seconds_count")
-                      for n, s in metrics.items()}))
+        + json.dumps(
+            {n: metric_total(s, "claimd_start_lag_seconds_count") for n, s in metrics.items()}
+        )
+    )
 
 
-async def test_replicas_ten_minutes_ahead_and_behind_beside_a_true_clock(
-        cluster: Cluster) -> None:
+async def test_replicas_ten_minutes_ahead_and_behind_beside_a_true_clock(cluster: Cluster) -> None:
     await run_scenario(cluster, ["true", "ahead", "behind"])
 
 
@@ -392,20 +447,28 @@ async def test_the_replica_behind_starts_first_on_an_empty_database(cluster: Clu
 
 
 async def test_trigger_without_at_takes_the_database_instant(
-        cluster: Cluster, store: PostgresRunStore) -> None:
+    cluster: Cluster, store: PostgresRunStore
+) -> None:
     """`claimd trigger JOB` on a host 10 minutes ahead: the run's instant is the database's now."""
-    await store.sync_jobs([parse_config(cluster.config.read_text(), str(cluster.config),
-                                        env={}).jobs["all-1s"]])
+    await store.sync_jobs(
+        [parse_config(cluster.config.read_text(), str(cluster.config), env={}).jobs["all-1s"]]
+    )
     before = await db_now(cluster.schema_url)
-    trigger = ClaimdProcess(["trigger", "all-1s", "--config", str(cluster.config)],
-                            cluster.workdir, "trigger",
-                            env=child_env(LD_PRELOAD=str(LIBFAKETIME), FAKETIME=f"+{SKEW}",
-                                          FAKETIME_DONT_FAKE_MONOTONIC="1")).start()
+    trigger = ClaimdProcess(
+        ["trigger", "all-1s", "--config", str(cluster.config)],
+        cluster.workdir,
+        "trigger",
+        env=child_env(
+            LD_PRELOAD=str(LIBFAKETIME), FAKETIME=f"+{SKEW}", FAKETIME_DONT_FAKE_MONOTONIC="1"
+        ),
+    ).start()
     assert await trigger.wait(60) == 0, trigger.stderr()
     after = await db_now(cluster.schema_url)
-    rows = await query(cluster.schema_url,
-                       "SELECT scheduled_at FROM job_runs WHERE trigger = 'manual'")
+    rows = await query(
+        cluster.schema_url, "SELECT scheduled_at FROM job_runs WHERE trigger = 'manual'"
+    )
     assert len(rows) == 1, trigger.stdout()
     assert before <= rows[0]["scheduled_at"] <= after, (
         f"triggered at {rows[0]['scheduled_at'].isoformat()}, database clock between "
-        f"{before.isoformat()} and {after.isoformat()}")
+        f"{before.isoformat()} and {after.isoformat()}"
+    )

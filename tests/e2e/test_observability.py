@@ -65,15 +65,26 @@ cron = "{RARE_CRON}"
 max_attempts = 1
 run = {{ shell = ["sh", "-c", "echo it broke >&2; exit 3"] }}
 """
-FAST = {"claim_interval": "100ms", "materialize_interval": "500ms", "reap_interval": "200ms",
-        "shutdown_grace": "5s"}
+FAST = {
+    "claim_interval": "100ms",
+    "materialize_interval": "500ms",
+    "reap_interval": "200ms",
+    "shutdown_grace": "5s",
+}
 
 
-def config(tmp_path: Path, database_url: str, nats_url: str, deployment: str, port: int,
-           jobs: str = JOBS) -> Path:
-    return write_config(tmp_path / "claimd.toml", jobs=jobs, database_url=database_url,
-                        nats_url=nats_url, deployment=deployment, http=f"127.0.0.1:{port}",
-                        **FAST)
+def config(
+    tmp_path: Path, database_url: str, nats_url: str, deployment: str, port: int, jobs: str = JOBS
+) -> Path:
+    return write_config(
+        tmp_path / "claimd.toml",
+        jobs=jobs,
+        database_url=database_url,
+        nats_url=nats_url,
+        deployment=deployment,
+        http=f"127.0.0.1:{port}",
+        **FAST,
+    )
 
 
 async def metrics(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -88,31 +99,47 @@ async def insert_scheduled(conn: asyncpg.Connection, job: str, count: int) -> li
         """INSERT INTO job_runs (job_id, scheduled_at, due_at)
            SELECT j.id, now() - g * interval '1 ms', now() - g * interval '1 ms'
              FROM jobs j, generate_series(1, $2::int) AS g WHERE j.name = $1
-           RETURNING id::text""", job, count)
+           RETURNING id::text""",
+        job,
+        count,
+    )
     return [r["id"] for r in rows]
 
 
 async def started(replica: ClaimdProcess) -> None:
     """Wait for the replica's 'replica started' line (migrated, connected, serving)."""
+
     async def up() -> bool:
         return bool(replica.events("replica started"))
+
     await eventually(up, timeout=30, what="the replica to start")
 
 
 async def states(conn: asyncpg.Connection, job: str) -> dict[str, int]:
     rows = await conn.fetch(
         "SELECT r.state, count(*) AS n FROM job_runs r JOIN jobs j ON j.id = r.job_id "
-        "WHERE j.name = $1 GROUP BY r.state", job)
+        "WHERE j.name = $1 GROUP BY r.state",
+        job,
+    )
     return {r["state"]: r["n"] for r in rows}
 
 
 async def test_metrics_after_a_known_sequence_are_exact(
-        tmp_path: Path, schema_url: str, nats_url: str, deployment: str,
-        spawn: Callable[..., ClaimdProcess]) -> None:
+    tmp_path: Path,
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+    spawn: Callable[..., ClaimdProcess],
+) -> None:
     port = free_port()
-    replica = spawn("--log-level", "INFO", "run", "--config",
-                    str(config(tmp_path, schema_url, nats_url, deployment, port)),
-                    label="replica")
+    replica = spawn(
+        "--log-level",
+        "INFO",
+        "run",
+        "--config",
+        str(config(tmp_path, schema_url, nats_url, deployment, port)),
+        label="replica",
+    )
     conn = await asyncpg.connect(schema_url)
     nc = await nats.connect(nats_url)
     try:
@@ -122,8 +149,10 @@ async def test_metrics_after_a_known_sequence_are_exact(
         first = await metrics(port)
         for job in ("ok", "bad"):
             for outcome in ("succeeded", "failed", "timed_out"):
-                assert sample(first, "claimd_runs_completed_total", claimd_job=job,
-                              outcome=outcome) == 0
+                assert (
+                    sample(first, "claimd_runs_completed_total", claimd_job=job, outcome=outcome)
+                    == 0
+                )
             assert sample(first, "claimd_runs_started_total", claimd_job=job) == 0
             assert sample(first, "claimd_runs_failed_total", claimd_job=job) == 0
             assert sample(first, "claimd_runs_missed_total", claimd_job=job) == 0
@@ -132,14 +161,16 @@ async def test_metrics_after_a_known_sequence_are_exact(
         assert sample(first, "claimd_deliveries_skipped_total", reason="terminal") == 0
         assert sample(first, "claimd_runs_reaped_total", transition="running->pending") == 0
         assert sample(first, "claimd_actor_restarts_total", actor="worker") == 0
-        assert not any(labels and dict(labels).get("job") for _, labels in first), \
+        assert not any(labels and dict(labels).get("job") for _, labels in first), (
             "a series carries a `job` label: Prometheus would rename it exported_job"
+        )
 
         # 1. Three scheduled successes.
         await insert_scheduled(conn, "ok", 3)
 
         async def ok_succeeded(n: int) -> bool:
             return (await states(conn, "ok")).get("succeeded", 0) == n
+
         await eventually(lambda: ok_succeeded(3), timeout=30, what="3 successes")
 
         # 2. A final failure.
@@ -147,22 +178,32 @@ async def test_metrics_after_a_known_sequence_are_exact(
 
         async def bad_failed() -> bool:
             return (await states(conn, "bad")).get("failed", 0) == 1
+
         await eventually(bad_failed, timeout=30, what="the failure")
 
         # 3. A terminal run delivered again (a new message with the same run and epoch).
         row = await conn.fetchrow(
             "SELECT r.id::text AS id, r.claim_epoch, r.scheduled_at, r.attempt FROM job_runs r "
             "JOIN jobs j ON j.id = r.job_id WHERE j.name = 'ok' AND r.state = 'succeeded' "
-            "LIMIT 1")
+            "LIMIT 1"
+        )
         assert row is not None
-        again = DispatchMessage(run_id=row["id"], epoch=row["claim_epoch"], job="ok",
-                                scheduled_at=row["scheduled_at"], attempt=row["attempt"],
-                                deployment=deployment)
+        again = DispatchMessage(
+            run_id=row["id"],
+            epoch=row["claim_epoch"],
+            job="ok",
+            scheduled_at=row["scheduled_at"],
+            attempt=row["attempt"],
+            deployment=deployment,
+        )
         await nc.jetstream().publish(f"claimd.{deployment}.runs", encode(again))
 
         async def skipped_terminal() -> bool:
-            return sample(await metrics(port), "claimd_deliveries_skipped_total",
-                          reason="terminal") == 1
+            return (
+                sample(await metrics(port), "claimd_deliveries_skipped_total", reason="terminal")
+                == 1
+            )
+
         await eventually(skipped_terminal, timeout=30, what="the terminal delivery skipped")
 
         # 4. A run whose worker vanished: running under a lease that has expired.
@@ -172,15 +213,30 @@ async def test_metrics_after_a_known_sequence_are_exact(
                SELECT id, now() - interval '3 s', now() - interval '3 s', 'running', 1, 1,
                       'ghost', now() - interval '1 s', now() - interval '3 s',
                       now() - interval '2 s'
-                 FROM jobs WHERE name = 'ok'""")
+                 FROM jobs WHERE name = 'ok'"""
+        )
         await eventually(lambda: ok_succeeded(4), timeout=30, what="the reaped run to rerun")
 
         # 5. A backfill of three past instants (1 January 2020, 2021, 2022).
         backfill = await asyncio.to_thread(
             subprocess.run,
-            [*claimd_command(), "backfill", "ok", "--from", "2020-01-01T00:00:00+00:00",
-             "--to", "2022-01-01T00:00:00+00:00", "--database-url", schema_url],
-            capture_output=True, text=True, env=child_env(), timeout=60, check=False)
+            [
+                *claimd_command(),
+                "backfill",
+                "ok",
+                "--from",
+                "2020-01-01T00:00:00+00:00",
+                "--to",
+                "2022-01-01T00:00:00+00:00",
+                "--database-url",
+                schema_url,
+            ],
+            capture_output=True,
+            text=True,
+            env=child_env(),
+            timeout=60,
+            check=False,
+        )
         assert backfill.returncode == 0, backfill.stderr
         await eventually(lambda: ok_succeeded(7), timeout=30, what="the backfilled runs")
 
@@ -192,7 +248,8 @@ async def test_metrics_after_a_known_sequence_are_exact(
                       sum(extract(epoch FROM started_at - due_at))
                           FILTER (WHERE j.name = 'ok' AND trigger = 'schedule')::float8
                           AS ok_lag_sum
-                 FROM job_runs r JOIN jobs j ON j.id = r.job_id""")
+                 FROM job_runs r JOIN jobs j ON j.id = r.job_id"""
+        )
         assert last is not None
         sql_lag = last["ok_lag_sum"]
         scraped: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
@@ -202,10 +259,13 @@ async def test_metrics_after_a_known_sequence_are_exact(
             # the database at most once a second: wait for a scrape that has both.
             scraped.clear()
             scraped.update(await metrics(port))
-            return (sample(scraped, "claimd_runs_completed_total", claimd_job="ok",
-                           outcome="succeeded") == 7
-                    and sample(scraped, "claimd_job_last_success_timestamp_seconds",
-                               claimd_job="ok") == last["ok_success"].timestamp())
+            return (
+                sample(scraped, "claimd_runs_completed_total", claimd_job="ok", outcome="succeeded")
+                == 7
+                and sample(scraped, "claimd_job_last_success_timestamp_seconds", claimd_job="ok")
+                == last["ok_success"].timestamp()
+            )
+
         await eventually(settled, timeout=30, what="the counters and gauges to settle")
         got = dict(scraped)
     finally:
@@ -256,10 +316,13 @@ async def test_metrics_after_a_known_sequence_are_exact(
     assert actual == expected
 
     # The last success is the database's finished_at of the last succeeded run.
-    assert sample(got, "claimd_job_last_success_timestamp_seconds", claimd_job="ok") == \
-        last["ok_success"].timestamp()
-    assert sample(got, "claimd_job_last_failure_timestamp_seconds", claimd_job="bad") == \
-        pytest.approx(last["bad_failure"].timestamp(), abs=1e-6)
+    assert (
+        sample(got, "claimd_job_last_success_timestamp_seconds", claimd_job="ok")
+        == last["ok_success"].timestamp()
+    )
+    assert sample(
+        got, "claimd_job_last_failure_timestamp_seconds", claimd_job="bad"
+    ) == pytest.approx(last["bad_failure"].timestamp(), abs=1e-6)
     assert sample(got, "claimd_job_last_success_timestamp_seconds", claimd_job="bad") is None
     # Lag: the scheduled runs' own (started_at - due_at), seconds; a backfilled
     # instant of 2020 would have added about 2e8.
@@ -275,15 +338,24 @@ def _python() -> str:
 
 
 async def test_readyz_fails_within_seconds_of_a_frozen_nats_and_healthz_stays_up(
-        tmp_path: Path, schema_url: str, deployment: str, private_nats: PrivateNats,
-        spawn: Callable[..., ClaimdProcess]) -> None:
+    tmp_path: Path,
+    schema_url: str,
+    deployment: str,
+    private_nats: PrivateNats,
+    spawn: Callable[..., ClaimdProcess],
+) -> None:
     port = free_port()
-    spawn("run", "--config", str(config(tmp_path, schema_url, private_nats.url, deployment,
-                                        port)), label="replica")
+    spawn(
+        "run",
+        "--config",
+        str(config(tmp_path, schema_url, private_nats.url, deployment, port)),
+        label="replica",
+    )
     base = f"http://127.0.0.1:{port}"
 
     async def ready() -> bool:
         return (await http_get(f"{base}/readyz"))[0] == 200
+
     await eventually(ready, timeout=30, what="/readyz 200")
 
     private_nats.freeze()  # SIGSTOP: the TCP connection stays open, nothing answers
@@ -292,6 +364,7 @@ async def test_readyz_fails_within_seconds_of_a_frozen_nats_and_healthz_stays_up
 
         async def unready() -> bool:
             return (await http_get(f"{base}/readyz"))[0] == 503
+
         # The deadline of the NATS round trip in /readyz is 2 s; allow for a loaded machine.
         await eventually(unready, timeout=15, what="/readyz 503 with NATS frozen")
         noticed_s = time.monotonic() - frozen_at
@@ -314,18 +387,27 @@ async def test_readyz_fails_within_seconds_of_a_frozen_nats_and_healthz_stays_up
 
 
 async def test_http_answers_while_postgres_is_unreachable_at_start_then_the_replica_starts(
-        tmp_path: Path, schema_url: str, nats_url: str, deployment: str,
-        spawn: Callable[..., ClaimdProcess]) -> None:
+    tmp_path: Path,
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+    spawn: Callable[..., ClaimdProcess],
+) -> None:
     closed = free_port()  # nothing listens there, until the forwarder below does
     port = free_port()
     real = urlsplit(schema_url)
     unreachable = urlunsplit(real._replace(netloc=f"postgres:hunter2@127.0.0.1:{closed}"))
-    replica = spawn("run", "--config", str(config(tmp_path, unreachable, nats_url,
-                                                  deployment, port)), label="replica")
+    replica = spawn(
+        "run",
+        "--config",
+        str(config(tmp_path, unreachable, nats_url, deployment, port)),
+        label="replica",
+    )
     base = f"http://127.0.0.1:{port}"
 
     async def healthy() -> bool:
         return (await http_get(f"{base}/healthz", timeout=2))[0] == 200
+
     await eventually(healthy, timeout=30, what="/healthz with PostgreSQL unreachable")
     status, text = await http_get(f"{base}/metrics")
     assert status == 200
@@ -341,14 +423,17 @@ async def test_http_answers_while_postgres_is_unreachable_at_start_then_the_repl
 
     async def retrying() -> bool:
         return len(replica.events("PostgreSQL unreachable; waiting for it")) >= 2
+
     await eventually(retrying, timeout=30, what="the replica to wait for PostgreSQL")
     assert replica.returncode() is None, "the replica gave up instead of waiting"
     assert "hunter2" not in replica.stderr()
 
     # PostgreSQL becomes reachable on that port: the replica connects and starts.
     async with forward(closed, real.hostname or "127.0.0.1", real.port or 5432) as link:
+
         async def ready() -> bool:
             return (await http_get(f"{base}/readyz"))[0] == 200
+
         await eventually(ready, timeout=30, what="/readyz 200 once PostgreSQL answers")
         assert replica.events("replica started")
 
@@ -358,6 +443,7 @@ async def test_http_answers_while_postgres_is_unreachable_at_start_then_the_repl
         async def unready() -> bool:
             status, body = await http_get(f"{base}/readyz")
             return status == 503 and json.loads(body)["checks"]["postgres"] != "ok"
+
         await eventually(unready, timeout=15, what="/readyz 503 with PostgreSQL frozen")
         status, body = await http_get(f"{base}/readyz")
         assert json.loads(body)["checks"]["postgres"] == "no answer within 2s"
@@ -402,8 +488,10 @@ async def forward(port: int, host: str, to_port: int) -> AsyncIterator[Forwarder
 
     async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(host, to_port)
-        for task in (asyncio.create_task(pipe(reader, up_writer)),
-                     asyncio.create_task(pipe(up_reader, writer))):
+        for task in (
+            asyncio.create_task(pipe(reader, up_writer)),
+            asyncio.create_task(pipe(up_reader, writer)),
+        ):
             tasks.add(task)
             task.add_done_callback(tasks.discard)
 
@@ -419,8 +507,12 @@ async def forward(port: int, host: str, to_port: int) -> AsyncIterator[Forwarder
 
 
 async def test_a_final_failure_is_one_error_line_with_its_error(
-        tmp_path: Path, schema_url: str, nats_url: str, deployment: str,
-        spawn: Callable[..., ClaimdProcess]) -> None:
+    tmp_path: Path,
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+    spawn: Callable[..., ClaimdProcess],
+) -> None:
     jobs = f"""
 [jobs.flaky]
 cron = "{RARE_CRON}"
@@ -429,8 +521,12 @@ backoff = {{ initial = "100ms", max = "100ms" }}
 run = {{ shell = ["sh", "-c", "echo it broke >&2; exit 3"] }}
 """
     port = free_port()
-    replica = spawn("run", "--config", str(config(tmp_path, schema_url, nats_url, deployment,
-                                                  port, jobs)), label="replica")
+    replica = spawn(
+        "run",
+        "--config",
+        str(config(tmp_path, schema_url, nats_url, deployment, port, jobs)),
+        label="replica",
+    )
     conn = await asyncpg.connect(schema_url)
     try:
         await started(replica)
@@ -438,6 +534,7 @@ run = {{ shell = ["sh", "-c", "echo it broke >&2; exit 3"] }}
 
         async def failed() -> bool:
             return (await states(conn, "flaky")).get("failed", 0) == 1
+
         await eventually(failed, timeout=30, what="the run to fail for good")
         error = await conn.fetchval("SELECT error FROM job_runs WHERE id = $1", run_id)
     finally:
@@ -445,6 +542,7 @@ run = {{ shell = ["sh", "-c", "echo it broke >&2; exit 3"] }}
 
     async def logged() -> bool:
         return bool(replica.events("run failed; no attempts left"))
+
     await eventually(logged, timeout=10, what="the final failure's log line")
     lines = [e for e in json_lines(replica.stderr()) if e.get("run_id") == run_id]
     final = [e for e in lines if e["event"] == "run failed; no attempts left"]
@@ -454,12 +552,17 @@ run = {{ shell = ["sh", "-c", "echo it broke >&2; exit 3"] }}
     assert (final[0]["job"], final[0]["attempt"], final[0]["outcome"]) == ("flaky", 2, "failed")
     retried = [e for e in lines if e["event"] == "run attempt failed; will retry"]
     assert [(e["level"], e["attempt"], e["error"]) for e in retried] == [
-        ("warning", 1, "exit status 3")]
+        ("warning", 1, "exit status 3")
+    ]
 
 
 async def test_a_nats_outage_under_a_running_replica_logs_json_lines_only(
-        tmp_path: Path, schema_url: str, deployment: str, private_nats: PrivateNats,
-        spawn: Callable[..., ClaimdProcess]) -> None:
+    tmp_path: Path,
+    schema_url: str,
+    deployment: str,
+    private_nats: PrivateNats,
+    spawn: Callable[..., ClaimdProcess],
+) -> None:
     jobs = """
 [jobs.beat]
 every = "1s"
@@ -467,13 +570,21 @@ run = { shell = ["true"] }
 """
     port = free_port()
     # DEBUG: every library's chatter too (reconnect attempts included) must be JSON.
-    replica = spawn("--log-level", "DEBUG", "run", "--config", str(config(
-        tmp_path, schema_url, private_nats.url, deployment, port, jobs)), label="replica")
+    replica = spawn(
+        "--log-level",
+        "DEBUG",
+        "run",
+        "--config",
+        str(config(tmp_path, schema_url, private_nats.url, deployment, port, jobs)),
+        label="replica",
+    )
     await started(replica)
     conn = await asyncpg.connect(schema_url)
     try:
+
         async def beating() -> bool:
             return (await states(conn, "beat")).get("succeeded", 0) >= 2
+
         await eventually(beating, timeout=30, what="the job to run")
 
         before = len(replica.stderr().splitlines())
@@ -483,13 +594,18 @@ run = { shell = ["true"] }
         async def noticed() -> bool:
             # Lines logged since the stop (the lost connection, reconnect attempts).
             return len(replica.stderr().splitlines()) >= before + 5
+
         await eventually(noticed, timeout=30, what="log lines during the outage")
         private_nats.start()  # the same port and store
 
         async def recovered() -> bool:
-            return bool(await conn.fetchval(
-                "SELECT count(*) FROM job_runs WHERE state = 'succeeded' AND started_at > $1",
-                outage_from))
+            return bool(
+                await conn.fetchval(
+                    "SELECT count(*) FROM job_runs WHERE state = 'succeeded' AND started_at > $1",
+                    outage_from,
+                )
+            )
+
         await eventually(recovered, timeout=60, what="runs again after the outage")
     finally:
         await conn.close()
@@ -501,5 +617,7 @@ run = { shell = ["true"] }
     assert all("event" in e and "level" in e and "timestamp" in e for e in events)
     tracebacks = [e for e in events if "Traceback" in e.get("event", "")]
     assert tracebacks == [], "a traceback rendered into the message instead of its own field"
-    print(f"\n[nats outage] {len(during)} JSON lines from the stop to the exit; loggers: "
-          + ", ".join(sorted({str(e.get('logger') or e.get('actor')) for e in during})))
+    print(
+        f"\n[nats outage] {len(during)} JSON lines from the stop to the exit; loggers: "
+        + ", ".join(sorted({str(e.get("logger") or e.get("actor")) for e in during}))
+    )

@@ -62,19 +62,22 @@ class Result:
     err: str
 
 
-async def claimd(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None
-                 ) -> Result:
+async def claimd(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> Result:
     proc = await asyncio.create_subprocess_exec(
-        *claimd_command(), *args, cwd=cwd, env=env or child_env(),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        *claimd_command(),
+        *args,
+        cwd=cwd,
+        env=env or child_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None
     return Result(proc.returncode, out.decode(), err.decode())
 
 
 @pytest.fixture
-async def seeded(store: PostgresRunStore, schema_url: str, tmp_path: Path
-                 ) -> dict[str, str]:
+async def seeded(store: PostgresRunStore, schema_url: str, tmp_path: Path) -> dict[str, str]:
     """Two jobs (one paused), one finished run of nightly at 02:00 Berlin on 1 January."""
     loaded = parse_config(JOBS, "jobs.toml", env={})
     await store.sync_jobs(list(loaded.jobs.values()))
@@ -82,11 +85,17 @@ async def seeded(store: PostgresRunStore, schema_url: str, tmp_path: Path
     run_id = await store.pool.fetchval(
         "INSERT INTO job_runs (job_id, scheduled_at, due_at, state, outcome, finished_at) "
         "SELECT id, $1, $1, 'succeeded', 'succeeded', now() FROM jobs WHERE name = 'nightly' "
-        "RETURNING id::text", FINISHED_AT)
+        "RETURNING id::text",
+        FINISHED_AT,
+    )
     bad = tmp_path / "bad.toml"
     bad.write_text('[jobs.x]\ncron = "61 * * * *"\nrun = { shell = ["/bin/true"] }\n')
-    return {"db": schema_url, "run": run_id, "bad_config": str(bad),
-           "closed": f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"}
+    return {
+        "db": schema_url,
+        "run": run_id,
+        "bad_config": str(bad),
+        "closed": f"postgresql://postgres@127.0.0.1:{free_port()}/postgres",
+    }
 
 
 # (arguments, exit status, words on the one stderr line). {db} is the test's database.
@@ -95,46 +104,137 @@ BAD_INPUT = [
     (["jobs", "--url", "http://127.0.0.1:{port}"], 4, "cannot reach the claimd API"),
     (["jobs", "--database-url", "not-a-url"], 2, "not a usable database URL"),
     (["jobs", "--config", "/nonexistent/claimd.toml"], 2, "cannot read"),
-    (["runs", "nightly", "--since", "yesterday", "--database-url", "{db}"], 2,
-     "not an ISO 8601 time"),
-    (["runs", "--since", "2026-02-01", "--until", "2026-01-01", "--database-url", "{db}"],
-     2, "before since"),
+    (
+        ["runs", "nightly", "--since", "yesterday", "--database-url", "{db}"],
+        2,
+        "not an ISO 8601 time",
+    ),
+    (
+        ["runs", "--since", "2026-02-01", "--until", "2026-01-01", "--database-url", "{db}"],
+        2,
+        "before since",
+    ),
     (["runs", "nope", "--database-url", "{db}"], 3, "no job named 'nope'"),
     (["runs", "--state", "done", "--database-url", "{db}"], 2, "unknown state 'done'"),
     (["runs", "--limit", "0", "--database-url", "{db}"], 2, "limit must be between"),
     (["runs", "--limit", "many", "--database-url", "{db}"], 2, "invalid int value"),
     (["show", "12345", "--database-url", "{db}"], 2, "not a run id"),
     (["show", UNKNOWN_RUN, "--database-url", "{db}"], 3, "no run"),
-    (["audit", "nope", "--from", "2026-01-01", "--to", "2026-01-02", "--database-url", "{db}"],
-     3, "no job named 'nope'"),
-    (["audit", "nightly", "--from", "2026-01-32", "--to", "2026-02-01", "--database-url",
-      "{db}"], 2, "not an ISO 8601 time"),
-    (["audit", "nightly", "--from", "2026-02-01", "--to", "2026-01-01", "--database-url",
-      "{db}"], 2, "ends"),
-    (["audit", "nightly", "--from", "1990-01-01", "--to", "2026-01-01", "--database-url",
-      "{db}"], 2, "more than 10000 instants"),
-    (["audit", "nightly", "--from", "2026-01-01", "--database-url", "{db}"], 2,
-     "required: --to"),
+    (
+        ["audit", "nope", "--from", "2026-01-01", "--to", "2026-01-02", "--database-url", "{db}"],
+        3,
+        "no job named 'nope'",
+    ),
+    (
+        [
+            "audit",
+            "nightly",
+            "--from",
+            "2026-01-32",
+            "--to",
+            "2026-02-01",
+            "--database-url",
+            "{db}",
+        ],
+        2,
+        "not an ISO 8601 time",
+    ),
+    (
+        [
+            "audit",
+            "nightly",
+            "--from",
+            "2026-02-01",
+            "--to",
+            "2026-01-01",
+            "--database-url",
+            "{db}",
+        ],
+        2,
+        "ends",
+    ),
+    (
+        [
+            "audit",
+            "nightly",
+            "--from",
+            "1990-01-01",
+            "--to",
+            "2026-01-01",
+            "--database-url",
+            "{db}",
+        ],
+        2,
+        "more than 10000 instants",
+    ),
+    (["audit", "nightly", "--from", "2026-01-01", "--database-url", "{db}"], 2, "required: --to"),
     (["actions", "--limit", "5000", "--database-url", "{db}"], 2, "limit must be between"),
     (["pause", "nope", "--database-url", "{db}"], 3, "no enabled job named 'nope'"),
     (["pause", "held", "--database-url", "{db}"], 3, "already paused"),
     (["resume", "nightly", "--database-url", "{db}"], 3, "already running"),
-    (["trigger", "nightly", "--at", "02:00 tomorrow", "--database-url", "{db}"], 2,
-     "not an ISO 8601 time"),
+    (
+        ["trigger", "nightly", "--at", "02:00 tomorrow", "--database-url", "{db}"],
+        2,
+        "not an ISO 8601 time",
+    ),
     (["trigger", "nope", "--database-url", "{db}"], 3, "no job named 'nope'"),
-    (["trigger", "nightly", "--at", "2026-01-01 02:00", "--database-url", "{db}"], 3,
-     "already has a run at 2026-01-01T01:00:00+00:00"),
+    (
+        ["trigger", "nightly", "--at", "2026-01-01 02:00", "--database-url", "{db}"],
+        3,
+        "already has a run at 2026-01-01T01:00:00+00:00",
+    ),
     (["cancel", "not-a-uuid", "--database-url", "{db}"], 2, "not a run id"),
     (["cancel", "{run}", "--database-url", "{db}"], 3, "is succeeded; nothing to cancel"),
     (["cancel", UNKNOWN_RUN, "--database-url", "{db}"], 3, "no run"),
-    (["backfill", "nightly", "--from", "2026-01-05", "--to", "2026-01-01", "--database-url",
-      "{db}"], 2, "is after to"),
-    (["backfill", "nightly", "--from", "soon", "--to", "2026-01-01", "--database-url",
-      "{db}"], 2, "not an ISO 8601 time"),
-    (["backfill", "nope", "--from", "2026-01-01", "--to", "2026-01-02", "--database-url",
-      "{db}"], 3, "no job named 'nope'"),
-    (["backfill", "nightly", "--from", "2026-01-01", "--to", "2026-01-02", "--max-runs", "0",
-      "--database-url", "{db}"], 2, "--max-runs: expected a positive whole number"),
+    (
+        [
+            "backfill",
+            "nightly",
+            "--from",
+            "2026-01-05",
+            "--to",
+            "2026-01-01",
+            "--database-url",
+            "{db}",
+        ],
+        2,
+        "is after to",
+    ),
+    (
+        ["backfill", "nightly", "--from", "soon", "--to", "2026-01-01", "--database-url", "{db}"],
+        2,
+        "not an ISO 8601 time",
+    ),
+    (
+        [
+            "backfill",
+            "nope",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-02",
+            "--database-url",
+            "{db}",
+        ],
+        3,
+        "no job named 'nope'",
+    ),
+    (
+        [
+            "backfill",
+            "nightly",
+            "--from",
+            "2026-01-01",
+            "--to",
+            "2026-01-02",
+            "--max-runs",
+            "0",
+            "--database-url",
+            "{db}",
+        ],
+        2,
+        "--max-runs: expected a positive whole number",
+    ),
     (["reload", "--pid", "{dead_pid}"], 3, "no process"),
     (["reload", "--pid-file", "/nonexistent/claimd.pid"], 2, "cannot read a pid"),
     (["reload", "--pid", "1", "--config", "{bad_config}"], 2, "would refuse this file"),
@@ -147,12 +247,14 @@ async def _dead_pid() -> int:
     return proc.pid
 
 
-@pytest.mark.parametrize(("argv", "code", "words"), BAD_INPUT,
-                         ids=[" ".join(a[:2]) + f"-{i}" for i, (a, _, _) in
-                              enumerate(BAD_INPUT)])
+@pytest.mark.parametrize(
+    ("argv", "code", "words"),
+    BAD_INPUT,
+    ids=[" ".join(a[:2]) + f"-{i}" for i, (a, _, _) in enumerate(BAD_INPUT)],
+)
 async def test_bad_input_is_one_line_and_a_documented_exit_status(
-        seeded: dict[str, str], tmp_path: Path, argv: list[str], code: int,
-        words: str) -> None:
+    seeded: dict[str, str], tmp_path: Path, argv: list[str], code: int, words: str
+) -> None:
     values = {**seeded, "port": str(free_port()), "dead_pid": str(await _dead_pid())}
     result = await claimd(*[a.format(**values) for a in argv], cwd=tmp_path)
     assert result.code == code, result
@@ -163,16 +265,18 @@ async def test_bad_input_is_one_line_and_a_documented_exit_status(
     assert "Traceback" not in result.err
 
 
-async def test_without_anything_to_talk_to_the_command_says_what_to_give(
-        tmp_path: Path) -> None:
+async def test_without_anything_to_talk_to_the_command_says_what_to_give(tmp_path: Path) -> None:
     result = await claimd("jobs", cwd=tmp_path)
     assert (result.code, result.out) == (2, "")
-    assert result.err.strip() == ("error: no claimd to talk to: give --config, --database-url "
-                                  "or --url (or run `claimd dev` in this directory)")
+    assert result.err.strip() == (
+        "error: no claimd to talk to: give --config, --database-url "
+        "or --url (or run `claimd dev` in this directory)"
+    )
 
 
 async def test_json_output_parses_and_times_are_read_in_the_jobs_zone(
-        seeded: dict[str, str]) -> None:
+    seeded: dict[str, str],
+) -> None:
     db = ["--database-url", seeded["db"], "--json"]
     jobs = json.loads((await claimd("jobs", *db)).out)
     nightly = next(j for j in jobs if j["name"] == "nightly")
@@ -190,12 +294,14 @@ async def test_json_output_parses_and_times_are_read_in_the_jobs_zone(
     page = json.loads((await claimd("runs", "nightly", "--since", "2026-11-30", *db)).out)
     assert [r["id"] for r in page["runs"]] == [triggered["run_id"]]
     first = json.loads((await claimd("runs", "nightly", "--limit", "1", *db)).out)
-    rest = json.loads((await claimd("runs", "nightly", "--limit", "1", "--cursor",
-                                    first["next_cursor"], *db)).out)
+    rest = json.loads(
+        (await claimd("runs", "nightly", "--limit", "1", "--cursor", first["next_cursor"], *db)).out
+    )
     assert [r["id"] for r in first["runs"] + rest["runs"]] == [triggered["run_id"], seeded["run"]]
     assert rest["next_cursor"] is None
-    audit = await claimd("audit", "nightly", "--from", "2026-01-01", "--to",
-                         "2026-01-01 23:00", *db)
+    audit = await claimd(
+        "audit", "nightly", "--from", "2026-01-01", "--to", "2026-01-01 23:00", *db
+    )
     assert audit.code == 0, audit
     assert json.loads(audit.out)["summary"]["complete"] is True
     cancelled = json.loads((await claimd("cancel", triggered["run_id"], *db)).out)
@@ -204,24 +310,37 @@ async def test_json_output_parses_and_times_are_read_in_the_jobs_zone(
     assert [a["action"] for a in acts] == ["cancel", "trigger"]
     everything = json.loads((await claimd("actions", *db)).out)
     assert [(a["action"], a["via"], a["ok"]) for a in everything] == [
-        ("cancel", "cli", True), ("trigger", "cli", True)]
+        ("cancel", "cli", True),
+        ("trigger", "cli", True),
+    ]
     assert everything[0]["actor"]  # the OS user
 
 
 async def test_commands_find_a_running_claimd_dev_of_their_directory(
-        seeded: dict[str, str], tmp_path: Path) -> None:
+    seeded: dict[str, str], tmp_path: Path
+) -> None:
     data = tmp_path / ".claimd"
     data.mkdir()
     # What `claimd dev` writes (tests/e2e/test_cli.py runs the real one), for a live process.
-    (data / ENDPOINTS_FILE).write_text(json.dumps(
-        {"pid": os.getpid(), "database_url": seeded["db"], "nats_url": "", "http_url": None}))
+    (data / ENDPOINTS_FILE).write_text(
+        json.dumps(
+            {"pid": os.getpid(), "database_url": seeded["db"], "nats_url": "", "http_url": None}
+        )
+    )
     result = await claimd("jobs", "--json", cwd=tmp_path)
     assert result.code == 0, result
     assert {j["name"] for j in json.loads(result.out)} == {"nightly", "held"}
 
-    (data / ENDPOINTS_FILE).write_text(json.dumps(
-        {"pid": await _dead_pid(), "database_url": seeded["db"], "nats_url": "",
-         "http_url": None}))
+    (data / ENDPOINTS_FILE).write_text(
+        json.dumps(
+            {
+                "pid": await _dead_pid(),
+                "database_url": seeded["db"],
+                "nats_url": "",
+                "http_url": None,
+            }
+        )
+    )
     stale = await claimd("jobs", cwd=tmp_path)
     assert stale.code == 4
     assert "is not running" in stale.err
@@ -229,22 +348,27 @@ async def test_commands_find_a_running_claimd_dev_of_their_directory(
 
 
 async def test_a_real_claimd_dev_is_found_through_its_data_folder(
-        tmp_path: Path, spawn: Callable[..., ClaimdProcess]) -> None:
-    config = write_config(tmp_path / "dev.toml", http="127.0.0.1:0", claim_interval="100ms",
-                          materialize_interval="500ms",
-                          jobs=effect_job("tick", tmp_path / "effects.txt"))
+    tmp_path: Path, spawn: Callable[..., ClaimdProcess]
+) -> None:
+    config = write_config(
+        tmp_path / "dev.toml",
+        http="127.0.0.1:0",
+        claim_interval="100ms",
+        materialize_interval="500ms",
+        jobs=effect_job("tick", tmp_path / "effects.txt"),
+    )
     data_dir = short_data_dir()
     seen: list[Result] = []
 
     async def operate() -> None:
         # No URL, no config: what `claimd dev` wrote in its data folder is enough
         # (the folder is ./.claimd by default; the test's is elsewhere, named here).
-        seen.append(await claimd("jobs", "--json", "--dev-dir", str(data_dir),
-                                 cwd=tmp_path))
+        seen.append(await claimd("jobs", "--json", "--dev-dir", str(data_dir), cwd=tmp_path))
 
     try:
-        await dev_session(spawn, data_dir, free_port(), "--config", str(config),
-                          while_running=operate)
+        await dev_session(
+            spawn, data_dir, free_port(), "--config", str(config), while_running=operate
+        )
     finally:
         stop_embedded_postgres(data_dir)
     assert seen[0].code == 0, seen[0]
@@ -255,8 +379,12 @@ async def test_a_real_claimd_dev_is_found_through_its_data_folder(
 
 
 async def test_reload_reports_the_replicas_verdict(
-        tmp_path: Path, spawn: Callable[..., ClaimdProcess], schema_url: str, nats_url: str,
-        deployment: str) -> None:
+    tmp_path: Path,
+    spawn: Callable[..., ClaimdProcess],
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+) -> None:
     job = '[jobs.tick]\nevery = "1s"\nrun = { shell = ["/bin/true"] }\n'
     config = run_config(tmp_path / "claimd.toml", schema_url, nats_url, deployment, job)
     pid_file = tmp_path / "claimd.pid"
@@ -265,6 +393,7 @@ async def test_reload_reports_the_replicas_verdict(
     async def started() -> bool:
         assert replica.returncode() is None, replica.stderr()[-2000:]
         return bool(replica.events("replica started"))
+
     await eventually(started, timeout=30, what="the replica to start")
     db = ["--database-url", schema_url, "--pid-file", str(pid_file)]
 
@@ -274,8 +403,9 @@ async def test_reload_reports_the_replicas_verdict(
     config.write_text(config.read_text().replace('every = "1s"', 'every = "soon"'))
     refused = await claimd("reload", *db)
     assert refused.code == 1, refused
-    assert refused.err.strip() == (f"error: process {replica.pid}: refused: the file has "
-                                   "errors; jobs unchanged")
+    assert refused.err.strip() == (
+        f"error: process {replica.pid}: refused: the file has errors; jobs unchanged"
+    )
     # Checked first with --config, a broken file is not even signalled.
     checked = await claimd("reload", *db, "--config", str(config))
     assert checked.code == 2

@@ -42,8 +42,13 @@ pytestmark = pytest.mark.timeout(150)
 @pytest.mark.skipif(PROMTOOL is None, reason=NO_PROMTOOL)
 def test_promtool_checks_the_shipped_rules() -> None:
     assert PROMTOOL is not None
-    done = subprocess.run([PROMTOOL, "check", "rules", str(DOCKER / "alerts.yml")],
-                          capture_output=True, text=True, check=False, timeout=60)
+    done = subprocess.run(
+        [PROMTOOL, "check", "rules", str(DOCKER / "alerts.yml")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     print("\n" + done.stdout.strip())
 
@@ -51,8 +56,14 @@ def test_promtool_checks_the_shipped_rules() -> None:
 @pytest.mark.skipif(PROMTOOL is None, reason=NO_PROMTOOL)
 def test_promtool_rule_unit_tests_pass() -> None:
     assert PROMTOOL is not None
-    done = subprocess.run([PROMTOOL, "test", "rules", "alerts.test.yml"], cwd=DOCKER,
-                          capture_output=True, text=True, check=False, timeout=60)
+    done = subprocess.run(
+        [PROMTOOL, "test", "rules", "alerts.test.yml"],
+        cwd=DOCKER,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     print("\n" + done.stdout.strip())
 
@@ -61,8 +72,12 @@ def test_every_alert_has_a_unit_test_and_prometheus_loads_the_file_compose_mount
     rules = yaml.safe_load((DOCKER / "alerts.yml").read_text())
     alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
     tests = yaml.safe_load((DOCKER / "alerts.test.yml").read_text())
-    tested = {case["alertname"] for t in tests["tests"] for case in t["alert_rule_test"]
-              if case["exp_alerts"]}
+    tested = {
+        case["alertname"]
+        for t in tests["tests"]
+        for case in t["alert_rule_test"]
+        if case["exp_alerts"]
+    }
     assert alerts - tested == set(), "alerts without a firing unit test"
     config = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
     compose = yaml.safe_load((DOCKER / "compose.yaml").read_text())
@@ -77,8 +92,11 @@ def test_every_alert_has_a_unit_test_and_prometheus_loads_the_file_compose_mount
 def prometheus_config(path: Path, claimd_port: int, rules: Path) -> Path:
     """docker/prometheus.yml with its target on loopback, 1 s intervals, the shipped rules."""
     config: dict[str, Any] = yaml.safe_load((DOCKER / "prometheus.yml").read_text())
-    config["global"] = {**config.get("global", {}), "scrape_interval": "1s",
-                        "evaluation_interval": "1s"}
+    config["global"] = {
+        **config.get("global", {}),
+        "scrape_interval": "1s",
+        "evaluation_interval": "1s",
+    }
     config["rule_files"] = [str(rules)]
     (scrape,) = config["scrape_configs"]
     assert scrape["job_name"] == "claimd"
@@ -103,11 +121,19 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[[int], str]]:
         config = prometheus_config(tmp_path / "prometheus.yml", claimd_port, rules)
         port = free_port()
         with (tmp_path / "prometheus.log").open("wb") as log:
-            procs.append(subprocess.Popen(
-                [PROMETHEUS, f"--config.file={config}",
-                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                 f"--web.listen-address=127.0.0.1:{port}"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        PROMETHEUS,
+                        f"--config.file={config}",
+                        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                        f"--web.listen-address=127.0.0.1:{port}",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         return f"http://127.0.0.1:{port}"
 
     yield start
@@ -121,8 +147,9 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[[int], str]]:
 
 
 async def query(base: str, promql: str) -> list[dict[str, Any]]:
-    status, body = await http_get(f"{base}/api/v1/query?"
-                                  + urllib.parse.urlencode({"query": promql}))
+    status, body = await http_get(
+        f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    )
     if status != 200:
         return []
     result: list[dict[str, Any]] = json.loads(body)["data"]["result"]
@@ -132,8 +159,13 @@ async def query(base: str, promql: str) -> list[dict[str, Any]]:
 @pytest.mark.e2e
 @pytest.mark.prometheus
 async def test_a_real_prometheus_reads_the_run_history_and_fires_the_failure_alert(
-        tmp_path: Path, schema_url: str, nats_url: str, deployment: str,
-        spawn: Callable[..., ClaimdProcess], prometheus: Callable[[int], str]) -> None:
+    tmp_path: Path,
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+    spawn: Callable[..., ClaimdProcess],
+    prometheus: Callable[[int], str],
+) -> None:
     port = free_port()
     jobs = """
 [jobs.beat]
@@ -145,25 +177,44 @@ every = "1s"
 max_attempts = 1
 run = { shell = ["sh", "-c", "echo no such table >&2; exit 1"] }
 """
-    replica = spawn("run", "--config", str(write_config(
-        tmp_path / "claimd.toml", jobs=jobs, database_url=schema_url, nats_url=nats_url,
-        deployment=deployment, http=f"127.0.0.1:{port}", claim_interval="100ms",
-        materialize_interval="500ms", shutdown_grace="5s")), label="replica")
+    replica = spawn(
+        "run",
+        "--config",
+        str(
+            write_config(
+                tmp_path / "claimd.toml",
+                jobs=jobs,
+                database_url=schema_url,
+                nats_url=nats_url,
+                deployment=deployment,
+                http=f"127.0.0.1:{port}",
+                claim_interval="100ms",
+                materialize_interval="500ms",
+                shutdown_grace="5s",
+            )
+        ),
+        label="replica",
+    )
     base = prometheus(port)
 
     async def scraping() -> bool:
         return [r["value"][1] for r in await query(base, 'up{job="claimd"}')] == ["1"]
+
     await eventually(scraping, timeout=60, what="Prometheus to scrape claimd (up == 1)")
 
     # The failure alert, from the shipped rule as it is (no `for`), for the job that fails.
     async def firing() -> list[dict[str, Any]]:
         status, body = await http_get(f"{base}/api/v1/alerts")
         alerts = json.loads(body)["data"]["alerts"] if status == 200 else []
-        return [a for a in alerts if a["labels"]["alertname"] == "ClaimdJobFailing"
-                and a["state"] == "firing"]
+        return [
+            a
+            for a in alerts
+            if a["labels"]["alertname"] == "ClaimdJobFailing" and a["state"] == "firing"
+        ]
 
     async def alert_fired() -> bool:
         return bool(await firing())
+
     await eventually(alert_fired, timeout=60, what="ClaimdJobFailing to fire")
     (alert,) = await firing()
     assert alert["labels"]["claimd_job"] == "broken"
@@ -173,19 +224,32 @@ run = { shell = ["sh", "-c", "echo no such table >&2; exit 1"] }
     # Stop the job's runs (pause), let what was claimed finish, then the counter
     # Prometheus scraped must equal the attempts recorded in SQL.
     paused = await asyncio.to_thread(
-        subprocess.run, [*claimd_command(), "pause", "beat", "--database-url", schema_url],
-        capture_output=True, text=True, env=child_env(), timeout=60, check=False)
+        subprocess.run,
+        [*claimd_command(), "pause", "beat", "--database-url", schema_url],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=60,
+        check=False,
+    )
     assert paused.returncode == 0, paused.stderr
     conn = await asyncpg.connect(schema_url)
     try:
+
         async def quiet() -> bool:
-            return await conn.fetchval(
-                "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id "
-                "WHERE j.name = 'beat' AND r.state IN ('claimed', 'running')") == 0
+            return (
+                await conn.fetchval(
+                    "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id "
+                    "WHERE j.name = 'beat' AND r.state IN ('claimed', 'running')"
+                )
+                == 0
+            )
+
         await eventually(quiet, timeout=30, what="beat's claimed runs to finish")
         recorded = await conn.fetchval(
             "SELECT count(*) FROM job_run_attempts a JOIN job_runs r ON r.id = a.run_id "
-            "JOIN jobs j ON j.id = r.job_id WHERE j.name = 'beat' AND a.outcome = 'succeeded'")
+            "JOIN jobs j ON j.id = r.job_id WHERE j.name = 'beat' AND a.outcome = 'succeeded'"
+        )
     finally:
         await conn.close()
     assert recorded > 0
@@ -194,11 +258,17 @@ run = { shell = ["sh", "-c", "echo no such table >&2; exit 1"] }
     async def counter_matches() -> bool:
         result = await query(base, promql)
         return [float(r["value"][1]) for r in result] == [float(recorded)]
-    await eventually(counter_matches, timeout=30,
-                     what=f"Prometheus to read {recorded} succeeded attempts of beat")
+
+    await eventually(
+        counter_matches,
+        timeout=30,
+        what=f"Prometheus to read {recorded} succeeded attempts of beat",
+    )
     (series,) = await query(base, promql)
     assert "exported_job" not in series["metric"]
     assert series["metric"]["instance"] == f"127.0.0.1:{port}"
-    print(f"\n[prometheus] {promql} = {recorded} = succeeded attempts in SQL; "
-          f"ClaimdJobFailing firing for claimd_job=broken")
+    print(
+        f"\n[prometheus] {promql} = {recorded} = succeeded attempts in SQL; "
+        f"ClaimdJobFailing firing for claimd_job=broken"
+    )
     assert replica.returncode() is None

@@ -40,11 +40,15 @@ def calls_of(run_id: str) -> list[tuple[str, int, int]]:
     return [c for c in CALLS if c[0] == run_id]
 
 
-def make_job(name: str = "job", executor: ExecutorSpec | None = None, *,
-             max_attempts: int = 3) -> Job:
-    return Job(name=name, schedule=CronSchedule(RARE_CRON, "UTC"),
-               executor=executor or PythonSpec("tests.integration.helpers:record_call"),
-               max_attempts=max_attempts)
+def make_job(
+    name: str = "job", executor: ExecutorSpec | None = None, *, max_attempts: int = 3
+) -> Job:
+    return Job(
+        name=name,
+        schedule=CronSchedule(RARE_CRON, "UTC"),
+        executor=executor or PythonSpec("tests.integration.helpers:record_call"),
+        max_attempts=max_attempts,
+    )
 
 
 async def add_job(store: PostgresRunStore, job: Job) -> int:
@@ -64,18 +68,27 @@ async def insert_due_runs(store: PostgresRunStore, job_id: int, count: int) -> l
            SELECT $1, t, t
              FROM generate_series(1, $2::int) AS g,
                   LATERAL (SELECT now() - interval '1 minute' + g * interval '1 ms') AS i(t)
-           RETURNING id::text""", job_id, count)
+           RETURNING id::text""",
+        job_id,
+        count,
+    )
     return [r["id"] for r in rows]
 
 
 def message_for(run: ClaimedRun, deployment: str) -> DispatchMessage:
-    return DispatchMessage(run_id=run.run_id, epoch=run.epoch, job=run.job,
-                           scheduled_at=run.scheduled_at, attempt=run.attempt,
-                           deployment=deployment)
+    return DispatchMessage(
+        run_id=run.run_id,
+        epoch=run.epoch,
+        job=run.job,
+        scheduled_at=run.scheduled_at,
+        attempt=run.attempt,
+        deployment=deployment,
+    )
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], *, timeout: float = 20.0,
-                     what: str = "condition") -> None:
+async def eventually(
+    check: Callable[[], Awaitable[bool]], *, timeout: float = 20.0, what: str = "condition"
+) -> None:
     """Poll ``check`` until it holds; fail the test after a generous deadline."""
     deadline = time.monotonic() + timeout
     while not await check():
@@ -96,8 +109,9 @@ async def consumer_counts(broker: JetStreamBroker) -> tuple[int, int]:
     return int(info.num_pending or 0), int(info.num_ack_pending or 0)
 
 
-async def drain_stream(broker: JetStreamBroker, expected: int,
-                       timeout: float = 10.0) -> list[DispatchMessage]:
+async def drain_stream(
+    broker: JetStreamBroker, expected: int, timeout: float = 10.0
+) -> list[DispatchMessage]:
     """Fetch and ack messages from the consumer until ``expected`` arrived (or the deadline)."""
     from actors.adapters.nats import decode
 
@@ -156,8 +170,16 @@ class Replicas:
         clean["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, clean.get("PYTHONPATH")]))
         with (self.log_dir / f"{name}.log").open("wb") as log:
             proc = await asyncio.create_subprocess_exec(
-                *claimd_command(), "--log-level", "WARNING", "run", "--config", str(config),
-                env={**clean, **env}, stdout=log, stderr=log)
+                *claimd_command(),
+                "--log-level",
+                "WARNING",
+                "run",
+                "--config",
+                str(config),
+                env={**clean, **env},
+                stdout=log,
+                stderr=log,
+            )
         self.procs.append(proc)
         return proc
 
@@ -181,13 +203,14 @@ def free_port() -> int:
 
 async def scrape(port: int, name: str, **labels: str) -> float:
     """One sample from a replica's /metrics (0 when absent)."""
-    async with aiohttp.ClientSession() as session, \
-            session.get(f"http://127.0.0.1:{port}/metrics") as response:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/metrics") as response,
+    ):
         text = await response.text()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v
-                                           for k, v in labels.items()):
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
                 return float(sample.value)
     return 0.0
 
@@ -206,5 +229,4 @@ async def running(*replicas: Replica, stop_timeout: float = 40.0) -> AsyncIterat
 
 
 async def succeeded_runs(store: PostgresRunStore) -> int:
-    return int(await store.pool.fetchval(
-        "SELECT count(*) FROM job_runs WHERE state = 'succeeded'"))
+    return int(await store.pool.fetchval("SELECT count(*) FROM job_runs WHERE state = 'succeeded'"))

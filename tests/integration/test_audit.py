@@ -29,26 +29,38 @@ FAST = {"claim_interval": "50ms", "materialize_interval": "200ms", "shutdown_gra
 
 async def claimd(*args: str) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        *claimd_command(), *args, env=child_env(), stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
+        *claimd_command(),
+        *args,
+        env=child_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
 
 
 async def count(store: PostgresRunStore, job: str, state: str) -> int:
-    return int(await store.pool.fetchval(
-        "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id "
-        "WHERE j.name = $1 AND r.state = $2", job, state))
+    return int(
+        await store.pool.fetchval(
+            "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id "
+            "WHERE j.name = $1 AND r.state = $2",
+            job,
+            state,
+        )
+    )
 
 
-async def settled_prefix(store: PostgresRunStore, job: str, state: str
-                         ) -> tuple[datetime, list[str], list[datetime]]:
+async def settled_prefix(
+    store: PostgresRunStore, job: str, state: str
+) -> tuple[datetime, list[str], list[datetime]]:
     """Since the job was created: the run ids and instants, up to the first not in ``state``."""
     created = await store.pool.fetchval("SELECT created_at FROM jobs WHERE name = $1", job)
     rows = await store.pool.fetch(
         "SELECT r.id::text AS id, r.scheduled_at, r.state FROM job_runs r JOIN jobs j "
-        "ON j.id = r.job_id WHERE j.name = $1 ORDER BY r.scheduled_at", job)
+        "ON j.id = r.job_id WHERE j.name = $1 ORDER BY r.scheduled_at",
+        job,
+    )
     ids: list[str] = []
     instants: list[datetime] = []
     for row in rows:
@@ -60,9 +72,13 @@ async def settled_prefix(store: PostgresRunStore, job: str, state: str
 
 
 async def test_a_clean_range_is_complete_and_a_run_deleted_by_hand_is_missing(
-        make_config: Callable[..., LoadedConfig], store: PostgresRunStore, schema_url: str,
-        tmp_path: Path) -> None:
-    loaded = make_config("""
+    make_config: Callable[..., LoadedConfig],
+    store: PostgresRunStore,
+    schema_url: str,
+    tmp_path: Path,
+) -> None:
+    loaded = make_config(
+        """
         [jobs.tick]
         every = "1s"
         run = { python = "actors.examples:hello" }
@@ -71,11 +87,17 @@ async def test_a_clean_range_is_complete_and_a_run_deleted_by_hand_is_missing(
         every = "1s"
         max_attempts = 1
         run = { shell = ["/bin/sh", "-c", "echo no disk >&2; exit 3"] }
-    """, **FAST)
+    """,
+        **FAST,
+    )
     async with running(Replica(tmp_path / "claimd.toml", loaded)):
+
         async def enough() -> bool:
-            return (await count(store, "tick", "succeeded") >= 6
-                    and await count(store, "broken", "failed") >= 3)
+            return (
+                await count(store, "tick", "succeeded") >= 6
+                and await count(store, "broken", "failed") >= 3
+            )
+
         await eventually(enough, timeout=40, what="runs of tick and broken")
     db = ["--database-url", schema_url]
 
@@ -108,8 +130,16 @@ async def test_a_clean_range_is_complete_and_a_run_deleted_by_hand_is_missing(
 
     # A job that always fails is not a job that never ran.
     created, failed_ids, failed = await settled_prefix(store, "broken", "failed")
-    code, out, _ = await claimd("audit", "broken", "--from", created.isoformat(), "--to",
-                                failed[-1].isoformat(), *db, "--json")
+    code, out, _ = await claimd(
+        "audit",
+        "broken",
+        "--from",
+        created.isoformat(),
+        "--to",
+        failed[-1].isoformat(),
+        *db,
+        "--json",
+    )
     assert code == 1
     assert json.loads(out)["summary"]["counts"]["failed"] == len(failed)
     code, out, _ = await claimd("jobs", *db, "--json")
@@ -124,14 +154,20 @@ async def test_a_clean_range_is_complete_and_a_run_deleted_by_hand_is_missing(
 
 
 async def test_instants_dropped_by_catchup_none_after_a_downtime_are_reported_dropped(
-        make_config: Callable[..., LoadedConfig], store: PostgresRunStore, schema_url: str,
-        tmp_path: Path) -> None:
-    loaded = make_config("""
+    make_config: Callable[..., LoadedConfig],
+    store: PostgresRunStore,
+    schema_url: str,
+    tmp_path: Path,
+) -> None:
+    loaded = make_config(
+        """
         [jobs.sparse]
         every = "10s"
         catchup = "none"
         run = { python = "actors.examples:hello" }
-    """, **FAST)
+    """,
+        **FAST,
+    )
     await store.sync_jobs(list(loaded.jobs.values()))
     # What a downtime leaves in the database: the job was planned and ran until the
     # scheduler stopped five minutes ago, and nothing has been written since.
@@ -139,17 +175,24 @@ async def test_instants_dropped_by_catchup_none_after_a_downtime_are_reported_dr
     born, stopped = now - timedelta(minutes=10), now - timedelta(minutes=5)
     job_id = await store.pool.fetchval(
         "UPDATE jobs SET created_at = $1, materialized_until = $2 WHERE name = 'sparse' "
-        "RETURNING id", born, stopped)
+        "RETURNING id",
+        born,
+        stopped,
+    )
     before = take(IntervalSchedule(timedelta(seconds=10)).fire_times(born, stopped))
     await store.pool.execute(
         "INSERT INTO job_runs (job_id, scheduled_at, due_at, state, outcome, finished_at) "
         "SELECT $1, t, t, 'succeeded', 'succeeded', t FROM unnest($2::timestamptz[]) t",
-        job_id, before)
+        job_id,
+        before,
+    )
     restarted: datetime = await store.pool.fetchval("SELECT now()")
 
     async with running(Replica(tmp_path / "claimd.toml", loaded)):
+
         async def back() -> bool:
             return await count(store, "sparse", "succeeded") > len(before)
+
         await eventually(back, timeout=40, what="a run after the restart")
 
     # Up to just before the restart (later instants may be late, not missed).
@@ -164,7 +207,8 @@ async def test_instants_dropped_by_catchup_none_after_a_downtime_are_reported_dr
     assert len(ran) == len(before)
     assert len(gone) >= 25  # five minutes of a job every 10 s, less the last few seconds
     assert {(e["status"], e["reason"]) for e in gone} == {
-        ("dropped", "missed while no scheduler ran (catchup = none)")}
+        ("dropped", "missed while no scheduler ran (catchup = none)")
+    }
     assert audit["summary"]["complete"] is True
     code, out, _ = await claimd("audit", "sparse", *window)
     assert code == 0

@@ -18,16 +18,19 @@ RUNS = 10_000
 CLAIMERS = 4
 
 
-async def _claim_until_empty(store: PostgresRunStore, owner: str, batch: int,
-                             statement_only: bool) -> list[ClaimedRun]:
+async def _claim_until_empty(
+    store: PostgresRunStore, owner: str, batch: int, statement_only: bool
+) -> list[ClaimedRun]:
     claimed: list[ClaimedRun] = []
     while True:
         if statement_only:
             # The claim statement alone: its row locks (FOR UPDATE SKIP LOCKED)
             # are what keeps racing batches disjoint.
             rows = await store.pool.fetch(CLAIM_DUE_RUNS, owner, batch, LONG_LEASE)
-            runs = [ClaimedRun(r["id"], r["name"], r["scheduled_at"], r["attempt"],
-                               r["claim_epoch"]) for r in rows]
+            runs = [
+                ClaimedRun(r["id"], r["name"], r["scheduled_at"], r["attempt"], r["claim_epoch"])
+                for r in rows
+            ]
         else:
             runs = await store.claim_due_runs(owner, batch, LONG_LEASE, max_claimed=1_000_000)
         if not runs:
@@ -37,7 +40,8 @@ async def _claim_until_empty(store: PostgresRunStore, owner: str, batch: int,
 
 @pytest.mark.parametrize("statement_only", [False, True], ids=["claim_due_runs", "statement"])
 async def test_racing_claimers_get_disjoint_batches_covering_every_run(
-        store: PostgresRunStore, schema_url: str, statement_only: bool) -> None:
+    store: PostgresRunStore, schema_url: str, statement_only: bool
+) -> None:
     job_id = await add_job(store, make_job())
     ids = set(await insert_due_runs(store, job_id, RUNS))
     assert len(ids) == RUNS
@@ -45,9 +49,12 @@ async def test_racing_claimers_get_disjoint_batches_covering_every_run(
     stores = [await PostgresRunStore.connect(schema_url, max_size=2) for _ in range(CLAIMERS)]
     owners = [f"claimer-{i}" for i in range(CLAIMERS)]
     try:
-        results = await asyncio.gather(*(
-            _claim_until_empty(s, owner, 97, statement_only)
-            for s, owner in zip(stores, owners, strict=True)))
+        results = await asyncio.gather(
+            *(
+                _claim_until_empty(s, owner, 97, statement_only)
+                for s, owner in zip(stores, owners, strict=True)
+            )
+        )
     finally:
         for s in stores:
             await s.close()
@@ -65,7 +72,8 @@ async def test_racing_claimers_get_disjoint_batches_covering_every_run(
     assert all(r.epoch == 1 for result in results for r in result)
 
     rows = await store.pool.fetch(
-        "SELECT id::text AS id, state, claim_epoch, lease_owner FROM job_runs")
+        "SELECT id::text AS id, state, claim_epoch, lease_owner FROM job_runs"
+    )
     assert len(rows) == RUNS
     assert {r["state"] for r in rows} == {"claimed"}
     assert {r["claim_epoch"] for r in rows} == {1}
@@ -74,8 +82,7 @@ async def test_racing_claimers_get_disjoint_batches_covering_every_run(
 
 
 async def _claimed_count(store: PostgresRunStore) -> int:
-    return int(await store.pool.fetchval(
-        "SELECT count(*) FROM job_runs WHERE state = 'claimed'"))
+    return int(await store.pool.fetchval("SELECT count(*) FROM job_runs WHERE state = 'claimed'"))
 
 
 async def test_claims_stop_at_the_in_flight_bound(store: PostgresRunStore) -> None:
@@ -92,8 +99,10 @@ async def test_claims_stop_at_the_in_flight_bound(store: PostgresRunStore) -> No
     assert await store.claim_due_runs("me", 7, LONG_LEASE, max_claimed=bound) == []
 
     # Only claimed-but-not-started runs count: starting 10 makes room for 10 more.
-    messages = [DispatchMessage(r.run_id, r.epoch, r.job, r.scheduled_at, r.attempt, "d")
-                for r in total[:10]]
+    messages = [
+        DispatchMessage(r.run_id, r.epoch, r.job, r.scheduled_at, r.attempt, "d")
+        for r in total[:10]
+    ]
     started, not_started = await store.start_runs("worker", messages, LONG_LEASE)
     assert len(started) == 10
     assert not_started == []
@@ -106,7 +115,8 @@ async def test_claims_stop_at_the_in_flight_bound(store: PostgresRunStore) -> No
 
 
 async def test_concurrent_claimers_overshoot_the_bound_by_at_most_one_batch_each(
-        store: PostgresRunStore, schema_url: str) -> None:
+    store: PostgresRunStore, schema_url: str
+) -> None:
     bound = 40
     job_id = await add_job(store, make_job())
     await insert_due_runs(store, job_id, 2_000)
@@ -115,20 +125,19 @@ async def test_concurrent_claimers_overshoot_the_bound_by_at_most_one_batch_each
     async def claim_rounds(s: PostgresRunStore, owner: str) -> int:
         got = 0
         for _ in range(10):
-            got += len(await s.claim_due_runs(owner, 30, timedelta(minutes=5),
-                                              max_claimed=bound))
+            got += len(await s.claim_due_runs(owner, 30, timedelta(minutes=5), max_claimed=bound))
         return got
 
     try:
         for _ in range(5):
-            got = await asyncio.gather(*(claim_rounds(s, f"c{i}")
-                                         for i, s in enumerate(stores)))
+            got = await asyncio.gather(*(claim_rounds(s, f"c{i}") for i, s in enumerate(stores)))
             # Racing claimers may each see the same room: the documented
             # overshoot is at most (claimers - 1) x batch, never unbounded.
             assert await _claimed_count(store) <= bound + (CLAIMERS - 1) * 30, got
             # Start everything claimed so the next round has room again.
             await store.pool.execute(
-                "UPDATE job_runs SET state = 'running' WHERE state = 'claimed'")
+                "UPDATE job_runs SET state = 'running' WHERE state = 'claimed'"
+            )
     finally:
         for s in stores:
             await s.close()

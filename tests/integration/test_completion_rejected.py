@@ -45,7 +45,8 @@ class RefusesOneRun(PostgresRunStore):
 
 
 async def test_a_rejected_completion_is_abandoned_to_the_lease_and_the_rest_recorded(
-        store: PostgresRunStore, broker: JetStreamBroker, deployment: str) -> None:
+    store: PostgresRunStore, broker: JetStreamBroker, deployment: str
+) -> None:
     job_id = await add_job(store, make_job())
     ids = await insert_due_runs(store, job_id, 6)
     claimed = await store.claim_due_runs("c", 10, timedelta(minutes=5), 100)
@@ -56,20 +57,35 @@ async def test_a_rejected_completion_is_abandoned_to_the_lease_and_the_rest_reco
     refusing.bad = ids[0]
     rejected_before = counter("claimd_completions_rejected_total")
     stop = asyncio.Event()
-    worker = Worker(refusing, await broker.pull_subscription(), LocalExecutor(),
-                    worker_id="w", deployment=deployment, lease=timedelta(seconds=30),
-                    heartbeat_interval=timedelta(milliseconds=200), concurrency=16,
-                    decode=decode, delivery_count=delivery_count, stop=stop,
-                    grace=timedelta(seconds=5))
+    worker = Worker(
+        refusing,
+        await broker.pull_subscription(),
+        LocalExecutor(),
+        worker_id="w",
+        deployment=deployment,
+        lease=timedelta(seconds=30),
+        heartbeat_interval=timedelta(milliseconds=200),
+        concurrency=16,
+        decode=decode,
+        delivery_count=delivery_count,
+        stop=stop,
+        grace=timedelta(seconds=5),
+    )
     task = asyncio.create_task(worker.run())
     try:
+
         async def five_recorded() -> bool:
-            return await store.pool.fetchval(
-                "SELECT count(*) FROM job_runs WHERE state = 'succeeded'") == 5
+            return (
+                await store.pool.fetchval("SELECT count(*) FROM job_runs WHERE state = 'succeeded'")
+                == 5
+            )
+
         await eventually(five_recorded)
+
         # The refused run is no longer heartbeated: nothing of it stays in flight.
         async def forgotten() -> bool:
             return not worker.in_flight
+
         await eventually(forgotten)
         assert not task.done()
     finally:
@@ -77,8 +93,8 @@ async def test_a_rejected_completion_is_abandoned_to_the_lease_and_the_rest_reco
         await asyncio.wait_for(task, 15)
     assert counter("claimd_completions_rejected_total") == rejected_before + 1
     row = await store.pool.fetchrow(
-        "SELECT state, lease_expires_at > now() AS live FROM job_runs WHERE id = $1::uuid",
-        ids[0])
+        "SELECT state, lease_expires_at > now() AS live FROM job_runs WHERE id = $1::uuid", ids[0]
+    )
     # Still running under a lease nobody extends: the reaper will take it back.
     assert row["state"] == "running"
     pending, _ = await consumer_counts(broker)
@@ -93,21 +109,31 @@ async def test_a_rejected_completion_is_abandoned_to_the_lease_and_the_rest_reco
 # epoch, recorded. Before the fix the worker retried such a completion forever
 # while its heartbeat kept the lease alive, so the run stayed `running`.
 
-FAST_LEASE = {"lease": "3s", "ack_wait": "500ms", "max_deliver": 2,
-              "claim_interval": "50ms", "reap_interval": "100ms",
-              "materialize_interval": "1s", "shutdown_grace": "1s"}
+FAST_LEASE = {
+    "lease": "3s",
+    "ack_wait": "500ms",
+    "max_deliver": 2,
+    "claim_interval": "50ms",
+    "reap_interval": "100ms",
+    "materialize_interval": "1s",
+    "shutdown_grace": "1s",
+}
 RECORD_CALL = "tests.integration.helpers:record_call"
 RECOVERY_DEADLINE = 30.0  # many leases of 3 s: a run stuck in `running` never gets there
 
 
-async def _one_job_two_runs(store: PostgresRunStore,
-                            make_config: Callable[..., LoadedConfig]) -> tuple[Replica, str, str]:
-    loaded = make_config(f"""
+async def _one_job_two_runs(
+    store: PostgresRunStore, make_config: Callable[..., LoadedConfig]
+) -> tuple[Replica, str, str]:
+    loaded = make_config(
+        f"""
         [jobs.flaky]
         cron = "{RARE_CRON}"
         max_attempts = 3
         run = {{ python = "{RECORD_CALL}" }}
-        """, **FAST_LEASE)
+        """,
+        **FAST_LEASE,
+    )
     job_id = await add_job(store, loaded.jobs["flaky"])
     bad, good = await insert_due_runs(store, job_id, 2)
     return Replica(Path(loaded.path), loaded), bad, good
@@ -115,14 +141,20 @@ async def _one_job_two_runs(store: PostgresRunStore,
 
 async def _recovered(store: PostgresRunStore, run_id: str) -> asyncpg.Record:
     """Wait until the run is terminal (bounded); return its row."""
+
     async def terminal() -> bool:
         return await store.pool.fetchval(
-            "SELECT state FROM job_runs WHERE id = $1::uuid", run_id) in ("succeeded", "failed")
+            "SELECT state FROM job_runs WHERE id = $1::uuid", run_id
+        ) in ("succeeded", "failed")
 
-    await eventually(terminal, timeout=RECOVERY_DEADLINE,
-                     what="the run whose completion failed to be recovered and recorded")
+    await eventually(
+        terminal,
+        timeout=RECOVERY_DEADLINE,
+        what="the run whose completion failed to be recovered and recorded",
+    )
     row = await store.pool.fetchrow(
-        "SELECT state, attempt, claim_epoch FROM job_runs WHERE id = $1::uuid", run_id)
+        "SELECT state, attempt, claim_epoch FROM job_runs WHERE id = $1::uuid", run_id
+    )
     assert row is not None
     return row
 
@@ -130,19 +162,24 @@ async def _recovered(store: PostgresRunStore, run_id: str) -> asyncpg.Record:
 async def _attempts(store: PostgresRunStore, run_id: str) -> list[tuple[int, str]]:
     rows = await store.pool.fetch(
         "SELECT claim_epoch, outcome FROM job_run_attempts WHERE run_id = $1::uuid "
-        "ORDER BY claim_epoch", run_id)
+        "ORDER BY claim_epoch",
+        run_id,
+    )
     return [(r["claim_epoch"], r["outcome"]) for r in rows]
 
 
 async def test_an_unexpected_completion_error_reaches_the_supervisor_and_the_lease_recovers_the_run(
-        store: PostgresRunStore, make_config: Callable[..., LoadedConfig],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    store: PostgresRunStore,
+    make_config: Callable[..., LoadedConfig],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     replica, bad, good = await _one_job_two_runs(store, make_config)
     real_complete = PostgresRunStore.complete_runs
     refused: list[int] = []
 
-    async def complete_runs(self: PostgresRunStore,
-                            completions: Sequence[Completion]) -> set[tuple[str, int]]:
+    async def complete_runs(
+        self: PostgresRunStore, completions: Sequence[Completion]
+    ) -> set[tuple[str, int]]:
         # A bug, not an outage nor a refusal of the data: what a broken code path raises.
         for c in completions:
             if c.run_id == bad and c.epoch == 1:
@@ -156,7 +193,8 @@ async def test_an_unexpected_completion_error_reaches_the_supervisor_and_the_lea
     async with running(replica):
         row = await _recovered(store, bad)
         good_state = await store.pool.fetchval(
-            "SELECT state FROM job_runs WHERE id = $1::uuid", good)
+            "SELECT state FROM job_runs WHERE id = $1::uuid", good
+        )
     assert (row["state"], row["claim_epoch"], row["attempt"]) == ("succeeded", 2, 2)
     assert good_state == "succeeded"
     # Executed once under the epoch that could not be recorded, once under the next.
@@ -184,7 +222,8 @@ CREATE TRIGGER refuse_completion BEFORE UPDATE ON job_runs FOR EACH ROW
 
 
 async def test_a_completion_the_database_refuses_is_recovered_by_the_lease_and_not_run_twice(
-        store: PostgresRunStore, make_config: Callable[..., LoadedConfig]) -> None:
+    store: PostgresRunStore, make_config: Callable[..., LoadedConfig]
+) -> None:
     replica, bad, good = await _one_job_two_runs(store, make_config)
     # A real refusal by PostgreSQL: a trigger rejects the completing UPDATE of the
     # bad run's first epoch (the reaper's update of it is let through).
@@ -195,7 +234,8 @@ async def test_a_completion_the_database_refuses_is_recovered_by_the_lease_and_n
     async with running(replica):
         row = await _recovered(store, bad)
         good_state = await store.pool.fetchval(
-            "SELECT state FROM job_runs WHERE id = $1::uuid", good)
+            "SELECT state FROM job_runs WHERE id = $1::uuid", good
+        )
     assert (row["state"], row["claim_epoch"], row["attempt"]) == ("succeeded", 2, 2)
     assert good_state == "succeeded"
     # The unrecorded attempt's message is settled: no redelivery ran it again

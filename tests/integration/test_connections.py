@@ -48,7 +48,8 @@ async def short_store(schema_url: str) -> AsyncIterator[PostgresRunStore]:
 
 
 async def test_pool_connections_keepalive_on_both_ends_and_the_budgets_statement_timeout(
-        short_store: PostgresRunStore) -> None:
+    short_store: PostgresRunStore,
+) -> None:
     async with short_store.pool.acquire() as conn:
         raw = conn._con  # the pool's proxy hides the connection; its socket is what we check
         sock = raw._transport.get_extra_info("socket")
@@ -65,7 +66,8 @@ async def test_pool_connections_keepalive_on_both_ends_and_the_budgets_statement
 
 
 async def test_a_statement_stuck_past_the_statement_timeout_fails_and_is_said(
-        short_store: PostgresRunStore, schema_url: str) -> None:
+    short_store: PostgresRunStore, schema_url: str
+) -> None:
     admin = await asyncpg.connect(schema_url)
     try:
         # The claim waits for a lock that is never released while it waits: like a
@@ -88,8 +90,7 @@ async def test_a_statement_stuck_past_the_statement_timeout_fails_and_is_said(
     assert [e["event"] for e in logs] == ["postgres reachable again"]
 
 
-async def test_closing_the_pool_is_bounded_while_a_connection_is_held(
-        schema_url: str) -> None:
+async def test_closing_the_pool_is_bounded_while_a_connection_is_held(schema_url: str) -> None:
     store = await PostgresRunStore.connect(schema_url, max_size=2, timeouts=BUDGET)
     held = await store.pool.acquire()  # never released: Pool.close() alone waits for it
     try:
@@ -110,14 +111,15 @@ async def gauge_becomes(dependency: str, value: float) -> None:
 
 
 async def test_losing_and_regaining_nats_is_one_event_and_a_metric_each_way(
-        deployment: str) -> None:
+    deployment: str,
+) -> None:
     server = EmbeddedNats(Path(tempfile.mkdtemp(prefix="claimd-test-nats-")), free_port())
     server.start()
     try:
         with capture_logs() as logs:
-            broker = await JetStreamBroker.connect(server.url, f"CLAIMD_{deployment}",
-                                                   f"claimd.{deployment}.runs",
-                                                   timeouts=BUDGET)
+            broker = await JetStreamBroker.connect(
+                server.url, f"CLAIMD_{deployment}", f"claimd.{deployment}.runs", timeouts=BUDGET
+            )
             try:
                 assert sample("claimd_dependency_up", "nats") == 1
                 reconnects = sample("claimd_reconnects_total", "nats")
@@ -133,15 +135,17 @@ async def test_losing_and_regaining_nats_is_one_event_and_a_metric_each_way(
         assert events.count("nats unreachable") == 1, events
         assert events.count("nats reachable again") == 1, events
         assert events[-1] == "nats connection closed", events
-        assert "nats unreachable" not in events[events.index("nats reachable again"):]
+        assert "nats unreachable" not in events[events.index("nats reachable again") :]
     finally:
         server.stop()
 
 
 async def test_a_single_server_refuses_three_stream_replicas_clearly(
-        nats_url: str, deployment: str) -> None:
-    broker = await JetStreamBroker.connect(nats_url, f"CLAIMD_{deployment}",
-                                           f"claimd.{deployment}.runs", timeouts=BUDGET)
+    nats_url: str, deployment: str
+) -> None:
+    broker = await JetStreamBroker.connect(
+        nats_url, f"CLAIMD_{deployment}", f"claimd.{deployment}.runs", timeouts=BUDGET
+    )
     try:
         with pytest.raises(StreamSettingsRefused) as info:
             await broker.ensure_stream(timedelta(minutes=2), replicas=3)
@@ -153,8 +157,7 @@ async def test_a_single_server_refuses_three_stream_replicas_clearly(
         await broker.close()
 
 
-async def test_a_silent_first_host_of_a_multi_host_url_is_passed_over(
-        database_url: str) -> None:
+async def test_a_silent_first_host_of_a_multi_host_url_is_passed_over(database_url: str) -> None:
     # A port that accepts TCP connections and never answers: a host that died
     # without refusing anything. asyncpg alone spends its whole connect timeout
     # there and never tries the next host; each host gets its own deadline here.
@@ -166,8 +169,7 @@ async def test_a_silent_first_host_of_a_multi_host_url_is_passed_over(
         netloc = f"{userinfo}@127.0.0.1:{silent.getsockname()[1]},{hostport}"
         dsn = urlunsplit(parts._replace(netloc=netloc))
         async with asyncio.timeout(30):  # a deadline for a hang, far above 1s per host
-            store = await PostgresRunStore.connect(dsn, min_size=2, max_size=2,
-                                                   timeouts=BUDGET)
+            store = await PostgresRunStore.connect(dsn, min_size=2, max_size=2, timeouts=BUDGET)
             try:
                 await store.ping()
             finally:

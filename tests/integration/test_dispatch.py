@@ -30,7 +30,8 @@ OWNER = "replica-a"
 
 
 async def test_failed_publish_is_released_and_the_dispatcher_goes_on(
-        store: PostgresRunStore, broker: JetStreamBroker, deployment: str) -> None:
+    store: PostgresRunStore, broker: JetStreamBroker, deployment: str
+) -> None:
     n, k = 5, 3
     job_id = await add_job(store, make_job())
     await insert_due_runs(store, job_id, n)
@@ -51,19 +52,30 @@ async def test_failed_publish_is_released_and_the_dispatcher_goes_on(
 
         async def released() -> bool:
             return await store.pool.fetchval(
-                "SELECT state = 'pending' FROM job_runs WHERE id = $1", failed.run_id)
+                "SELECT state = 'pending' FROM job_runs WHERE id = $1", failed.run_id
+            )
 
         await eventually(released, what="the unpublished run back in pending")
         row = await store.pool.fetchrow(
-            "SELECT state, lease_owner, lease_expires_at, claim_epoch FROM job_runs"
-            " WHERE id = $1", failed.run_id)
+            "SELECT state, lease_owner, lease_expires_at, claim_epoch FROM job_runs WHERE id = $1",
+            failed.run_id,
+        )
         assert (row["state"], row["lease_owner"], row["lease_expires_at"]) == (
-            "pending", None, None)
+            "pending",
+            None,
+            None,
+        )
         assert row["claim_epoch"] == 1
         others = [r.run_id for r in first if r is not failed]
-        assert await store.pool.fetchval(
-            "SELECT count(*) FROM job_runs WHERE id = ANY($1::uuid[]) AND state = 'claimed'"
-            " AND lease_owner = $2", others, OWNER) == n - 1
+        assert (
+            await store.pool.fetchval(
+                "SELECT count(*) FROM job_runs WHERE id = ANY($1::uuid[]) AND state = 'claimed'"
+                " AND lease_owner = $2",
+                others,
+                OWNER,
+            )
+            == n - 1
+        )
         assert await stream_count(broker) == n - 1
 
         # The broker recovers; the same dispatcher publishes the next batch,
@@ -90,11 +102,13 @@ async def test_failed_publish_is_released_and_the_dispatcher_goes_on(
     delivered = await drain_stream(broker, n - 1 + len(second))
     assert sorted((m.run_id, m.epoch) for m in delivered) == sorted(
         [(r.run_id, 1) for r in first if r is not failed]
-        + [(r.run_id, 2 if r.run_id == failed.run_id else 1) for r in second])
+        + [(r.run_id, 2 if r.run_id == failed.run_id else 1) for r in second]
+    )
 
 
 async def test_redispatch_after_reap_is_delivered_but_a_retried_publish_is_deduplicated(
-        store: PostgresRunStore, broker: JetStreamBroker, deployment: str) -> None:
+    store: PostgresRunStore, broker: JetStreamBroker, deployment: str
+) -> None:
     job_id = await add_job(store, make_job())
     [run_id] = await insert_due_runs(store, job_id, 1)
     unused: asyncio.Queue[tuple[ClaimedRun, ...] | None] = asyncio.Queue()
@@ -112,8 +126,9 @@ async def test_redispatch_after_reap_is_delivered_but_a_retried_publish_is_dedup
         return await reaper.reap_once() == 1
 
     await eventually(reaped, what="the expired claim reaped")
-    assert await store.pool.fetchval(
-        "SELECT state FROM job_runs WHERE id = $1", run_id) == "pending"
+    assert (
+        await store.pool.fetchval("SELECT state FROM job_runs WHERE id = $1", run_id) == "pending"
+    )
 
     # Claimed and dispatched again well inside the 2-minute duplicate window.
     [second] = await store.claim_due_runs(OWNER, 1, LONG_LEASE, max_claimed=10)
@@ -124,8 +139,9 @@ async def test_redispatch_after_reap_is_delivered_but_a_retried_publish_is_dedup
     # A retried publish of the same claim (same run, same epoch) is deduplicated.
     assert await dispatcher.dispatch(ClaimedBatch((second,))) == []
     assert await stream_count(broker) == 2
-    ack = await broker.js.publish(broker.subject, b"{}", stream=broker.stream,
-                                  headers={"Nats-Msg-Id": f"{run_id}:2"})
+    ack = await broker.js.publish(
+        broker.subject, b"{}", stream=broker.stream, headers={"Nats-Msg-Id": f"{run_id}:2"}
+    )
     assert ack.duplicate is True
     assert await stream_count(broker) == 2
 

@@ -33,16 +33,24 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 LEASE_S = 2.0
 # lease 2s > ack_wait x (max_deliver - 1) x 3 = 1.8s: inside the invariant, and short.
 # Heartbeats come every min(lease/4, ack_wait/2) = 300ms.
-SETTINGS = {"lease": "2s", "ack_wait": "600ms", "max_deliver": 2,
-            "claim_interval": "50ms", "materialize_interval": "200ms",
-            "reap_interval": "200ms", "shutdown_grace": "2s"}
+SETTINGS = {
+    "lease": "2s",
+    "ack_wait": "600ms",
+    "max_deliver": 2,
+    "claim_interval": "50ms",
+    "materialize_interval": "200ms",
+    "reap_interval": "200ms",
+    "shutdown_grace": "2s",
+}
 RUN_S = 5 * LEASE_S
 
 
 def _long_job(effects: Path) -> str:
     """A shell job that runs 5 x the lease and logs its start (with its pid) and end."""
-    script = (f'echo "start $CLAIMD_RUN_ID $CLAIMD_ATTEMPT $$" >> {effects}; sleep {RUN_S:g}; '
-              f'echo "end $CLAIMD_RUN_ID $CLAIMD_ATTEMPT" >> {effects}')
+    script = (
+        f'echo "start $CLAIMD_RUN_ID $CLAIMD_ATTEMPT $$" >> {effects}; sleep {RUN_S:g}; '
+        f'echo "end $CLAIMD_RUN_ID $CLAIMD_ATTEMPT" >> {effects}'
+    )
     return f"""
         [jobs.long]
         cron = "{RARE_CRON}"
@@ -78,7 +86,9 @@ async def _num_redelivered(nats_url: str, deployment: str) -> int:
 async def _run(store: PostgresRunStore, run_id: str) -> asyncpg.Record:
     row = await store.pool.fetchrow(
         "SELECT state, attempt, lease_owner, started_at, finished_at FROM job_runs "
-        "WHERE id = $1::uuid", run_id)
+        "WHERE id = $1::uuid",
+        run_id,
+    )
     assert row is not None
     return row
 
@@ -86,7 +96,9 @@ async def _run(store: PostgresRunStore, run_id: str) -> asyncpg.Record:
 async def _attempts(store: PostgresRunStore, run_id: str) -> list[tuple[int, str, str]]:
     rows = await store.pool.fetch(
         "SELECT attempt, outcome, worker FROM job_run_attempts WHERE run_id = $1::uuid "
-        "ORDER BY attempt", run_id)
+        "ORDER BY attempt",
+        run_id,
+    )
     return [(r["attempt"], r["outcome"], r["worker"]) for r in rows]
 
 
@@ -98,8 +110,12 @@ async def _wait_succeeded(store: PostgresRunStore, run_id: str, timeout: float) 
 
 
 async def test_run_five_times_the_lease_is_neither_reaped_nor_redelivered(
-        make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path,
-        nats_url: str, deployment: str) -> None:
+    make_config: Callable[..., LoadedConfig],
+    store: PostgresRunStore,
+    tmp_path: Path,
+    nats_url: str,
+    deployment: str,
+) -> None:
     effects = tmp_path / "effects.txt"
     loaded = make_config(_long_job(effects), **SETTINGS)
     await store.sync_jobs(list(loaded.jobs.values()))
@@ -124,13 +140,14 @@ async def test_run_five_times_the_lease_is_neither_reaped_nor_redelivered(
 
 
 async def test_worker_killed_mid_run_is_recovered_after_the_lease_by_another_replica(
-        make_config: Callable[..., LoadedConfig], store: PostgresRunStore,
-        tmp_path: Path) -> None:
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
     effects = tmp_path / "effects.txt"
     loaded = make_config(_long_job(effects), **SETTINGS)
     await store.sync_jobs(list(loaded.jobs.values()))
-    doomed = ClaimdProcess(["run", "--config", loaded.path], tmp_path, "doomed",
-                           env=child_env()).start()
+    doomed = ClaimdProcess(
+        ["run", "--config", loaded.path], tmp_path, "doomed", env=child_env()
+    ).start()
     job_procs: list[psutil.Process] = []
     try:
         run_id = await Operations(store.pool).trigger("long", datetime.now(UTC))
@@ -164,7 +181,12 @@ async def test_worker_killed_mid_run_is_recovered_after_the_lease_by_another_rep
 
     row = await _run(store, run_id)
     assert (row["state"], row["attempt"]) == ("succeeded", 2)
-    assert await _attempts(store, run_id) == [(1, "lease_expired", owner),
-                                             (2, "succeeded", rescuer.replica_id)]
+    assert await _attempts(store, run_id) == [
+        (1, "lease_expired", owner),
+        (2, "succeeded", rescuer.replica_id),
+    ]
     assert [e[:3] for e in _effects(effects)] == [
-        ["start", run_id, "1"], ["start", run_id, "2"], ["end", run_id, "2"]]
+        ["start", run_id, "1"],
+        ["start", run_id, "2"],
+        ["end", run_id, "2"],
+    ]

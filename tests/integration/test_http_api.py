@@ -16,21 +16,30 @@ from tests.integration.helpers import eventually, running, succeeded_runs
 pytestmark = pytest.mark.integration
 
 
-async def test_status_page_api_and_probes(make_config: Callable[..., LoadedConfig],
-                                          store: PostgresRunStore, tmp_path: Path) -> None:
-    loaded = make_config("""
+async def test_status_page_api_and_probes(
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
+    loaded = make_config(
+        """
         [jobs.tick]
         every = "1s"
         run = { python = "actors.examples:hello" }
-    """, http="127.0.0.1:0", claim_interval="50ms", materialize_interval="200ms")
+    """,
+        http="127.0.0.1:0",
+        claim_interval="50ms",
+        materialize_interval="200ms",
+    )
     replica = Replica(tmp_path / "claimd.toml", loaded)
     async with running(replica):
+
         async def serving() -> bool:
             return replica.http_port not in (None, 0)
+
         await eventually(serving)
 
         async def succeeded() -> bool:
             return await succeeded_runs(store) > 0
+
         await eventually(succeeded)
         base = f"http://127.0.0.1:{replica.http_port}"
         async with aiohttp.ClientSession() as http:

@@ -26,8 +26,12 @@ from tests.integration.helpers import RARE_CRON, eventually, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-FAST = {"claim_interval": "50ms", "materialize_interval": "200ms", "reap_interval": "200ms",
-        "shutdown_grace": "3s"}
+FAST = {
+    "claim_interval": "50ms",
+    "materialize_interval": "200ms",
+    "reap_interval": "200ms",
+    "shutdown_grace": "3s",
+}
 
 
 @dataclass(frozen=True)
@@ -52,8 +56,9 @@ async def hook_server() -> AsyncIterator[HookServer]:
 
     async def hook(request: web.Request) -> web.Response:
         name = request.match_info["name"]
-        received.append(Received(request.method, request.path, dict(request.headers),
-                                 await request.text()))
+        received.append(
+            Received(request.method, request.path, dict(request.headers), await request.text())
+        )
         if name == "bad":
             return web.Response(status=500, text="boom")
         if name == "slow":
@@ -94,17 +99,23 @@ def _http_job(name: str, port: int, *, timeout: str = "10s", expect: str = "[201
 async def _run(store: PostgresRunStore, run_id: str) -> asyncpg.Record:
     row = await store.pool.fetchrow(
         "SELECT state, outcome, exit_code, error, claim_epoch, scheduled_at FROM job_runs "
-        "WHERE id = $1::uuid", run_id)
+        "WHERE id = $1::uuid",
+        run_id,
+    )
     assert row is not None
     return row
 
 
 async def test_http_job_sends_identity_and_body_and_records_status_and_timeout(
-        make_config: Callable[..., LoadedConfig], store: PostgresRunStore,
-        hook_server: HookServer) -> None:
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, hook_server: HookServer
+) -> None:
     port = hook_server.port
-    loaded = make_config(_http_job("ok", port) + _http_job("bad", port, expect="[200]")
-                         + _http_job("slow", port, timeout="1s"), **FAST)
+    loaded = make_config(
+        _http_job("ok", port)
+        + _http_job("bad", port, expect="[200]")
+        + _http_job("slow", port, timeout="1s"),
+        **FAST,
+    )
     await store.sync_jobs(list(loaded.jobs.values()))
     ops = Operations(store.pool)
     async with running(Replica(Path(loaded.path), loaded)):
@@ -120,8 +131,12 @@ async def test_http_job_sends_identity_and_body_and_records_status_and_timeout(
     assert all(runs.values())
     ok, bad, slow = [await _run(store, str(runs[n])) for n in ("ok", "bad", "slow")]
     assert (ok["state"], ok["outcome"], ok["exit_code"]) == ("succeeded", "succeeded", 201)
-    assert (bad["state"], bad["outcome"], bad["exit_code"], bad["error"]) == \
-        ("failed", "failed", 500, "HTTP 500")
+    assert (bad["state"], bad["outcome"], bad["exit_code"], bad["error"]) == (
+        "failed",
+        "failed",
+        500,
+        "HTTP 500",
+    )
     assert (slow["state"], slow["outcome"]) == ("failed", "timed_out")
 
     by_path = {r.path: r for r in hook_server.received}

@@ -36,15 +36,15 @@ Contender = Callable[[PostgresRunStore], Coroutine[Any, Any, object]]
 @pytest.fixture
 async def one_connection_stores(schema_url: str) -> AsyncIterator[list[PostgresRunStore]]:
     """Two stores of one connection each: each is one backend the test can watch."""
-    stores = [await PostgresRunStore.connect(schema_url, min_size=1, max_size=1)
-              for _ in range(2)]
+    stores = [await PostgresRunStore.connect(schema_url, min_size=1, max_size=1) for _ in range(2)]
     yield stores
     for s in stores:
         await s.close()
 
 
-async def _race_behind_a_lock(schema_url: str, stores: list[PostgresRunStore],
-                              first: Contender, second: Contender) -> list[BaseException | None]:
+async def _race_behind_a_lock(
+    schema_url: str, stores: list[PostgresRunStore], first: Contender, second: Contender
+) -> list[BaseException | None]:
     """Queue both contenders behind a session holding every job row; then let go."""
     pids = [await s.pool.fetchval("SELECT pg_backend_pid()") for s in stores]
     holder = await asyncpg.connect(schema_url)
@@ -56,6 +56,7 @@ async def _race_behind_a_lock(schema_url: str, stores: list[PostgresRunStore],
 
         async def both_waiting() -> bool:
             return await holder.fetchval(WAITING_FOR_A_LOCK, pids) == 2
+
         await eventually(both_waiting, what="both statements waiting for the job rows")
         await tx.commit()
     finally:
@@ -65,41 +66,50 @@ async def _race_behind_a_lock(schema_url: str, stores: list[PostgresRunStore],
 
 
 async def test_two_reloads_listing_the_jobs_in_different_orders_do_not_deadlock(
-        store: PostgresRunStore, schema_url: str,
-        one_connection_stores: list[PostgresRunStore]) -> None:
+    store: PostgresRunStore, schema_url: str, one_connection_stores: list[PostgresRunStore]
+) -> None:
     a, b = make_job("a"), make_job("b")
     await store.sync_jobs([a, b])
 
-    errors = await _race_behind_a_lock(schema_url, one_connection_stores,
-                                       lambda s: s.sync_jobs([a, b]),
-                                       lambda s: s.sync_jobs([b, a]))
+    errors = await _race_behind_a_lock(
+        schema_url,
+        one_connection_stores,
+        lambda s: s.sync_jobs([a, b]),
+        lambda s: s.sync_jobs([b, a]),
+    )
     assert errors == [None, None]
 
 
 async def test_a_reload_and_a_materializer_do_not_deadlock(
-        store: PostgresRunStore, schema_url: str,
-        one_connection_stores: list[PostgresRunStore]) -> None:
+    store: PostgresRunStore, schema_url: str, one_connection_stores: list[PostgresRunStore]
+) -> None:
     a, b = make_job("a"), make_job("b")
     await store.sync_jobs([a, b])
     states = await store.active_jobs()
     now = await store.database_now()
     plans = [(states[name], Plan([], now + timedelta(minutes=1), 0)) for name in ("a", "b")]
 
-    errors = await _race_behind_a_lock(schema_url, one_connection_stores,
-                                       lambda s: s.sync_jobs([b, a]),
-                                       lambda s: s.materialize_many(plans))
+    errors = await _race_behind_a_lock(
+        schema_url,
+        one_connection_stores,
+        lambda s: s.sync_jobs([b, a]),
+        lambda s: s.materialize_many(plans),
+    )
     assert errors == [None, None]
 
 
 async def test_two_materializers_planning_in_different_orders_do_not_deadlock(
-        store: PostgresRunStore, schema_url: str,
-        one_connection_stores: list[PostgresRunStore]) -> None:
+    store: PostgresRunStore, schema_url: str, one_connection_stores: list[PostgresRunStore]
+) -> None:
     await store.sync_jobs([make_job(name) for name in ("a", "b", "c", "d")])
     states = await store.active_jobs()
     now = await store.database_now()
     plans = [(states[n], Plan([], now + timedelta(minutes=1), 0)) for n in ("a", "b", "c", "d")]
 
-    errors = await _race_behind_a_lock(schema_url, one_connection_stores,
-                                       lambda s: s.materialize_many(plans),
-                                       lambda s: s.materialize_many(plans[::-1]))
+    errors = await _race_behind_a_lock(
+        schema_url,
+        one_connection_stores,
+        lambda s: s.materialize_many(plans),
+        lambda s: s.materialize_many(plans[::-1]),
+    )
     assert errors == [None, None]

@@ -55,8 +55,9 @@ async def private_database(database_url: str) -> AsyncIterator[tuple[str, str]]:
         try:
             await admin.execute(f'CREATE DATABASE "{name}"')
         except asyncpg.InsufficientPrivilegeError:
-            pytest.skip("needs CREATEDB: the deadlock counter is per database, so the test"
-                        " makes its own")
+            pytest.skip(
+                "needs CREATEDB: the deadlock counter is per database, so the test makes its own"
+            )
         # Only to find cycles sooner on a build that has them: a lock wait
         # shorter than this is never checked, so it changes nothing else.
         with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
@@ -79,14 +80,17 @@ async def _deadlocks_once_flushed(admin: asyncpg.Connection, name: str) -> int:
     """
     deadline = time.monotonic() + 60
     while await admin.fetchval(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = $1 AND backend_type = 'client backend'", name):
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = $1 AND backend_type = 'client backend'",
+        name,
+    ):
         if time.monotonic() > deadline:
             raise AssertionError(f"backends of {name} still alive after 60 s")
         await asyncio.sleep(0.05)
     await admin.execute("SELECT pg_stat_clear_snapshot()")
-    return int(await admin.fetchval(
-        "SELECT deadlocks FROM pg_stat_database WHERE datname = $1", name) or 0)
+    return int(
+        await admin.fetchval("SELECT deadlocks FROM pg_stat_database WHERE datname = $1", name) or 0
+    )
 
 
 async def _runs(store: PostgresRunStore) -> list[str]:
@@ -94,7 +98,10 @@ async def _runs(store: PostgresRunStore) -> list[str]:
     rows = await store.pool.fetch(
         "INSERT INTO job_runs (job_id, scheduled_at, due_at)"
         " SELECT $1, now() - g * interval '1 ms', now() FROM generate_series(1, $2::int) g"
-        " RETURNING id::text", job_id, ROWS)
+        " RETURNING id::text",
+        job_id,
+        ROWS,
+    )
     return [r["id"] for r in rows]
 
 
@@ -106,8 +113,13 @@ UPDATE job_runs SET state = 'running', claim_epoch = $3, lease_owner = $2,
 """
 
 
-async def _round(store: PostgresRunStore, ids: list[str], epoch: int, rng: random.Random,
-                 errors: list[BaseException]) -> None:
+async def _round(
+    store: PostgresRunStore,
+    ids: list[str],
+    epoch: int,
+    rng: random.Random,
+    errors: list[BaseException],
+) -> None:
     now = datetime.now(UTC)
     messages = {i: DispatchMessage(i, epoch, "stress", now, 1, "d") for i in ids}
     # The completers share the rows between them; heartbeats and starts pick
@@ -129,24 +141,35 @@ async def _round(store: PostgresRunStore, ids: list[str], epoch: int, rng: rando
         for _ in range(CALLS_PER_ROUND):
             some = rng.sample(ids, len(ids) // 2)
             # Taken up again (as after a lost start reply), so the rows are updated.
-            await guarded(store.start_runs(WORKER, [messages[i] for i in some], LEASE,
-                                           retake={(i, epoch) for i in some}))
+            await guarded(
+                store.start_runs(
+                    WORKER, [messages[i] for i in some], LEASE, retake={(i, epoch) for i in some}
+                )
+            )
 
     async def complete(mine: list[str]) -> None:
         rng.shuffle(mine)
         chunk = max(1, len(mine) // CALLS_PER_ROUND)
         for k in range(0, len(mine), chunk):
-            await guarded(store.complete_runs([
-                Completion(i, epoch, ExecutionResult(Outcome.SUCCEEDED), None, WORKER)
-                for i in mine[k:k + chunk]]))
+            await guarded(
+                store.complete_runs(
+                    [
+                        Completion(i, epoch, ExecutionResult(Outcome.SUCCEEDED), None, WORKER)
+                        for i in mine[k : k + chunk]
+                    ]
+                )
+            )
 
-    await asyncio.gather(*(heartbeat() for _ in range(HEARTBEATERS)),
-                         *(start_again() for _ in range(STARTERS)),
-                         *(complete(list(h)) for h in halves))
+    await asyncio.gather(
+        *(heartbeat() for _ in range(HEARTBEATERS)),
+        *(start_again() for _ in range(STARTERS)),
+        *(complete(list(h)) for h in halves),
+    )
 
 
 async def test_heartbeats_starts_and_completions_of_shared_rows_never_deadlock(
-        private_database: tuple[str, str], database_url: str) -> None:
+    private_database: tuple[str, str], database_url: str
+) -> None:
     url, name = private_database
     admin = await asyncpg.connect(database_url)
     try:
@@ -157,8 +180,10 @@ async def test_heartbeats_starts_and_completions_of_shared_rows_never_deadlock(
         before = await _deadlocks_once_flushed(admin, name)
 
         store = await PostgresRunStore.connect(
-            url, min_size=HEARTBEATERS + STARTERS + COMPLETERS,
-            max_size=HEARTBEATERS + STARTERS + COMPLETERS)
+            url,
+            min_size=HEARTBEATERS + STARTERS + COMPLETERS,
+            max_size=HEARTBEATERS + STARTERS + COMPLETERS,
+        )
         rng = random.Random(7)
         errors: list[BaseException] = []
         completed = 0
@@ -169,15 +194,19 @@ async def test_heartbeats_starts_and_completions_of_shared_rows_never_deadlock(
                 await _round(store, ids, epoch, rng, errors)
                 completed += await store.pool.fetchval(
                     "SELECT count(*) FROM job_runs WHERE id = ANY($1::uuid[])"
-                    " AND state = 'succeeded'", ids)
+                    " AND state = 'succeeded'",
+                    ids,
+                )
         finally:
             await store.close()
         after = await _deadlocks_once_flushed(admin, name)
     finally:
         await admin.close()
 
-    print(f"deadlocks: {after - before}; errors seen by callers: {len(errors)};"
-          f" runs completed: {completed} of {ROUNDS * ROWS}")
+    print(
+        f"deadlocks: {after - before}; errors seen by callers: {len(errors)};"
+        f" runs completed: {completed} of {ROUNDS * ROWS}"
+    )
     assert [e for e in errors if "eadlock" in str(e)] == []
     assert after - before == 0
     assert errors == []

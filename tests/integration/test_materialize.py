@@ -28,23 +28,29 @@ class FixedClock:
 
 
 def _every_second() -> Job:
-    return Job(name="beat", schedule=IntervalSchedule(timedelta(seconds=1)),
-               executor=PythonSpec("tests.integration.helpers:record_call"))
+    return Job(
+        name="beat",
+        schedule=IntervalSchedule(timedelta(seconds=1)),
+        executor=PythonSpec("tests.integration.helpers:record_call"),
+    )
 
 
 def _materializer(store: PostgresRunStore, job: Job) -> Materializer:
-    return Materializer(store, FixedClock(), HORIZON,
-                        timedelta(seconds=1), asyncio.Event(), guard_stale_plans=False)
+    return Materializer(
+        store, FixedClock(), HORIZON, timedelta(seconds=1), asyncio.Event(), guard_stale_plans=False
+    )
 
 
 async def _rows_per_instant(store: PostgresRunStore) -> dict[datetime, int]:
     rows = await store.pool.fetch(
-        "SELECT scheduled_at, count(*) AS n FROM job_runs GROUP BY scheduled_at")
+        "SELECT scheduled_at, count(*) AS n FROM job_runs GROUP BY scheduled_at"
+    )
     return {r["scheduled_at"]: r["n"] for r in rows}
 
 
 async def test_materializer_manual_insert_and_replay_leave_one_row_per_instant(
-        store: PostgresRunStore, schema_url: str) -> None:
+    store: PostgresRunStore, schema_url: str
+) -> None:
     job = _every_second()
     job_id = await add_job(store, job)
     # The fake clock stands for the database's: the job was first seen at its NOW.
@@ -56,8 +62,9 @@ async def test_materializer_manual_insert_and_replay_leave_one_row_per_instant(
     # Two replicas materialize the same instants at the same time.
     other = await PostgresRunStore.connect(schema_url, max_size=2)
     try:
-        inserted = await asyncio.gather(_materializer(store, job).tick(),
-                                        _materializer(other, job).tick())
+        inserted = await asyncio.gather(
+            _materializer(store, job).tick(), _materializer(other, job).tick()
+        )
     finally:
         await other.close()
     assert sum(inserted) == len(instants)
@@ -66,7 +73,10 @@ async def test_materializer_manual_insert_and_replay_leave_one_row_per_instant(
     # A manual trigger of an instant the schedule already wrote changes nothing.
     status = await store.pool.execute(
         "INSERT INTO job_runs (job_id, scheduled_at, due_at, trigger) VALUES ($1, $2, $2, 'manual')"
-        " ON CONFLICT (job_id, scheduled_at) DO NOTHING", job_id, instants[3])
+        " ON CONFLICT (job_id, scheduled_at) DO NOTHING",
+        job_id,
+        instants[3],
+    )
     assert status == "INSERT 0 0"
 
     # A replayed materialization (the high-water mark lost, the plan written again).
@@ -80,8 +90,7 @@ async def test_materializer_manual_insert_and_replay_leave_one_row_per_instant(
 
 async def test_duplicate_instant_is_refused_by_the_schema(store: PostgresRunStore) -> None:
     job_id = await add_job(store, _every_second())
-    insert = ("INSERT INTO job_runs (job_id, scheduled_at, due_at, trigger)"
-              " VALUES ($1, $2, $2, $3)")
+    insert = "INSERT INTO job_runs (job_id, scheduled_at, due_at, trigger) VALUES ($1, $2, $2, $3)"
     await store.pool.execute(insert, job_id, NOW, "schedule")
     with pytest.raises(asyncpg.UniqueViolationError) as refused:
         await store.pool.execute(insert, job_id, NOW, "backfill")
@@ -89,24 +98,29 @@ async def test_duplicate_instant_is_refused_by_the_schema(store: PostgresRunStor
     assert await store.pool.fetchval("SELECT count(*) FROM job_runs") == 1
 
 
-async def test_a_plan_from_a_superseded_definition_writes_nothing(
-        store: PostgresRunStore) -> None:
+async def test_a_plan_from_a_superseded_definition_writes_nothing(store: PostgresRunStore) -> None:
     """A replica that planned with the old definition cannot write after a reload changed it."""
     job = _every_second()
     await add_job(store, job)
     stale = (await store.active_jobs())[job.name]
     plan = plan_materialization(job, None, NOW, HORIZON)
     # Another replica reloads: the job now runs every 2 seconds.
-    changed = Job(name=job.name, schedule=IntervalSchedule(timedelta(seconds=2)),
-                  executor=job.executor)
+    changed = Job(
+        name=job.name, schedule=IntervalSchedule(timedelta(seconds=2)), executor=job.executor
+    )
     await store.sync_jobs([changed])
     assert await store.materialize_many([(stale, plan)]) == 0
     assert await store.pool.fetchval("SELECT count(*) FROM job_runs") == 0
     # The current definition plans and writes as usual (the sync reset the
     # job's mark to the database's now, so plan on the database's clock here).
-    assert await Materializer(store, DatabaseClock(store), HORIZON, timedelta(seconds=1),
-                              asyncio.Event()).tick() > 0
+    assert (
+        await Materializer(
+            store, DatabaseClock(store), HORIZON, timedelta(seconds=1), asyncio.Event()
+        ).tick()
+        > 0
+    )
     spacing = await store.pool.fetchval(
         "SELECT min(d) FROM (SELECT scheduled_at - lag(scheduled_at) OVER (ORDER BY scheduled_at)"
-        " AS d FROM job_runs) x")
+        " AS d FROM job_runs) x"
+    )
     assert spacing == timedelta(seconds=2)

@@ -35,8 +35,12 @@ from tests.integration.semantics_jobs import executed_run_ids
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-FAST = {"claim_interval": "50ms", "materialize_interval": "200ms", "reap_interval": "200ms",
-        "shutdown_grace": "3s"}
+FAST = {
+    "claim_interval": "50ms",
+    "materialize_interval": "200ms",
+    "reap_interval": "200ms",
+    "shutdown_grace": "3s",
+}
 # A short lease so that a heartbeat (every min(lease/4, ack_wait/2)) comes quickly.
 SHORT_LEASE = {"lease": "6s", "ack_wait": "1s", "max_deliver": 2}
 RECORD = "tests.integration.semantics_jobs:record"
@@ -51,15 +55,22 @@ async def _synced(store: PostgresRunStore, loaded: LoadedConfig) -> Replica:
 async def _run(store: PostgresRunStore, run_id: str) -> asyncpg.Record:
     row = await store.pool.fetchrow(
         "SELECT id::text AS id, state, attempt, outcome, error, trigger, scheduled_at, "
-        "started_at, finished_at, claim_epoch FROM job_runs WHERE id = $1::uuid", run_id)
+        "started_at, finished_at, claim_epoch FROM job_runs WHERE id = $1::uuid",
+        run_id,
+    )
     assert row is not None
     return row
 
 
 async def _count(store: PostgresRunStore, job: str, where: str = "true", *args: Any) -> int:
-    return int(await store.pool.fetchval(
-        "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id "
-        f"WHERE j.name = $1 AND {where}", job, *args))
+    return int(
+        await store.pool.fetchval(
+            "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id "
+            f"WHERE j.name = $1 AND {where}",
+            job,
+            *args,
+        )
+    )
 
 
 async def _db_now(store: PostgresRunStore) -> datetime:
@@ -67,11 +78,14 @@ async def _db_now(store: PostgresRunStore) -> datetime:
     return now
 
 
-async def _wait_state(store: PostgresRunStore, run_id: str, states: set[str],
-                      timeout: float = 30.0) -> None:
+async def _wait_state(
+    store: PostgresRunStore, run_id: str, states: set[str], timeout: float = 30.0
+) -> None:
     async def reached() -> bool:
-        return await store.pool.fetchval(
-            "SELECT state FROM job_runs WHERE id = $1::uuid", run_id) in states
+        return (
+            await store.pool.fetchval("SELECT state FROM job_runs WHERE id = $1::uuid", run_id)
+            in states
+        )
 
     await eventually(reached, timeout=timeout, what=f"run {run_id} in {states}")
 
@@ -88,14 +102,19 @@ async def _stays(check: Callable[[], Any], seconds: float) -> None:
 
 
 async def test_pause_stops_new_runs_within_a_tick_and_resume_restarts_them(
-        make_config: Callable[..., LoadedConfig], store: PostgresRunStore) -> None:
-    loaded = make_config(f"""
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore
+) -> None:
+    loaded = make_config(
+        f"""
         [jobs.ticker]
         every = "1s"
         run = {{ python = "{RECORD}" }}
-    """, **FAST)
+    """,
+        **FAST,
+    )
     ops = Operations(store.pool)
     async with running(await _synced(store, loaded)):
+
         async def two_done() -> bool:
             return await _count(store, "ticker", "r.state = 'succeeded'") >= 2
 
@@ -104,6 +123,7 @@ async def test_pause_stops_new_runs_within_a_tick_and_resume_restarts_them(
         # "Within one tick": a materializer tick (200ms) or claim (50ms) that read the
         # job before the pause committed may still land; give that one tick room.
         await asyncio.sleep(1.0)
+
         # What was claimed before the pause may still finish; nothing else may follow.
         async def nothing_active() -> bool:
             return await _count(store, "ticker", "r.state IN ('claimed', 'running')") == 0
@@ -113,9 +133,12 @@ async def test_pause_stops_new_runs_within_a_tick_and_resume_restarts_them(
         rows_at_pause = await _count(store, "ticker")
 
         async def still_paused() -> bool:
-            started = await _count(store, "ticker",
-                                   "(r.started_at > $2 OR r.state IN ('claimed', 'running'))",
-                                   quiet_since)
+            started = await _count(
+                store,
+                "ticker",
+                "(r.started_at > $2 OR r.state IN ('claimed', 'running'))",
+                quiet_since,
+            )
             # Paused jobs materialize nothing either (the horizon would add a row a second).
             rows = await _count(store, "ticker")
             assert (started, rows) == (0, rows_at_pause)
@@ -129,8 +152,12 @@ async def test_pause_stops_new_runs_within_a_tick_and_resume_restarts_them(
         resumed_at = await _db_now(store)
 
         async def runs_again() -> bool:
-            return await _count(store, "ticker",
-                                "r.state = 'succeeded' AND r.started_at > $2", resumed_at) >= 2
+            return (
+                await _count(
+                    store, "ticker", "r.state = 'succeeded' AND r.started_at > $2", resumed_at
+                )
+                >= 2
+            )
 
         await eventually(runs_again, what="runs after resume")
     with pytest.raises(UnknownJob):
@@ -141,12 +168,16 @@ async def test_pause_stops_new_runs_within_a_tick_and_resume_restarts_them(
 
 
 async def test_trigger_runs_now_once_per_instant(
-        make_config: Callable[..., LoadedConfig], store: PostgresRunStore) -> None:
-    loaded = make_config(f"""
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore
+) -> None:
+    loaded = make_config(
+        f"""
         [jobs.manual]
         cron = "{RARE_CRON}"
         run = {{ python = "{RECORD}" }}
-    """, **FAST)
+    """,
+        **FAST,
+    )
     ops = Operations(store.pool)
     async with running(await _synced(store, loaded)):
         at = datetime.now(UTC)
@@ -171,12 +202,16 @@ async def test_trigger_runs_now_once_per_instant(
 
 
 async def test_backfill_creates_exactly_the_missing_instants_and_they_run(
-        make_config: Callable[..., LoadedConfig], store: PostgresRunStore) -> None:
-    loaded = make_config(f"""
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore
+) -> None:
+    loaded = make_config(
+        f"""
         [jobs.every-ten]
         cron = "*/10 * * * *"
         run = {{ python = "{RECORD}" }}
-    """, **FAST)
+    """,
+        **FAST,
+    )
     ops = Operations(store.pool)
     now = datetime.now(UTC)
     # A range two to three hours back: older than the job's start deadline (1 h), so
@@ -194,26 +229,38 @@ async def test_backfill_creates_exactly_the_missing_instants_and_they_run(
     rows = await store.pool.fetch(
         "SELECT id::text AS id, scheduled_at, trigger FROM job_runs "
         "WHERE scheduled_at BETWEEN $1 AND $2 ORDER BY scheduled_at",
-        start - timedelta(minutes=30), end + timedelta(minutes=30))
+        start - timedelta(minutes=30),
+        end + timedelta(minutes=30),
+    )
     assert [r["scheduled_at"] for r in rows] == instants
     assert [r["trigger"] for r in rows] == ["backfill"] * 2 + ["manual"] + ["backfill"] * 4
 
     in_range = "r.scheduled_at BETWEEN $2 AND $3"
     async with running(replica):
+
         async def all_ended() -> bool:
-            return await _count(store, "every-ten", f"{in_range} AND r.state IN "
-                                "('succeeded', 'failed', 'skipped', 'cancelled')",
-                                start, end) == 7
+            return (
+                await _count(
+                    store,
+                    "every-ten",
+                    f"{in_range} AND r.state IN ('succeeded', 'failed', 'skipped', 'cancelled')",
+                    start,
+                    end,
+                )
+                == 7
+            )
 
         await eventually(all_ended, what="the backfilled runs to end")
-    assert await _count(store, "every-ten", f"{in_range} AND r.state = 'succeeded'",
-                        start, end) == 7
+    assert (
+        await _count(store, "every-ten", f"{in_range} AND r.state = 'succeeded'", start, end) == 7
+    )
     assert {r["id"] for r in rows} <= executed_run_ids("every-ten")
     assert (await ops.backfill("every-ten", start, end)).added == 0
 
 
 async def test_backfill_writes_a_long_range_chunk_by_chunk_and_refuses_past_its_limit(
-        store: PostgresRunStore, make_config: Callable[..., LoadedConfig]) -> None:
+    store: PostgresRunStore, make_config: Callable[..., LoadedConfig]
+) -> None:
     loaded = make_config(f"""
         [jobs.minutely]
         cron = "* * * * *"
@@ -227,8 +274,11 @@ async def test_backfill_writes_a_long_range_chunk_by_chunk_and_refuses_past_its_
     seen: list[BackfillProgress] = []
     done = await ops.backfill("minutely", start, end, chunk=30, progress=seen.append)
     assert [(p.covered, p.added, p.through) for p in seen] == [
-        (30, 30, start + timedelta(minutes=29)), (60, 59, start + timedelta(minutes=59)),
-        (90, 89, start + timedelta(minutes=89)), (100, 99, end)]
+        (30, 30, start + timedelta(minutes=29)),
+        (60, 59, start + timedelta(minutes=59)),
+        (90, 89, start + timedelta(minutes=89)),
+        (100, 99, end),
+    ]
     assert (done.instants, done.added, done.existing) == (100, 99, 1)
     assert await _count(store, "minutely") == 100
 
@@ -245,12 +295,16 @@ async def test_backfill_writes_a_long_range_chunk_by_chunk_and_refuses_past_its_
 
 
 async def test_cancel_pending_run_is_never_executed(
-        make_config: Callable[..., LoadedConfig], store: PostgresRunStore) -> None:
-    loaded = make_config(f"""
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore
+) -> None:
+    loaded = make_config(
+        f"""
         [jobs.cancellable]
         cron = "{RARE_CRON}"
         run = {{ python = "{RECORD}" }}
-    """, **FAST)
+    """,
+        **FAST,
+    )
     ops = Operations(store.pool)
     replica = await _synced(store, loaded)
     now = datetime.now(UTC)
@@ -284,16 +338,19 @@ def _gone(proc: psutil.Process) -> bool:
 
 
 async def test_cancel_running_run_kills_the_execution_and_stays_cancelled(
-        make_config: Callable[..., LoadedConfig], store: PostgresRunStore,
-        tmp_path: Path) -> None:
-    script = (f"sleep 60 & echo $! > {tmp_path}/child.pid; echo $$ > {tmp_path}/parent.pid; "
-              "wait")
-    loaded = make_config(f"""
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
+    script = f"sleep 60 & echo $! > {tmp_path}/child.pid; echo $$ > {tmp_path}/parent.pid; wait"
+    loaded = make_config(
+        f"""
         [jobs.long-shell]
         cron = "{RARE_CRON}"
         timeout = "2m"
         run = {{ shell = "{script}", use_shell = true }}
-    """, **FAST, **SHORT_LEASE)
+    """,
+        **FAST,
+        **SHORT_LEASE,
+    )
     ops = Operations(store.pool)
     lost_before = counter("claimd_leases_lost_total")
     procs: list[psutil.Process] = []
@@ -322,11 +379,15 @@ async def test_cancel_running_run_kills_the_execution_and_stays_cancelled(
 
             await eventually(lease_lost_noticed, what="the worker to notice the lost lease")
         row = await _run(store, run_id)
-        assert (row["state"], row["outcome"], row["error"]) == \
-            ("cancelled", "cancelled", "operator says stop")
+        assert (row["state"], row["outcome"], row["error"]) == (
+            "cancelled",
+            "cancelled",
+            "operator says stop",
+        )
         assert row["finished_at"] == cancelled["finished_at"]
         attempts = await store.pool.fetchval(
-            "SELECT count(*) FROM job_run_attempts WHERE run_id = $1::uuid", run_id)
+            "SELECT count(*) FROM job_run_attempts WHERE run_id = $1::uuid", run_id
+        )
         assert attempts == 0  # the killed execution recorded nothing over the cancel
     finally:
         for proc in procs:
@@ -345,21 +406,28 @@ def _job(name: str, schedule: str) -> str:
 async def _jobs_table(store: PostgresRunStore) -> list[tuple[Any, ...]]:
     rows = await store.pool.fetch(
         "SELECT name, enabled, paused, fingerprint, updated_at, materialized_until IS NULL "
-        "FROM jobs ORDER BY name")
+        "FROM jobs ORDER BY name"
+    )
     return [tuple(r) for r in rows]
 
 
 async def test_reload_adds_changes_and_removes_jobs_and_rejects_a_broken_file(
-        make_config: Callable[..., LoadedConfig], store: PostgresRunStore) -> None:
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore
+) -> None:
     settings = {**FAST, "horizon": "1m"}
-    loaded = make_config(_job("a", 'every = "1s"') + _job("b", 'every = "7s"')
-                         + _job("c", 'every = "1s"'), **settings)
+    loaded = make_config(
+        _job("a", 'every = "1s"') + _job("b", 'every = "7s"') + _job("c", 'every = "1s"'),
+        **settings,
+    )
     replica = await _synced(store, loaded)
     async with running(replica):
+
         async def warmed_up() -> bool:
-            return (await _count(store, "a", "r.state = 'succeeded'") >= 1
-                    and await _count(store, "c", "r.state = 'succeeded'") >= 1
-                    and await _count(store, "b", "r.state = 'pending'") >= 5)
+            return (
+                await _count(store, "a", "r.state = 'succeeded'") >= 1
+                and await _count(store, "c", "r.state = 'succeeded'") >= 1
+                and await _count(store, "b", "r.state = 'pending'") >= 5
+            )
 
         await eventually(warmed_up, what="a, b and c to be running")
         a_before = [r for r in await _jobs_table(store) if r[0] == "a"]
@@ -368,8 +436,10 @@ async def test_reload_adds_changes_and_removes_jobs_and_rejects_a_broken_file(
         c_history = await _count(store, "c", "r.state = 'succeeded'")
 
         # A unchanged, B every 5 s instead of 7 s, C removed, D added; reloaded by SIGHUP.
-        make_config(_job("a", 'every = "1s"') + _job("b", 'every = "5s"')
-                    + _job("d", 'every = "1s"'), **settings)
+        make_config(
+            _job("a", 'every = "1s"') + _job("b", 'every = "5s"') + _job("d", 'every = "1s"'),
+            **settings,
+        )
         os.kill(os.getpid(), signal.SIGHUP)
 
         async def reloaded() -> bool:
@@ -389,24 +459,36 @@ async def test_reload_adds_changes_and_removes_jobs_and_rejects_a_broken_file(
         await eventually(b_rematerialized, what="b's new schedule to be materialized")
         b_future = await store.pool.fetch(
             "SELECT r.scheduled_at FROM job_runs r JOIN jobs j ON j.id = r.job_id "
-            "WHERE j.name = 'b' AND r.scheduled_at > $1", reloaded_at)
-        off_grid = [r["scheduled_at"] for r in b_future
-                    if int(r["scheduled_at"].timestamp()) % 5 != 0]
+            "WHERE j.name = 'b' AND r.scheduled_at > $1",
+            reloaded_at,
+        )
+        off_grid = [
+            r["scheduled_at"] for r in b_future if int(r["scheduled_at"].timestamp()) % 5 != 0
+        ]
         assert off_grid == [], "old-schedule future runs of b were not withdrawn"
 
         c_row = await store.pool.fetchrow("SELECT enabled FROM jobs WHERE name = 'c'")
         assert c_row["enabled"] is False
         assert await _count(store, "c", "r.state = 'pending'") == 0
-        assert await _count(store, "c", "r.state = 'cancelled' AND r.error = $2",
-                            "job removed from config") >= 1
+        assert (
+            await _count(
+                store, "c", "r.state = 'cancelled' AND r.error = $2", "job removed from config"
+            )
+            >= 1
+        )
         assert await _count(store, "c", "r.state = 'succeeded'") >= c_history  # history kept
         assert [r for r in await _jobs_table(store) if r[0] == "a"] == a_before
 
         # A file with one broken job is refused as a whole; the running set stays.
         before = await _jobs_table(store)
         jobs_before = dict(replica.jobs)
-        make_config(_job("a", 'every = "1s"') + _job("b", 'cron = "61 * * * *"')
-                    + _job("d", 'every = "1s"') + _job("e", 'every = "1s"'), **settings)
+        make_config(
+            _job("a", 'every = "1s"')
+            + _job("b", 'cron = "61 * * * *"')
+            + _job("d", 'every = "1s"')
+            + _job("e", 'every = "1s"'),
+            **settings,
+        )
         with capture_logs() as logs:
             assert await replica.reload(store) is False
         assert await _jobs_table(store) == before
@@ -443,13 +525,15 @@ def _index_names(plan: Any) -> set[str]:
 async def _claim_plan(store: PostgresRunStore) -> Any:
     async with store.pool.acquire() as conn:
         await conn.execute("ANALYZE job_runs")
-        text = await conn.fetchval("EXPLAIN (FORMAT JSON) " + CLAIM_DUE_RUNS, "explain",
-                                   500, timedelta(minutes=2))
+        text = await conn.fetchval(
+            "EXPLAIN (FORMAT JSON) " + CLAIM_DUE_RUNS, "explain", 500, timedelta(minutes=2)
+        )
     return json.loads(text)
 
 
 async def test_pruning_200k_old_runs_keeps_recent_history_and_the_claim_on_its_index(
-        make_config: Callable[..., LoadedConfig], store: PostgresRunStore) -> None:
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore
+) -> None:
     loaded = make_config(f"""
         [jobs.busy]
         cron = "{RARE_CRON}"
@@ -465,20 +549,33 @@ async def test_pruning_200k_old_runs_keeps_recent_history_and_the_claim_on_its_i
              FROM generate_series(1, $2::int) g,
                   LATERAL (SELECT timestamptz '2020-01-01' + g * interval '1 minute') AS i(t),
                   LATERAL (SELECT (ARRAY['succeeded', 'failed', 'skipped', 'cancelled'])
-                                  [1 + g % 4]) AS k(s)""", job_id, old)
-    recent_ids = {r["id"] for r in await store.pool.fetch(
-        """INSERT INTO job_runs (job_id, scheduled_at, due_at, state, outcome, started_at,
+                                  [1 + g % 4]) AS k(s)""",
+        job_id,
+        old,
+    )
+    recent_ids = {
+        r["id"]
+        for r in await store.pool.fetch(
+            """INSERT INTO job_runs (job_id, scheduled_at, due_at, state, outcome, started_at,
                                  finished_at)
            SELECT $1, t, t, 'succeeded', 'succeeded', t, t + interval '1 second'
              FROM generate_series(1, 5000) g,
                   LATERAL (SELECT now() - interval '2 days' + g * interval '1 second') AS i(t)
-           RETURNING id::text""", job_id)}
-    pending_ids = {r["id"] for r in await store.pool.fetch(
-        """INSERT INTO job_runs (job_id, scheduled_at, due_at)
+           RETURNING id::text""",
+            job_id,
+        )
+    }
+    pending_ids = {
+        r["id"]
+        for r in await store.pool.fetch(
+            """INSERT INTO job_runs (job_id, scheduled_at, due_at)
            SELECT $1, t, t FROM generate_series(1, 200) g,
                   LATERAL (SELECT now() - interval '10 seconds' + g * interval '1 second')
                           AS i(t)
-           RETURNING id::text""", job_id)}
+           RETURNING id::text""",
+            job_id,
+        )
+    }
 
     plan = await _claim_plan(store)
     assert "job_runs_pending_due" in _index_names(plan), json.dumps(plan, indent=1)
@@ -491,8 +588,10 @@ async def test_pruning_200k_old_runs_keeps_recent_history_and_the_claim_on_its_i
         if n == 0:
             break
     assert pruned == old
-    left = {r["id"]: r["state"] for r in await store.pool.fetch(
-        "SELECT id::text AS id, state FROM job_runs")}
+    left = {
+        r["id"]: r["state"]
+        for r in await store.pool.fetch("SELECT id::text AS id, state FROM job_runs")
+    }
     assert set(left) == recent_ids | pending_ids
     assert {left[i] for i in pending_ids} == {"pending"}
     assert {left[i] for i in recent_ids} == {"succeeded"}

@@ -36,8 +36,12 @@ run = { python = "actors.examples:hello" }
 """
 # The seeded history is from January: a retention longer than that keeps the
 # replica's pruning from deleting it mid-test (seen once in CI).
-FAST = {"http": "127.0.0.1:0", "claim_interval": "50ms", "materialize_interval": "200ms",
-        "history_retention": "3650d"}
+FAST = {
+    "http": "127.0.0.1:0",
+    "claim_interval": "50ms",
+    "materialize_interval": "200ms",
+    "history_retention": "3650d",
+}
 
 
 @asynccontextmanager
@@ -45,19 +49,24 @@ async def api(loaded: LoadedConfig, tmp_path: Path) -> AsyncIterator[str]:
     """A replica serving HTTP on a free port; yields its base URL."""
     replica = Replica(tmp_path / "claimd.toml", loaded)
     async with running(replica):
+
         async def serving() -> bool:
             return replica.http_port not in (None, 0)
+
         await eventually(serving, what="the replica's HTTP server")
         yield f"http://127.0.0.1:{replica.http_port}"
 
 
-async def call(method: str, url: str, token: str | None = None, **kwargs: Any
-               ) -> tuple[int, Any, dict[str, str]]:
+async def call(
+    method: str, url: str, token: str | None = None, **kwargs: Any
+) -> tuple[int, Any, dict[str, str]]:
     headers = {"Claimd-Actor": "alice@laptop"}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
-    async with aiohttp.ClientSession() as http, \
-            http.request(method, url, headers=headers, **kwargs) as response:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.request(method, url, headers=headers, **kwargs) as response,
+    ):
         return response.status, await response.json(), dict(response.headers)
 
 
@@ -69,14 +78,16 @@ async def state_of_things(store: PostgresRunStore) -> tuple[Any, ...]:
     return tuple(map(tuple, jobs)), tuple(map(tuple, runs)), actions
 
 
-ACTIONS = [("POST", "/api/jobs/nightly/pause", None),
-           ("POST", "/api/jobs/nightly/trigger", {"at": "2026-12-01 02:00"}),
-           ("POST", "/api/jobs/nightly/backfill", {"from": "2026-01-01", "to": "2026-01-03 23:59"})]
+ACTIONS = [
+    ("POST", "/api/jobs/nightly/pause", None),
+    ("POST", "/api/jobs/nightly/trigger", {"at": "2026-12-01 02:00"}),
+    ("POST", "/api/jobs/nightly/backfill", {"from": "2026-01-01", "to": "2026-01-03 23:59"}),
+]
 
 
 async def test_actions_without_a_token_or_with_a_wrong_one_change_nothing(
-        make_config: Callable[..., LoadedConfig], store: PostgresRunStore,
-        tmp_path: Path) -> None:
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
     async with api(make_config(JOBS, **FAST), tmp_path) as base:
         before = await state_of_things(store)
         for method, path, body in ACTIONS:
@@ -111,15 +122,19 @@ async def test_actions_without_a_token_or_with_a_wrong_one_change_nothing(
             status, again, _ = await call("POST", base + "/api/jobs/nightly/pause", TOKEN)
             assert (status, again["error"]) == (409, "nightly is already paused")
             status, cancelled, _ = await call(
-                "POST", f"{base}/api/runs/{triggered['run_id']}/cancel", TOKEN)
+                "POST", f"{base}/api/runs/{triggered['run_id']}/cancel", TOKEN
+            )
             assert status == 200, cancelled
             status, listed, _ = await call("GET", base + "/api/actions")
     assert await store.pool.fetchval("SELECT paused FROM jobs WHERE name = 'nightly'")
     rows = await store.pool.fetch("SELECT * FROM operator_actions ORDER BY id")
     assert [(r["action"], r["ok"], r["actor"], r["via"]) for r in rows] == [
-        ("pause", True, "alice-token", "http"), ("trigger", True, "alice-token", "http"),
-        ("backfill", True, "alice-token", "http"), ("pause", False, "alice-token", "http"),
-        ("cancel", True, "alice-token", "http")]
+        ("pause", True, "alice-token", "http"),
+        ("trigger", True, "alice-token", "http"),
+        ("backfill", True, "alice-token", "http"),
+        ("pause", False, "alice-token", "http"),
+        ("cancel", True, "alice-token", "http"),
+    ]
     assert all(started <= r["at"] <= finished for r in rows[:3])
     assert all(r["origin"] == "127.0.0.1 for alice@laptop" for r in rows)
     assert json.loads(rows[1]["arguments"])["instant"] == "2026-12-01T01:00:00+00:00"
@@ -128,15 +143,17 @@ async def test_actions_without_a_token_or_with_a_wrong_one_change_nothing(
 
 
 async def test_reads_runs_pages_one_run_and_json_errors(
-        make_config: Callable[..., LoadedConfig], store: PostgresRunStore,
-        tmp_path: Path) -> None:
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
     async with api(make_config(JOBS, **FAST), tmp_path) as base:
         job_id = await store.pool.fetchval("SELECT id FROM jobs WHERE name = 'nightly'")
         await store.pool.execute(
             "INSERT INTO job_runs (job_id, scheduled_at, due_at, state, outcome, finished_at, "
             "error) SELECT $1, t, t, 'failed', 'failed', t, 'exit status 3' "
             "FROM generate_series(timestamptz '2026-01-01 01:00Z', '2026-01-05 01:00Z', "
-            "'1 day') AS t", job_id)
+            "'1 day') AS t",
+            job_id,
+        )
         seen: list[str] = []
         cursor = None
         while True:
@@ -153,14 +170,20 @@ async def test_reads_runs_pages_one_run_and_json_errors(
         assert job["last_outcome"]["error"] == "exit status 3"
         assert job["failures_24h"] == 0
         assert len(job["recent_runs"]) == 1
-        status, audit, _ = await call("GET", base + "/api/jobs/nightly/audit",
-                                      params={"from": "2026-01-01", "to": "2026-01-05 23:00"})
+        status, audit, _ = await call(
+            "GET",
+            base + "/api/jobs/nightly/audit",
+            params={"from": "2026-01-01", "to": "2026-01-05 23:00"},
+        )
         assert status == 200
         assert audit["summary"]["counts"]["failed"] == 5
         assert audit["summary"]["complete"] is False
-        for path, code in (("/api/jobs/nope", 404), ("/api/runs?state=done", 400),
-                           ("/api/jobs/nightly/audit?from=2026-02-01&to=2026-01-01", 422),
-                           ("/api/nothing-here", 404)):
+        for path, code in (
+            ("/api/jobs/nope", 404),
+            ("/api/runs?state=done", 400),
+            ("/api/jobs/nightly/audit?from=2026-02-01&to=2026-01-01", 422),
+            ("/api/nothing-here", 404),
+        ):
             status, answer, _ = await call("GET", base + path)
             assert status == code, (path, answer)
             assert isinstance(answer["error"], str), (path, answer)
@@ -177,8 +200,8 @@ def schemathesis_command() -> list[str] | None:
 
 @pytest.mark.schemathesis
 async def test_every_route_conforms_to_the_openapi_document(
-        make_config: Callable[..., LoadedConfig], store: PostgresRunStore,
-        tmp_path: Path) -> None:
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
     command = schemathesis_command()
     if command is None:
         pytest.skip("schemathesis is not installed (pip install '.[dev]')")
@@ -188,13 +211,28 @@ async def test_every_route_conforms_to_the_openapi_document(
     async with api(loaded, tmp_path) as base:
         await call("POST", base + "/api/jobs/nightly/trigger", TOKEN)  # a run to find
         proc = await asyncio.create_subprocess_exec(
-            *command, "run", f"{base}/openapi.json", "--checks", "all",
+            *command,
+            "run",
+            f"{base}/openapi.json",
+            "--checks",
+            "all",
             # Times and ids are free text checked for meaning ("2026-02-30" is well formed
             # and still no day): a schema-valid value may rightly be refused with a 400.
-            "--exclude-checks", "positive_data_acceptance",
-            "--header", f"Authorization: Bearer {TOKEN}", "--max-examples", "25",
-            "--seed", "20261201", "--no-color", "--workers", "1",
-            cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+            "--exclude-checks",
+            "positive_data_acceptance",
+            "--header",
+            f"Authorization: Bearer {TOKEN}",
+            "--max-examples",
+            "25",
+            "--seed",
+            "20261201",
+            "--no-color",
+            "--workers",
+            "1",
+            cwd=tmp_path,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
         out, _ = await asyncio.wait_for(proc.communicate(), 200)
     report = out.decode(errors="replace")
     assert proc.returncode == 0, report[-6000:]

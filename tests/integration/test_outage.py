@@ -15,19 +15,20 @@ pytestmark = pytest.mark.integration
 
 
 async def test_a_connection_killed_mid_statement_is_store_unavailable_and_the_pool_recovers(
-        store: PostgresRunStore, schema_url: str) -> None:
+    store: PostgresRunStore, schema_url: str
+) -> None:
     admin = await asyncpg.connect(schema_url)
     try:
         # Hold the claim statement in a lock wait, so that it is surely in flight
         # when the server kills its connection (as a restart or failover would).
         await admin.execute("BEGIN; LOCK TABLE job_runs IN ACCESS EXCLUSIVE MODE")
-        claim = asyncio.create_task(
-            store.claim_due_runs("me", 10, timedelta(minutes=1), 100))
+        claim = asyncio.create_task(store.claim_due_runs("me", 10, timedelta(minutes=1), 100))
         async with asyncio.timeout(10):
             while True:
                 pid = await admin.fetchval(
                     "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND query LIKE '%FROM job_runs%' AND pid <> pg_backend_pid()")
+                    "AND query LIKE '%FROM job_runs%' AND pid <> pg_backend_pid()"
+                )
                 if pid:
                     break
                 await asyncio.sleep(0.02)

@@ -30,20 +30,30 @@ def skipped_count(reason: str) -> float:
 
 
 def dispatch(deployment: str, run_id: str | None = None, epoch: int = 1) -> DispatchMessage:
-    return DispatchMessage(run_id=run_id or str(uuid.uuid4()), epoch=epoch, job="j",
-                           scheduled_at=datetime.now(UTC), attempt=1, deployment=deployment)
+    return DispatchMessage(
+        run_id=run_id or str(uuid.uuid4()),
+        epoch=epoch,
+        job="j",
+        scheduled_at=datetime.now(UTC),
+        attempt=1,
+        deployment=deployment,
+    )
 
 
 async def test_poison_messages_are_settled_and_counted_and_the_worker_goes_on(
-        store: PostgresRunStore, broker: JetStreamBroker, deployment: str) -> None:
+    store: PostgresRunStore, broker: JetStreamBroker, deployment: str
+) -> None:
     # A real, runnable run published after the poison: the worker must still reach it.
-    job = Job(name="ok", schedule=CronSchedule("0 0 1 1 *"),
-              executor=PythonSpec("actors.examples:hello"))
+    job = Job(
+        name="ok", schedule=CronSchedule("0 0 1 1 *"), executor=PythonSpec("actors.examples:hello")
+    )
     await store.sync_jobs([job])
     job_id = (await store.active_jobs())["ok"].id
     run_id = await store.pool.fetchval(
         "INSERT INTO job_runs (job_id, scheduled_at, due_at) VALUES ($1, now(), now()) "
-        "RETURNING id::text", job_id)
+        "RETURNING id::text",
+        job_id,
+    )
     claimed = await store.claim_due_runs("test", 10, timedelta(minutes=1), 100)
     assert [c.run_id for c in claimed] == [run_id]
 
@@ -59,21 +69,38 @@ async def test_poison_messages_are_settled_and_counted_and_the_worker_goes_on(
         await broker.js.publish(broker.subject, body)
     # A well-formed dispatch of this deployment for a run this database never had.
     await broker.js.publish(broker.subject, encode(dispatch(deployment)))
-    good = DispatchMessage(run_id=run_id, epoch=claimed[0].epoch, job="ok",
-                           scheduled_at=claimed[0].scheduled_at, attempt=1, deployment=deployment)
+    good = DispatchMessage(
+        run_id=run_id,
+        epoch=claimed[0].epoch,
+        job="ok",
+        scheduled_at=claimed[0].scheduled_at,
+        attempt=1,
+        deployment=deployment,
+    )
     assert await broker.publish_many([good]) == [None]
 
     stop = asyncio.Event()
-    worker = Worker(store, await broker.pull_subscription(), LocalExecutor(),
-                    worker_id="w1", deployment=deployment, lease=timedelta(minutes=1),
-                    heartbeat_interval=timedelta(seconds=1), concurrency=4,
-                    decode=nats_adapter.decode, delivery_count=nats_adapter.delivery_count,
-                    stop=stop, grace=timedelta(seconds=5))
+    worker = Worker(
+        store,
+        await broker.pull_subscription(),
+        LocalExecutor(),
+        worker_id="w1",
+        deployment=deployment,
+        lease=timedelta(minutes=1),
+        heartbeat_interval=timedelta(seconds=1),
+        concurrency=4,
+        decode=nats_adapter.decode,
+        delivery_count=nats_adapter.delivery_count,
+        stop=stop,
+        grace=timedelta(seconds=5),
+    )
     task = asyncio.create_task(worker.run())
     try:
         async with asyncio.timeout(20):
-            while await store.pool.fetchval(
-                    "SELECT state FROM job_runs WHERE id = $1::uuid", run_id) != "succeeded":
+            while (
+                await store.pool.fetchval("SELECT state FROM job_runs WHERE id = $1::uuid", run_id)
+                != "succeeded"
+            ):
                 assert not task.done(), "the worker stopped"
                 await asyncio.sleep(0.05)
             # Every message settled: nothing pending, nothing awaiting an ack.

@@ -44,15 +44,25 @@ RETURNING id::text
 """
 
 
-def _job(name: str, *, overlap: Overlap = Overlap.ALLOW,
-         catchup: Catchup = Catchup.ALL) -> Job:
-    return Job(name=name, schedule=CronSchedule(RARE_CRON, "UTC"),
-               executor=PythonSpec("tests.integration.helpers:record_call"),
-               overlap=overlap, catchup=catchup, starting_deadline=DEADLINE)
+def _job(name: str, *, overlap: Overlap = Overlap.ALLOW, catchup: Catchup = Catchup.ALL) -> Job:
+    return Job(
+        name=name,
+        schedule=CronSchedule(RARE_CRON, "UTC"),
+        executor=PythonSpec("tests.integration.helpers:record_call"),
+        overlap=overlap,
+        catchup=catchup,
+        starting_deadline=DEADLINE,
+    )
 
 
-async def _insert(store: PostgresRunStore, job_id: int, ago: timedelta, *,
-                  trigger: str = "schedule", attempt: int = 1) -> str:
+async def _insert(
+    store: PostgresRunStore,
+    job_id: int,
+    ago: timedelta,
+    *,
+    trigger: str = "schedule",
+    attempt: int = 1,
+) -> str:
     run_id: str = await store.pool.fetchval(INSERT_RUN, job_id, ago, trigger, attempt)
     return run_id
 
@@ -70,15 +80,25 @@ async def _row(store: PostgresRunStore, run_id: str) -> dict[str, object]:
         "SELECT state, outcome, error, claim_epoch, lease_owner, lease_expires_at, started_at,"
         " finished_at IS NOT NULL AS finished,"
         " (SELECT count(*) FROM job_run_attempts a WHERE a.run_id = r.id) AS attempts"
-        " FROM job_runs r WHERE id = $1::uuid", run_id)
+        " FROM job_runs r WHERE id = $1::uuid",
+        run_id,
+    )
     assert row is not None
     return dict(row)
 
 
 def _skipped(reason: str, epoch: int) -> dict[str, object]:
-    return {"state": "skipped", "outcome": "skipped", "error": reason, "claim_epoch": epoch,
-            "lease_owner": None, "lease_expires_at": None, "started_at": None,
-            "finished": True, "attempts": 0}
+    return {
+        "state": "skipped",
+        "outcome": "skipped",
+        "error": reason,
+        "claim_epoch": epoch,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "started_at": None,
+        "finished": True,
+        "attempts": 0,
+    }
 
 
 # --- at the claim -----------------------------------------------------------------------
@@ -86,7 +106,8 @@ def _skipped(reason: str, epoch: int) -> dict[str, object]:
 
 @pytest.mark.parametrize("overlap", list(Overlap), ids=[o.value for o in Overlap])
 async def test_claim_without_the_skip_pass_never_claims_a_run_past_its_deadline(
-        store: PostgresRunStore, overlap: Overlap) -> None:
+    store: PostgresRunStore, overlap: Overlap
+) -> None:
     # The interleaving: the skip pass ran just before this run's deadline passed,
     # then the claim runs. Calling the claim alone is exactly that.
     job_id = await add_job(store, _job("deadline", overlap=overlap))
@@ -101,7 +122,8 @@ async def test_claim_without_the_skip_pass_never_claims_a_run_past_its_deadline(
 
 @pytest.mark.parametrize("overlap", [Overlap.ALLOW, Overlap.QUEUE], ids=["allow", "queue"])
 async def test_claim_without_the_skip_pass_never_claims_a_superseded_latest_run(
-        store: PostgresRunStore, overlap: Overlap) -> None:
+    store: PostgresRunStore, overlap: Overlap
+) -> None:
     job_id = await add_job(store, _job("latest", overlap=overlap, catchup=Catchup.LATEST))
     older = await _insert(store, job_id, timedelta(seconds=20))
     newer = await _insert(store, job_id, timedelta(seconds=10))
@@ -113,7 +135,8 @@ async def test_claim_without_the_skip_pass_never_claims_a_superseded_latest_run(
 
 
 async def test_the_deadline_and_supersede_rules_exempt_triggers_retries_and_other_policies(
-        store: PostgresRunStore) -> None:
+    store: PostgresRunStore,
+) -> None:
     job_id = await add_job(store, _job("exempt"))
     manual = await _insert(store, job_id, timedelta(minutes=5), trigger="manual")
     retry = await _insert(store, job_id, timedelta(minutes=6), attempt=2)
@@ -125,7 +148,8 @@ async def test_the_deadline_and_supersede_rules_exempt_triggers_retries_and_othe
 
     assert {r.run_id for r in claimed} == {manual, retry, older, newer}
     started, not_started = await store.start_runs(
-        "worker", [message_for(r, "d") for r in claimed], LONG_LEASE)
+        "worker", [message_for(r, "d") for r in claimed], LONG_LEASE
+    )
     assert {s.run_id for s in started} == {manual, retry, older, newer}
     assert not_started == []
 
@@ -140,17 +164,19 @@ async def _claim_one(store: PostgresRunStore, run_id: str) -> ClaimedRun:
 
 
 async def test_a_claimed_run_whose_deadline_passes_in_the_stream_is_skipped_at_start(
-        store: PostgresRunStore) -> None:
+    store: PostgresRunStore,
+) -> None:
     job_id = await add_job(store, _job("deadline"))
     run_id = await _insert(store, job_id, timedelta(seconds=1))
     run = await _claim_one(store, run_id)
     # The run waits in the stream (workers down) until its deadline has passed.
     await store.pool.execute(
         "UPDATE job_runs SET scheduled_at = scheduled_at - interval '5 minutes'"
-        " WHERE id = $1::uuid", run_id)
+        " WHERE id = $1::uuid",
+        run_id,
+    )
 
-    started, not_started = await store.start_runs("worker", [message_for(run, "d")],
-                                                  LONG_LEASE)
+    started, not_started = await store.start_runs("worker", [message_for(run, "d")], LONG_LEASE)
 
     assert started == []
     assert not_started == [NotStarted(run_id, run.epoch, "skipped", RunState.SKIPPED)]
@@ -158,7 +184,8 @@ async def test_a_claimed_run_whose_deadline_passes_in_the_stream_is_skipped_at_s
 
 
 async def test_a_claimed_latest_run_superseded_while_in_the_stream_is_skipped_at_start(
-        store: PostgresRunStore) -> None:
+    store: PostgresRunStore,
+) -> None:
     job_id = await add_job(store, _job("latest", catchup=Catchup.LATEST))
     older = await _insert(store, job_id, timedelta(seconds=10))
     newer = await _insert(store, job_id, -timedelta(hours=1))  # not due yet
@@ -166,10 +193,11 @@ async def test_a_claimed_latest_run_superseded_while_in_the_stream_is_skipped_at
     # The next instant comes due while the claimed run still waits to be started.
     await store.pool.execute(
         "UPDATE job_runs SET scheduled_at = now() - interval '1 second', due_at = now()"
-        " WHERE id = $1::uuid", newer)
+        " WHERE id = $1::uuid",
+        newer,
+    )
 
-    started, not_started = await store.start_runs("worker", [message_for(run, "d")],
-                                                  LONG_LEASE)
+    started, not_started = await store.start_runs("worker", [message_for(run, "d")], LONG_LEASE)
 
     assert started == []
     assert not_started == [NotStarted(older, run.epoch, "skipped", RunState.SKIPPED)]
@@ -178,7 +206,8 @@ async def test_a_claimed_latest_run_superseded_while_in_the_stream_is_skipped_at
 
 
 async def test_a_run_already_started_is_taken_up_again_after_its_deadline(
-        store: PostgresRunStore) -> None:
+    store: PostgresRunStore,
+) -> None:
     # The start committed (inside the deadline) but its reply was lost; the
     # redelivered message finds the run running under this worker.
     job_id = await add_job(store, _job("deadline"))
@@ -187,10 +216,13 @@ async def test_a_run_already_started_is_taken_up_again_after_its_deadline(
     [first], _ = await store.start_runs("worker", [message_for(run, "d")], LONG_LEASE)
     await store.pool.execute(
         "UPDATE job_runs SET scheduled_at = scheduled_at - interval '5 minutes'"
-        " WHERE id = $1::uuid", run_id)
+        " WHERE id = $1::uuid",
+        run_id,
+    )
 
-    [again], not_started = await store.start_runs("worker", [message_for(run, "d")],
-                                                  LONG_LEASE, retake={(run.run_id, run.epoch)})
+    [again], not_started = await store.start_runs(
+        "worker", [message_for(run, "d")], LONG_LEASE, retake={(run.run_id, run.epoch)}
+    )
 
     assert not_started == []
     assert (again.run_id, again.epoch) == (first.run_id, first.epoch)
@@ -201,28 +233,41 @@ async def test_a_run_already_started_is_taken_up_again_after_its_deadline(
 
 
 async def test_worker_acks_a_delivery_skipped_at_start_and_executes_nothing(
-        store: PostgresRunStore, broker: JetStreamBroker, nats_url: str,
-        deployment: str) -> None:
+    store: PostgresRunStore, broker: JetStreamBroker, nats_url: str, deployment: str
+) -> None:
     job_id = await add_job(store, _job("deadline"))
     run_id = await _insert(store, job_id, timedelta(seconds=1))
     run = await _claim_one(store, run_id)
     assert await broker.publish_many([message_for(run, deployment)]) == [None]
     await store.pool.execute(
         "UPDATE job_runs SET scheduled_at = scheduled_at - interval '5 minutes'"
-        " WHERE id = $1::uuid", run_id)
+        " WHERE id = $1::uuid",
+        run_id,
+    )
     skipped_before = counter("claimd_deliveries_skipped_total", reason="skipped")
 
-    connection = await JetStreamBroker.connect(nats_url, broker.stream, broker.subject,
-                                               name="worker-1")
+    connection = await JetStreamBroker.connect(
+        nats_url, broker.stream, broker.subject, name="worker-1"
+    )
     stop = asyncio.Event()
     worker = Worker(
-        store, await connection.pull_subscription(), LocalExecutor(), worker_id="worker-1",
-        deployment=deployment, lease=timedelta(seconds=30),
-        heartbeat_interval=timedelta(milliseconds=500), concurrency=4, decode=decode,
-        delivery_count=delivery_count, stop=stop, grace=timedelta(seconds=5),
-        faults=WorkerFaults())
+        store,
+        await connection.pull_subscription(),
+        LocalExecutor(),
+        worker_id="worker-1",
+        deployment=deployment,
+        lease=timedelta(seconds=30),
+        heartbeat_interval=timedelta(milliseconds=500),
+        concurrency=4,
+        decode=decode,
+        delivery_count=delivery_count,
+        stop=stop,
+        grace=timedelta(seconds=5),
+        faults=WorkerFaults(),
+    )
     task = asyncio.create_task(worker.run())
     try:
+
         async def skipped() -> bool:
             return counter("claimd_deliveries_skipped_total", reason="skipped") > skipped_before
 

@@ -17,7 +17,8 @@ LEASE = timedelta(minutes=5)
 
 
 async def test_runs_left_exclusive_by_a_queue_job_claim_fine_once_it_allows_overlap(
-        store: PostgresRunStore) -> None:
+    store: PostgresRunStore,
+) -> None:
     job = replace(make_job(), overlap=Overlap.QUEUE)
     job_id = await add_job(store, job)
     await insert_due_runs(store, job_id, 2)
@@ -27,12 +28,17 @@ async def test_runs_left_exclusive_by_a_queue_job_claim_fine_once_it_allows_over
     await store.sync_jobs([replace(job, overlap=Overlap.ALLOW)])
     claimed = await store.claim_due_runs("me", 10, LEASE, 100)
     assert len(claimed) == 2
-    assert await store.pool.fetchval(
-        "SELECT count(*) FROM job_runs WHERE state = 'claimed' AND NOT exclusive") == 2
+    assert (
+        await store.pool.fetchval(
+            "SELECT count(*) FROM job_runs WHERE state = 'claimed' AND NOT exclusive"
+        )
+        == 2
+    )
 
 
 async def test_pending_runs_of_a_removed_job_are_cancelled_even_if_they_come_back_later(
-        store: PostgresRunStore) -> None:
+    store: PostgresRunStore,
+) -> None:
     import asyncio
 
     job_id = await add_job(store, make_job())

@@ -42,22 +42,35 @@ async def replicas(tmp_path: Path) -> AsyncIterator[Replicas]:
 
 
 async def test_worker_killed_mid_run_is_reaped_and_run_again_once(
-        store: PostgresRunStore, broker: JetStreamBroker, tmp_path: Path,
-        make_config: Callable[..., LoadedConfig],
-        replicas: Replicas) -> None:
+    store: PostgresRunStore,
+    broker: JetStreamBroker,
+    tmp_path: Path,
+    make_config: Callable[..., LoadedConfig],
+    replicas: Replicas,
+) -> None:
     executions = tmp_path / "executions"
     pgid_file = tmp_path / "pgid"
     # Attempt 1 hangs (its shell's pid, the process group, is written down so the
     # orphan can be killed); attempt 2 returns at once.
-    command = (f'echo "$CLAIMD_ATTEMPT" >> {executions}; '
-               f'if [ "$CLAIMD_ATTEMPT" = 1 ]; then echo $$ > {pgid_file}; exec sleep 30; fi')
-    loaded = make_config(f"""
+    command = (
+        f'echo "$CLAIMD_ATTEMPT" >> {executions}; '
+        f'if [ "$CLAIMD_ATTEMPT" = 1 ]; then echo $$ > {pgid_file}; exec sleep 30; fi'
+    )
+    loaded = make_config(
+        f"""
         [jobs.slow]
         cron = "{RARE_CRON}"
         max_attempts = 3
         run = {{ shell = '{command}', use_shell = true }}
-        """, lease="3s", ack_wait="500ms", max_deliver=2, claim_interval="50ms",
-        reap_interval="100ms", materialize_interval="1s", shutdown_grace="1s")
+        """,
+        lease="3s",
+        ack_wait="500ms",
+        max_deliver=2,
+        claim_interval="50ms",
+        reap_interval="100ms",
+        materialize_interval="1s",
+        shutdown_grace="1s",
+    )
     config = tmp_path / "claimd.toml"
     job_id = await add_job(store, loaded.jobs["slow"])
     [run_id] = await insert_due_runs(store, job_id, 1)
@@ -79,7 +92,8 @@ async def test_worker_killed_mid_run_is_reaped_and_run_again_once(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
     row = await store.pool.fetchrow(
-        "SELECT state, attempt, claim_epoch FROM job_runs WHERE id = $1", run_id)
+        "SELECT state, attempt, claim_epoch FROM job_runs WHERE id = $1", run_id
+    )
     assert (row["state"], row["attempt"], row["claim_epoch"]) == ("running", 1, 1)
 
     # A second replica: its reaper finds the lease expired, its worker runs attempt 2.
@@ -91,17 +105,21 @@ async def test_worker_killed_mid_run_is_reaped_and_run_again_once(
 
     await eventually(finished, timeout=40, what="the run finished by the second replica")
     row = await store.pool.fetchrow(
-        "SELECT state, attempt, claim_epoch FROM job_runs WHERE id = $1", run_id)
+        "SELECT state, attempt, claim_epoch FROM job_runs WHERE id = $1", run_id
+    )
     assert (row["state"], row["attempt"], row["claim_epoch"]) == ("succeeded", 2, 2)
     attempts = await store.pool.fetch(
         "SELECT attempt, claim_epoch, outcome FROM job_run_attempts WHERE run_id = $1"
-        " ORDER BY attempt", run_id)
+        " ORDER BY attempt",
+        run_id,
+    )
     assert [tuple(a) for a in attempts] == [(1, 1, "lease_expired"), (2, 2, "succeeded")]
     assert executions.read_text().split() == ["1", "2"]
 
 
 async def test_expired_claim_goes_back_to_pending_with_the_same_attempt(
-        store: PostgresRunStore) -> None:
+    store: PostgresRunStore,
+) -> None:
     job_id = await add_job(store, make_job())
     [run_id] = await insert_due_runs(store, job_id, 1)
     await store.claim_due_runs("gone", 1, LONG_LEASE, max_claimed=10)
@@ -111,7 +129,8 @@ async def test_expired_claim_goes_back_to_pending_with_the_same_attempt(
     await store.pool.execute(EXPIRED, run_id)
     assert await reaper.reap_once() == 1
     row = await store.pool.fetchrow(
-        "SELECT state, attempt, lease_owner, claim_epoch FROM job_runs WHERE id = $1", run_id)
+        "SELECT state, attempt, lease_owner, claim_epoch FROM job_runs WHERE id = $1", run_id
+    )
     assert tuple(row) == ("pending", 1, None, 1)
     # It never started: no attempt is recorded.
     assert await store.pool.fetchval("SELECT count(*) FROM job_run_attempts") == 0
@@ -120,7 +139,8 @@ async def test_expired_claim_goes_back_to_pending_with_the_same_attempt(
 
 
 async def test_reaped_run_fences_the_zombie_and_fails_at_the_attempt_limit(
-        store: PostgresRunStore) -> None:
+    store: PostgresRunStore,
+) -> None:
     job_id = await add_job(store, make_job(max_attempts=1))
     [run_id] = await insert_due_runs(store, job_id, 1)
     [run] = await store.claim_due_runs("replica", 1, LONG_LEASE, max_claimed=10)
@@ -131,8 +151,8 @@ async def test_reaped_run_fences_the_zombie_and_fails_at_the_attempt_limit(
     reaped = await store.reap_expired_leases(10)
     assert reaped == [(run_id, "job", "running->failed")]
     row = await store.pool.fetchrow(
-        "SELECT state, outcome, finished_at IS NOT NULL AS done FROM job_runs WHERE id = $1",
-        run_id)
+        "SELECT state, outcome, finished_at IS NOT NULL AS done FROM job_runs WHERE id = $1", run_id
+    )
     assert tuple(row) == ("failed", "lease_expired", True)
 
     # The worker that lost its lease finishes anyway: its verdict is refused.
@@ -140,5 +160,6 @@ async def test_reaped_run_fences_the_zombie_and_fails_at_the_attempt_limit(
     assert await store.complete_runs([late]) == set()
     assert await store.pool.fetchval("SELECT state FROM job_runs WHERE id = $1", run_id) == "failed"
     attempts = await store.pool.fetch(
-        "SELECT attempt, outcome, worker FROM job_run_attempts WHERE run_id = $1", run_id)
+        "SELECT attempt, outcome, worker FROM job_run_attempts WHERE run_id = $1", run_id
+    )
     assert [tuple(a) for a in attempts] == [(1, "lease_expired", "zombie")]

@@ -68,27 +68,39 @@ async def _backup_history(store: PostgresRunStore) -> None:
     the materializer plans nothing for the past), and rows are written for every
     past minute but one: the grid must show that one missing, as the audit does.
     """
+
     async def planned() -> bool:
-        return bool(await store.pool.fetchval(
-            "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id"
-            " WHERE j.name = 'backup'"))
+        return bool(
+            await store.pool.fetchval(
+                "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id"
+                " WHERE j.name = 'backup'"
+            )
+        )
+
     await eventually(planned, what="the first plan of the per-minute job")
     minute = await store.pool.fetchval("SELECT date_trunc('minute', now())")
-    await store.pool.execute("UPDATE jobs SET created_at = $1 WHERE name = 'backup'",
-                             minute - timedelta(minutes=24))
+    await store.pool.execute(
+        "UPDATE jobs SET created_at = $1 WHERE name = 'backup'", minute - timedelta(minutes=24)
+    )
     for k in range(25):
         if k == 6:
             continue  # deleted by hand, say: no row and no recorded reason
-        state, error = {9: ("failed", "pg_dump: connection refused"),
-                        15: ("skipped", "missed its starting deadline (5m)")
-                        }.get(k, ("succeeded", None))
+        state, error = {
+            9: ("failed", "pg_dump: connection refused"),
+            15: ("skipped", "missed its starting deadline (5m)"),
+        }.get(k, ("succeeded", None))
         at = minute - timedelta(minutes=k)
         await store.pool.execute(
             """INSERT INTO job_runs (job_id, scheduled_at, due_at, state, started_at,
                                      finished_at, outcome, error)
                SELECT id, t, t, $3, t + interval '1 second', t + interval '3 seconds', $3, $4
                  FROM jobs, (SELECT $2::timestamptz) AS i(t) WHERE name = $1
-               ON CONFLICT (job_id, scheduled_at) DO NOTHING""", "backup", at, state, error)
+               ON CONFLICT (job_id, scheduled_at) DO NOTHING""",
+            "backup",
+            at,
+            state,
+            error,
+        )
 
 
 def _screenshot_dir(tmp_path: Path) -> Path:
@@ -98,30 +110,34 @@ def _screenshot_dir(tmp_path: Path) -> Path:
     return folder
 
 
-async def test_status_page_in_headless_chromium(make_config: Callable[..., LoadedConfig],
-                                                store: PostgresRunStore,
-                                                tmp_path: Path) -> None:
+async def test_status_page_in_headless_chromium(
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
     async_playwright, executable = _browser_or_skip()
     shots = _screenshot_dir(tmp_path)
     replica = Replica(tmp_path / "claimd.toml", make_config(JOBS, **FAST))
     async with running(replica):
+
         async def serving() -> bool:
             return replica.http_port not in (None, 0)
+
         await eventually(serving, what="the replica's HTTP server")
 
         async def both_ran() -> bool:
             done = await store.pool.fetch(
                 "SELECT DISTINCT j.name FROM job_runs r JOIN jobs j ON j.id = r.job_id"
-                " WHERE r.state IN ('succeeded', 'failed')")
+                " WHERE r.state IN ('succeeded', 'failed')"
+            )
             return len(done) == 2
+
         await eventually(both_ran, timeout=30, what="a finished run of each job")
         await _backup_history(store)
         base = f"http://127.0.0.1:{replica.http_port}"
 
         async with async_playwright() as pw:
             browser = await pw.chromium.launch(
-                executable_path=executable,
-                args=["--no-sandbox", "--disable-dev-shm-usage"])
+                executable_path=executable, args=["--no-sandbox", "--disable-dev-shm-usage"]
+            )
             try:
                 await _desktop(browser, base, shots)
                 await _phone(browser, base, shots)
@@ -134,16 +150,20 @@ async def _desktop(browser: Any, base: str, shots: Path) -> None:
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     navigations: list[str] = []
-    page.on("framenavigated", lambda frame: navigations.append(frame.url)
-            if frame == page.main_frame else None)
+    page.on(
+        "framenavigated",
+        lambda frame: navigations.append(frame.url) if frame == page.main_frame else None,
+    )
     requests: list[str] = []
     page.on("request", lambda request: requests.append(request.url))
     await page.goto(f"{base}/?refresh=1")
     # The config's jobs, each with its grid.
-    await page.wait_for_selector("article.job[data-job='heartbeat'] button.cell",
-                                 timeout=DEADLINE_MS)
-    await page.wait_for_selector("article.job[data-job='nightly-export'] button.cell",
-                                 timeout=DEADLINE_MS)
+    await page.wait_for_selector(
+        "article.job[data-job='heartbeat'] button.cell", timeout=DEADLINE_MS
+    )
+    await page.wait_for_selector(
+        "article.job[data-job='nightly-export'] button.cell", timeout=DEADLINE_MS
+    )
     names = await page.eval_on_selector_all("article.job h2", "hs => hs.map(h => h.textContent)")
     assert names == ["backup", "heartbeat", "nightly-export"]
     # Nothing came from anywhere but the replica (no CDN).
@@ -151,31 +171,36 @@ async def _desktop(browser: Any, base: str, shots: Path) -> None:
 
     # The failing job: red cells, its error on the card, the markup shown as text.
     failing = "article.job[data-job='nightly-export']"
-    await page.wait_for_selector(f"{failing} button.cell[data-status='failed']",
-                                 timeout=DEADLINE_MS)
+    await page.wait_for_selector(
+        f"{failing} button.cell[data-status='failed']", timeout=DEADLINE_MS
+    )
     red = await page.eval_on_selector(
         f"{failing} button.cell[data-status='failed']",
-        "c => [getComputedStyle(c).backgroundColor, c.title, c.textContent]")
+        "c => [getComputedStyle(c).backgroundColor, c.title, c.textContent]",
+    )
     assert red[0] == "rgb(207, 34, 46)", red  # --bad
     assert "failed" in red[1], red  # colour is not the only signal: the title says it
     assert red[2] == "✗", red  # and so does the glyph
     error = await page.text_content(f"{failing} [data-role='last-error']")
     assert error is not None
     assert "exit status 3" in error, error
-    healthy = await page.eval_on_selector_all("article.job[data-job='heartbeat'] button.cell",
-                                              "cs => cs.map(c => c.dataset.status)")
+    healthy = await page.eval_on_selector_all(
+        "article.job[data-job='heartbeat'] button.cell", "cs => cs.map(c => c.dataset.status)"
+    )
     assert "succeeded" in healthy, healthy
     assert "failed" not in healthy, healthy
     # "missing" on the page means what it means in `claimd audit`.
     cells = await page.eval_on_selector_all(
         "article.job[data-job='backup'] button.cell",
-        "cs => cs.map(c => [c.dataset.at, c.dataset.status])")
+        "cs => cs.map(c => [c.dataset.at, c.dataset.status])",
+    )
     assert [status for _, status in cells].count("missing") == 1, cells
     audit = await page.evaluate(
         """async ([from, to]) => (await (await fetch(
                `/api/jobs/backup/audit?from=${encodeURIComponent(from)}&to=${encodeURIComponent(to)}`
            )).json()).entries.map(e => [e.scheduled_at, e.status])""",
-        [cells[0][0], cells[-3][0]])
+        [cells[0][0], cells[-3][0]],
+    )
     assert [list(c) for c in cells[:-2]] == audit, (cells, audit)  # the newest may move on
     health = await page.text_content("#health")
     assert health is not None
@@ -191,12 +216,16 @@ async def _desktop(browser: Any, base: str, shots: Path) -> None:
     await page.evaluate("window.__sameDocument = true")
     newest = await page.eval_on_selector_all(
         "article.job[data-job='heartbeat'] button.cell[data-status='succeeded']",
-        "cs => cs.map(c => c.dataset.at).sort().pop()")
+        "cs => cs.map(c => c.dataset.at).sort().pop()",
+    )
     navigations.clear()
     await page.wait_for_function(
         """newest => [...document.querySelectorAll(
                "article.job[data-job='heartbeat'] button.cell[data-status='succeeded']")]
-             .some(c => c.dataset.at > newest)""", arg=newest, timeout=DEADLINE_MS)
+             .some(c => c.dataset.at > newest)""",
+        arg=newest,
+        timeout=DEADLINE_MS,
+    )
     assert await page.evaluate("window.__sameDocument === true"), "the page was reloaded"
     assert navigations == [], navigations
 
@@ -218,27 +247,29 @@ async def _desktop(browser: Any, base: str, shots: Path) -> None:
     grid_only = shots / "status-desktop-grid.png"
     await page.screenshot(path=str(grid_only), full_page=True)
     assert errors == [], errors
-    print(f"\nscreenshot (desktop, run detail open): {desktop}"
-          f"\nscreenshot (desktop): {grid_only}")
+    print(f"\nscreenshot (desktop, run detail open): {desktop}\nscreenshot (desktop): {grid_only}")
     await page.close()
 
 
 async def _phone(browser: Any, base: str, shots: Path) -> None:
-    context = await browser.new_context(viewport={"width": 390, "height": 844},
-                                        device_scale_factor=2, is_mobile=True, has_touch=True)
+    context = await browser.new_context(
+        viewport={"width": 390, "height": 844},
+        device_scale_factor=2,
+        is_mobile=True,
+        has_touch=True,
+    )
     page = await context.new_page()
     await page.goto(f"{base}/?refresh=1")
-    await page.wait_for_selector("article.job[data-job='nightly-export'] button.cell",
-                                 timeout=DEADLINE_MS)
-    width = await page.evaluate(
-        "[document.documentElement.scrollWidth, window.innerWidth]")
+    await page.wait_for_selector(
+        "article.job[data-job='nightly-export'] button.cell", timeout=DEADLINE_MS
+    )
+    width = await page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert width[0] <= width[1], f"the page overflows sideways at 390 px: {width}"
     phone = shots / "status-phone.png"
     await page.screenshot(path=str(phone), full_page=True)
     await page.tap("article.job[data-job='nightly-export'] button.cell[data-status='failed']")
     await page.wait_for_selector("#detail:not([hidden]) li.attempt", timeout=DEADLINE_MS)
-    width = await page.evaluate(
-        "[document.documentElement.scrollWidth, window.innerWidth]")
+    width = await page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
     assert width[0] <= width[1], f"the run detail overflows sideways at 390 px: {width}"
     phone_detail = shots / "status-phone-detail.png"
     await page.screenshot(path=str(phone_detail))

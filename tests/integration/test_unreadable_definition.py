@@ -23,33 +23,49 @@ pytestmark = pytest.mark.integration
 
 
 async def test_unreadable_definition_fails_that_run_and_the_others_run(
-        store: PostgresRunStore, broker: JetStreamBroker, deployment: str) -> None:
+    store: PostgresRunStore, broker: JetStreamBroker, deployment: str
+) -> None:
     await store.sync_jobs([make_job("good"), make_job("odd", max_attempts=1)])
     ids = {name: state.id for name, state in (await store.active_jobs()).items()}
     good_id, odd_id = ids["good"], ids["odd"]
     # As if a newer build had stored an executor kind this one does not know.
     await store.pool.execute(
         "UPDATE jobs SET definition = jsonb_set(definition, '{executor,kind}', '\"teleport\"')"
-        " WHERE id = $1", odd_id)
+        " WHERE id = $1",
+        odd_id,
+    )
     good = await insert_due_runs(store, good_id, 3)
     (odd,) = await insert_due_runs(store, odd_id, 1)
     claimed = await store.claim_due_runs("c", 10, timedelta(minutes=5), 100)
     assert await broker.publish_many([message_for(r, deployment) for r in claimed]) == [None] * 4
 
     stop = asyncio.Event()
-    worker = Worker(store, await broker.pull_subscription(), LocalExecutor(), worker_id="w",
-                    deployment=deployment, lease=timedelta(seconds=30),
-                    heartbeat_interval=timedelta(seconds=1), concurrency=8, decode=decode,
-                    delivery_count=delivery_count, stop=stop, grace=timedelta(seconds=5))
+    worker = Worker(
+        store,
+        await broker.pull_subscription(),
+        LocalExecutor(),
+        worker_id="w",
+        deployment=deployment,
+        lease=timedelta(seconds=30),
+        heartbeat_interval=timedelta(seconds=1),
+        concurrency=8,
+        decode=decode,
+        delivery_count=delivery_count,
+        stop=stop,
+        grace=timedelta(seconds=5),
+    )
     task = asyncio.create_task(worker.run())
     try:
+
         async def settled() -> bool:
             states = dict(await store.pool.fetch("SELECT id::text, state FROM job_runs"))
             return all(states[i] == "succeeded" for i in good) and states[odd] == "failed"
+
         await eventually(settled)
 
         async def acked() -> bool:
             return await consumer_counts(broker) == (0, 0)
+
         await eventually(acked)
     finally:
         stop.set()

@@ -59,28 +59,41 @@ class RunningWorker:
 
 
 class StartWorker(Protocol):
-    async def __call__(self, worker_id: str,
-                       after_record: Callable[[list[Any]], None] | None = None
-                       ) -> RunningWorker: ...
+    async def __call__(
+        self, worker_id: str, after_record: Callable[[list[Any]], None] | None = None
+    ) -> RunningWorker: ...
 
 
 @pytest.fixture
-async def workers(nats_url: str, broker: JetStreamBroker, store: PostgresRunStore,
-                  deployment: str) -> AsyncIterator[StartWorker]:
+async def workers(
+    nats_url: str, broker: JetStreamBroker, store: PostgresRunStore, deployment: str
+) -> AsyncIterator[StartWorker]:
     """Start in-process workers, each on its own NATS connection; stopped afterwards."""
     started: list[RunningWorker] = []
 
-    async def start(worker_id: str, after_record: Callable[[list[Any]], None] | None = None
-                    ) -> RunningWorker:
-        connection = await JetStreamBroker.connect(nats_url, broker.stream, broker.subject,
-                                                   name=worker_id)
+    async def start(
+        worker_id: str, after_record: Callable[[list[Any]], None] | None = None
+    ) -> RunningWorker:
+        connection = await JetStreamBroker.connect(
+            nats_url, broker.stream, broker.subject, name=worker_id
+        )
         stop = asyncio.Event()
         worker = Worker(
-            store, await connection.pull_subscription(), LocalExecutor(), worker_id=worker_id,
-            deployment=deployment, lease=timedelta(seconds=30),
-            heartbeat_interval=timedelta(milliseconds=500), concurrency=4, decode=decode,
-            delivery_count=delivery_count, stop=stop, grace=timedelta(seconds=5),
-            faults=WorkerFaults(), after_record=after_record)
+            store,
+            await connection.pull_subscription(),
+            LocalExecutor(),
+            worker_id=worker_id,
+            deployment=deployment,
+            lease=timedelta(seconds=30),
+            heartbeat_interval=timedelta(milliseconds=500),
+            concurrency=4,
+            decode=decode,
+            delivery_count=delivery_count,
+            stop=stop,
+            grace=timedelta(seconds=5),
+            faults=WorkerFaults(),
+            after_record=after_record,
+        )
         running = RunningWorker(worker, asyncio.create_task(worker.run()), connection, stop)
         started.append(running)
         return running
@@ -90,8 +103,9 @@ async def workers(nats_url: str, broker: JetStreamBroker, store: PostgresRunStor
         await running.shutdown()
 
 
-async def _dispatch_one(store: PostgresRunStore, broker: JetStreamBroker,
-                        deployment: str) -> ClaimedRun:
+async def _dispatch_one(
+    store: PostgresRunStore, broker: JetStreamBroker, deployment: str
+) -> ClaimedRun:
     job_id = await add_job(store, make_job("recorded"))
     await insert_due_runs(store, job_id, 1)
     [run] = await store.claim_due_runs("replica", 1, LONG_LEASE, max_claimed=10)
@@ -102,7 +116,9 @@ async def _dispatch_one(store: PostgresRunStore, broker: JetStreamBroker,
 async def _run_row(store: PostgresRunStore, run_id: str) -> tuple[str, int, int]:
     row = await store.pool.fetchrow(
         "SELECT state, attempt, (SELECT count(*) FROM job_run_attempts WHERE run_id = $1) AS n"
-        " FROM job_runs WHERE id = $1", run_id)
+        " FROM job_runs WHERE id = $1",
+        run_id,
+    )
     return row["state"], row["attempt"], row["n"]
 
 
@@ -111,8 +127,8 @@ async def _settled(broker: JetStreamBroker) -> bool:
 
 
 async def test_delivery_of_a_terminal_run_is_acked_and_not_executed(
-        store: PostgresRunStore, broker: JetStreamBroker, deployment: str,
-        workers: StartWorker) -> None:
+    store: PostgresRunStore, broker: JetStreamBroker, deployment: str, workers: StartWorker
+) -> None:
     run = await _dispatch_one(store, broker, deployment)
     await workers("worker-1")
 
@@ -125,9 +141,12 @@ async def test_delivery_of_a_terminal_run_is_acked_and_not_executed(
     skipped_before = counter(SKIPPED, reason="terminal")
 
     # The same dispatch arrives again (a duplicate the broker could not dedupe).
-    await broker.js.publish(broker.subject, encode(message_for(run, deployment)),
-                            stream=broker.stream,
-                            headers={"Nats-Msg-Id": f"{run.run_id}:{run.epoch}:again"})
+    await broker.js.publish(
+        broker.subject,
+        encode(message_for(run, deployment)),
+        stream=broker.stream,
+        headers={"Nats-Msg-Id": f"{run.run_id}:{run.epoch}:again"},
+    )
 
     async def skipped() -> bool:
         return counter(SKIPPED, reason="terminal") > skipped_before
@@ -140,8 +159,8 @@ async def test_delivery_of_a_terminal_run_is_acked_and_not_executed(
 
 
 async def test_crash_between_record_and_ack_is_redelivered_and_not_executed_again(
-        store: PostgresRunStore, broker: JetStreamBroker, deployment: str,
-        workers: StartWorker) -> None:
+    store: PostgresRunStore, broker: JetStreamBroker, deployment: str, workers: StartWorker
+) -> None:
     run = await _dispatch_one(store, broker, deployment)
 
     def crash(batch: list[Any]) -> None:
@@ -174,8 +193,8 @@ async def test_crash_between_record_and_ack_is_redelivered_and_not_executed_agai
 
 
 async def test_output_with_a_nul_byte_is_recorded_and_does_not_wedge_the_worker(
-        store: PostgresRunStore, broker: JetStreamBroker, deployment: str,
-        workers: StartWorker) -> None:
+    store: PostgresRunStore, broker: JetStreamBroker, deployment: str, workers: StartWorker
+) -> None:
     # PostgreSQL text cannot hold NUL; binary output (find -print0, a crashed
     # program's dump) must not make the completion fail forever.
     job_id = await add_job(store, make_job("binary", ShellSpec(("printf", "before\\0after"))))
@@ -185,14 +204,17 @@ async def test_output_with_a_nul_byte_is_recorded_and_does_not_wedge_the_worker(
     await workers("worker-1")
 
     async def recorded() -> bool:
-        return await store.pool.fetchval(
-            "SELECT count(*) FROM job_runs WHERE state = 'succeeded'") == 2
+        return (
+            await store.pool.fetchval("SELECT count(*) FROM job_runs WHERE state = 'succeeded'")
+            == 2
+        )
 
     await eventually(recorded, timeout=15, what="both runs recorded")
     await eventually(lambda: _settled(broker), what="both deliveries acked")
     tails = await store.pool.fetch("SELECT output_tail FROM job_runs")
-    assert all(t["output_tail"].startswith("before") and t["output_tail"].endswith("after")
-               for t in tails)
+    assert all(
+        t["output_tail"].startswith("before") and t["output_tail"].endswith("after") for t in tails
+    )
 
 
 @pytest.fixture
@@ -203,20 +225,31 @@ async def replicas(tmp_path: Path) -> AsyncIterator[Replicas]:
 
 
 async def test_real_process_exiting_before_the_ack_leaves_one_execution(
-        store: PostgresRunStore, broker: JetStreamBroker, tmp_path: Path,
-        make_config: Callable[..., LoadedConfig], replicas: Replicas) -> None:
+    store: PostgresRunStore,
+    broker: JetStreamBroker,
+    tmp_path: Path,
+    make_config: Callable[..., LoadedConfig],
+    replicas: Replicas,
+) -> None:
     executions = tmp_path / "executions"
-    loaded = make_config(f"""
+    loaded = make_config(
+        f"""
         [jobs.once]
         cron = "{RARE_CRON}"
         run = {{ shell = 'echo "$CLAIMD_RUN_ID" >> {executions}', use_shell = true }}
-        """, lease="5s", ack_wait="500ms", max_deliver=3, claim_interval="50ms",
-        shutdown_grace="1s")
+        """,
+        lease="5s",
+        ack_wait="500ms",
+        max_deliver=3,
+        claim_interval="50ms",
+        shutdown_grace="1s",
+    )
     config = tmp_path / "claimd.toml"
     port = free_port()
     second_config = tmp_path / "second.toml"
-    second_config.write_text(config.read_text().replace('http = "off"',
-                                                         f'http = "127.0.0.1:{port}"'))
+    second_config.write_text(
+        config.read_text().replace('http = "off"', f'http = "127.0.0.1:{port}"')
+    )
     job_id = await add_job(store, loaded.jobs["once"])
     [run_id] = await insert_due_runs(store, job_id, 1)
 

@@ -82,8 +82,9 @@ class Executions:
         self.began = asyncio.Event()
         self.release = asyncio.Event()
 
-    async def execute(self, spec: ExecutorSpec, context: RunContext,
-                      timeout: timedelta) -> ExecutionResult:
+    async def execute(
+        self, spec: ExecutorSpec, context: RunContext, timeout: timedelta
+    ) -> ExecutionResult:
         self.calls.append((context.run_id, context.fencing_token))
         self.began.set()
         await self.release.wait()
@@ -96,15 +97,21 @@ class FaultyStore(PostgresRunStore):
     heartbeat_broken = False
     lose_start_reply = False
 
-    async def extend_leases(self, worker: str, runs: Sequence[tuple[str, int]],
-                            lease: timedelta) -> set[tuple[str, int]]:
+    async def extend_leases(
+        self, worker: str, runs: Sequence[tuple[str, int]], lease: timedelta
+    ) -> set[tuple[str, int]]:
         if self.heartbeat_broken:
             raise RuntimeError("injected: a bug in the heartbeat crashes the worker actor")
         return await super().extend_leases(worker, runs, lease)
 
-    async def start_runs(self, worker: str, messages: Sequence[DispatchMessage],
-                         lease: timedelta, *, retake: Any = frozenset(),
-                         ) -> tuple[list[StartedRun], list[NotStarted]]:
+    async def start_runs(
+        self,
+        worker: str,
+        messages: Sequence[DispatchMessage],
+        lease: timedelta,
+        *,
+        retake: Any = frozenset(),
+    ) -> tuple[list[StartedRun], list[NotStarted]]:
         result = await super().start_runs(worker, messages, lease, retake=retake)
         if self.lose_start_reply:
             self.lose_start_reply = False
@@ -113,8 +120,9 @@ class FaultyStore(PostgresRunStore):
         return result
 
 
-async def _one_claimed_run(store: PostgresRunStore) -> tuple[ClaimedRun, bytes,
-                                                              dict[bytes, DispatchMessage]]:
+async def _one_claimed_run(
+    store: PostgresRunStore,
+) -> tuple[ClaimedRun, bytes, dict[bytes, DispatchMessage]]:
     job_id = await add_job(store, make_job("restarted"))
     await insert_due_runs(store, job_id, 1)
     [run] = await store.claim_due_runs("claimer", 1, LONG_LEASE, max_claimed=10)
@@ -122,24 +130,41 @@ async def _one_claimed_run(store: PostgresRunStore) -> tuple[ClaimedRun, bytes,
     return run, data, {data: message_for(run, "d")}
 
 
-def _worker(store: PostgresRunStore, subscription: Deliveries, executor: Executions,
-            messages: dict[bytes, DispatchMessage], stop: asyncio.Event) -> Worker:
-    return Worker(store, subscription, executor, worker_id=WORKER, deployment="d",
-                  lease=timedelta(seconds=30), heartbeat_interval=timedelta(milliseconds=50),
-                  concurrency=4, decode=lambda data, _: messages[data],
-                  delivery_count=lambda _: 1, stop=stop, grace=timedelta(seconds=5),
-                  faults=WorkerFaults())
+def _worker(
+    store: PostgresRunStore,
+    subscription: Deliveries,
+    executor: Executions,
+    messages: dict[bytes, DispatchMessage],
+    stop: asyncio.Event,
+) -> Worker:
+    return Worker(
+        store,
+        subscription,
+        executor,
+        worker_id=WORKER,
+        deployment="d",
+        lease=timedelta(seconds=30),
+        heartbeat_interval=timedelta(milliseconds=50),
+        concurrency=4,
+        decode=lambda data, _: messages[data],
+        delivery_count=lambda _: 1,
+        stop=stop,
+        grace=timedelta(seconds=5),
+        faults=WorkerFaults(),
+    )
 
 
 async def _row(store: PostgresRunStore, run_id: str) -> tuple[str, int, str | None]:
     row = await store.pool.fetchrow(
-        "SELECT state, claim_epoch, lease_owner FROM job_runs WHERE id = $1::uuid", run_id)
+        "SELECT state, claim_epoch, lease_owner FROM job_runs WHERE id = $1::uuid", run_id
+    )
     assert row is not None
     return row["state"], row["claim_epoch"], row["lease_owner"]
 
 
 async def test_a_restarted_worker_does_not_run_again_what_it_was_running_when_it_crashed(
-        schema_url: str) -> None:
+    schema_url: str,
+) -> None:
     store = await FaultyStore.connect(schema_url, max_size=4)
     try:
         await store.migrate()
@@ -167,9 +192,11 @@ async def test_a_restarted_worker_does_not_run_again_what_it_was_running_when_it
 
             async def settled_or_run_again() -> bool:
                 return bool(redelivered.settled) or len(executions.calls) > 1
+
             await eventually(settled_or_run_again, what="the redelivery handled")
-            assert executions.calls == [(run.run_id, run.epoch)], \
+            assert executions.calls == [(run.run_id, run.epoch)], (
                 "the redelivery ran the attempt again under the same fencing token"
+            )
             assert redelivered.settled == ["ack"]
             # Nobody heartbeats it: the lease lapses and the reaper takes it back.
             assert not worker.in_flight
@@ -178,7 +205,9 @@ async def test_a_restarted_worker_does_not_run_again_what_it_was_running_when_it
             # The lease recovers it (expired by hand: no waiting) under a new token.
             await store.pool.execute(
                 "UPDATE job_runs SET lease_expires_at = now() - interval '1 second'"
-                " WHERE id = $1::uuid", run.run_id)
+                " WHERE id = $1::uuid",
+                run.run_id,
+            )
             assert [r[0] for r in await store.reap_expired_leases(10)] == [run.run_id]
             [next_claim] = await store.claim_due_runs("claimer", 1, LONG_LEASE, max_claimed=10)
             assert next_claim.epoch == run.epoch + 1
@@ -189,6 +218,7 @@ async def test_a_restarted_worker_does_not_run_again_what_it_was_running_when_it
 
             async def succeeded() -> bool:
                 return (await _row(store, run.run_id))[0] == "succeeded"
+
             await eventually(succeeded, what="the recovered run recorded")
             assert executions.calls == [(run.run_id, run.epoch), (run.run_id, run.epoch + 1)]
         finally:
@@ -199,7 +229,8 @@ async def test_a_restarted_worker_does_not_run_again_what_it_was_running_when_it
 
 
 async def test_a_start_whose_reply_was_lost_is_taken_up_again_by_its_worker(
-        schema_url: str) -> None:
+    schema_url: str,
+) -> None:
     store = await FaultyStore.connect(schema_url, max_size=4)
     try:
         await store.migrate()
@@ -215,6 +246,7 @@ async def test_a_start_whose_reply_was_lost_is_taken_up_again_by_its_worker(
 
             async def naked() -> bool:
                 return bool(lost.settled)
+
             await eventually(naked, what="the delivery whose start reply was lost")
             assert lost.settled == ["nak"]
             # The start did commit: running under this worker, never executed.
@@ -226,6 +258,7 @@ async def test_a_start_whose_reply_was_lost_is_taken_up_again_by_its_worker(
 
             async def succeeded() -> bool:
                 return (await _row(store, run.run_id))[0] == "succeeded"
+
             # Not left to wait out its lease: the worker knows it never began it.
             await eventually(succeeded, what="the run taken up again and recorded")
             assert executions.calls == [(run.run_id, run.epoch)]

@@ -20,10 +20,21 @@ POLICY = RetryPolicy(timedelta(seconds=2), timedelta(seconds=60), 3.0)
 P, C, R = RunState.PENDING, RunState.CLAIMED, RunState.RUNNING
 
 
-def verdict(outcome: Outcome, state: RunState = R, attempt: int = 1, max_attempts: int = 3,
-            policy: RetryPolicy | None = POLICY) -> AttemptVerdict:
-    return decide_attempt(outcome, state=state, attempt=attempt, max_attempts=max_attempts,
-                          policy=policy, run_id="run-1")
+def verdict(
+    outcome: Outcome,
+    state: RunState = R,
+    attempt: int = 1,
+    max_attempts: int = 3,
+    policy: RetryPolicy | None = POLICY,
+) -> AttemptVerdict:
+    return decide_attempt(
+        outcome,
+        state=state,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        policy=policy,
+        run_id="run-1",
+    )
 
 
 def test_success_is_final_whatever_the_attempt() -> None:
@@ -32,7 +43,8 @@ def test_success_is_final_whatever_the_attempt() -> None:
 
 @pytest.mark.parametrize("outcome", [Outcome.FAILED, Outcome.TIMED_OUT, Outcome.CANCELLED])
 def test_a_failed_attempt_retries_after_the_policys_backoff_until_the_limit(
-        outcome: Outcome) -> None:
+    outcome: Outcome,
+) -> None:
     second = verdict(outcome, attempt=2)
     assert (second.state, second.attempt) == (P, 3)
     # 2s x 3^(2-1) = 6s, less up to 20% from the run id: every replica agrees.
@@ -49,7 +61,8 @@ def test_an_unreadable_definition_retries_after_the_fixed_delay() -> None:
 def test_a_lost_lease_while_running_uses_an_attempt_and_is_due_at_once() -> None:
     assert verdict(Outcome.LEASE_EXPIRED, policy=None) == AttemptVerdict(P, 2, None)
     assert verdict(Outcome.LEASE_EXPIRED, attempt=3, policy=None) == AttemptVerdict(
-        RunState.FAILED, 3)
+        RunState.FAILED, 3
+    )
 
 
 def test_a_lost_lease_while_claimed_never_started_so_keeps_its_attempt() -> None:
@@ -58,7 +71,8 @@ def test_a_lost_lease_while_claimed_never_started_so_keeps_its_attempt() -> None
 
 def test_an_interrupted_run_is_pending_at_once_without_using_an_attempt() -> None:
     assert verdict(Outcome.INTERRUPTED, attempt=1, max_attempts=1) == AttemptVerdict(
-        P, 1, timedelta(0))
+        P, 1, timedelta(0)
+    )
 
 
 def test_the_state_machine_guards_the_decision() -> None:

@@ -28,8 +28,16 @@ class FailingExclusiveClaim:
     async def fetch(self, query: str, *args: Any) -> list[dict[str, Any]]:
         if query == CLAIM_EXCLUSIVE_RUNS:
             raise self.error
-        return [{"id": "r1", "name": "job", "scheduled_at": datetime.now(UTC), "attempt": 1,
-                 "claim_epoch": 1, "skip": None}]
+        return [
+            {
+                "id": "r1",
+                "name": "job",
+                "scheduled_at": datetime.now(UTC),
+                "attempt": 1,
+                "claim_epoch": 1,
+                "skip": None,
+            }
+        ]
 
 
 def _store(error: Exception) -> PostgresRunStore:
@@ -55,7 +63,8 @@ async def test_an_outage_with_nothing_claimed_is_reported_as_one() -> None:
         async def fetchval(self, query: str, *args: Any) -> int:
             return 100  # the in-flight bound is full: the first statement claims nothing
 
-    store = PostgresRunStore(cast(asyncpg.Pool,
-                                  NothingClaimed(ConnectionResetError("connection reset"))))
+    store = PostgresRunStore(
+        cast(asyncpg.Pool, NothingClaimed(ConnectionResetError("connection reset")))
+    )
     with pytest.raises(StoreUnavailable):
         await store.claim_due_runs("me", 10, timedelta(minutes=1), 100)

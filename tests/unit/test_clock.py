@@ -82,8 +82,13 @@ async def test_a_clock_behind_reads_negative() -> None:
 
 async def test_the_warning_is_rate_limited_and_absent_under_the_threshold() -> None:
     local, mono = Local(timedelta(seconds=5)), Monotonic()
-    clock = DatabaseClock(FakeStore(local, mono, round_trip=0.01), local=local, monotonic=mono,
-                          warn_above=timedelta(seconds=2), warn_every=timedelta(minutes=1))
+    clock = DatabaseClock(
+        FakeStore(local, mono, round_trip=0.01),
+        local=local,
+        monotonic=mono,
+        warn_above=timedelta(seconds=2),
+        warn_every=timedelta(minutes=1),
+    )
     with capture_logs() as logs:
         for _ in range(10):
             await clock.read()
@@ -107,13 +112,21 @@ SKEWS = [timedelta(0), timedelta(minutes=10), -timedelta(minutes=10)]
 
 
 def job(name: str, every_s: int, catchup: Catchup, window: timedelta) -> Job:
-    return Job(name=name, schedule=IntervalSchedule(timedelta(seconds=every_s)),
-               executor=PythonSpec("tests.unit.jobfuncs:sync_job"), catchup=catchup,
-               catchup_window=window)
+    return Job(
+        name=name,
+        schedule=IntervalSchedule(timedelta(seconds=every_s)),
+        executor=PythonSpec("tests.unit.jobfuncs:sync_job"),
+        catchup=catchup,
+        catchup_window=window,
+    )
 
 
-JOBS = [job(f"{c.value}-{s}s-{int(w.total_seconds())}", s, c, w)
-        for c in Catchup for s in (1, 2) for w in (timedelta(minutes=1), timedelta(hours=1))]
+JOBS = [
+    job(f"{c.value}-{s}s-{int(w.total_seconds())}", s, c, w)
+    for c in Catchup
+    for s in (1, 2)
+    for w in (timedelta(minutes=1), timedelta(hours=1))
+]
 
 
 @dataclass
@@ -158,13 +171,20 @@ def simulate(seed: int, on_database_clock: bool) -> Shared:
             if j.name not in marks:
                 continue
             first_seen = db.created[j.name] if on_database_clock else None
-            plan = plan_materialization(j, marks[j.name], now, HORIZON, first_seen=first_seen,
-                                        on_time=ON_TIME if on_database_clock else timedelta(0))
+            plan = plan_materialization(
+                j,
+                marks[j.name],
+                now,
+                HORIZON,
+                first_seen=first_seen,
+                on_time=ON_TIME if on_database_clock else timedelta(0),
+            )
             db.missed += plan.missed
             db.rows[j.name] |= {r.scheduled_at for r in plan.runs}  # ON CONFLICT DO NOTHING
             mark = db.marks[j.name]
-            db.marks[j.name] = plan.materialized_until if mark is None else max(
-                mark, plan.materialized_until)
+            db.marks[j.name] = (
+                plan.materialized_until if mark is None else max(mark, plan.materialized_until)
+            )
     return db
 
 

@@ -25,8 +25,9 @@ def test_the_period_is_the_longest_gap_among_the_next_instants() -> None:
     assert schedule_period(definition(IntervalSchedule(timedelta(seconds=30))), NOW) == 30
     assert schedule_period(definition(CronSchedule("*/5 * * * *", "UTC")), NOW) == 300
     # Weekdays at 02:00: the weekend gap (Friday 02:00 to Monday 02:00) is the period.
-    assert schedule_period(definition(CronSchedule("0 2 * * 1-5", "Europe/Berlin")),
-                           NOW) == 3 * 86400
+    assert (
+        schedule_period(definition(CronSchedule("0 2 * * 1-5", "Europe/Berlin")), NOW) == 3 * 86400
+    )
     assert schedule_period("{not json", NOW) is None
 
 
@@ -43,10 +44,17 @@ class Store:
 
 
 def reading(last_success: datetime | None) -> ClusterReading:
-    job = JobReading(name="beat", paused=False, fingerprint="f1",
-                     definition=definition(IntervalSchedule(timedelta(seconds=1))),
-                     last_success=last_success, last_failure=None, overdue=2,
-                     overdue_oldest_age=4.5, materialized_behind=0.0)
+    job = JobReading(
+        name="beat",
+        paused=False,
+        fingerprint="f1",
+        definition=definition(IntervalSchedule(timedelta(seconds=1))),
+        last_success=last_success,
+        last_failure=None,
+        overdue=2,
+        overdue_oldest_age=4.5,
+        materialized_behind=0.0,
+    )
     return ClusterReading(jobs=(job,), claimed=1, running=3, past_lease=0)
 
 
@@ -83,8 +91,7 @@ async def test_one_read_per_interval_and_the_gauges_say_what_was_read() -> None:
     assert store.reads == 1
     got = samples(collector)
     assert got["claimd_cluster_metrics_age_seconds"] == 0.5
-    assert got["claimd_job_last_success_timestamp_seconds,claimd_job=beat"] == \
-        success.timestamp()
+    assert got["claimd_job_last_success_timestamp_seconds,claimd_job=beat"] == success.timestamp()
     assert "claimd_job_last_failure_timestamp_seconds,claimd_job=beat" not in got
     assert got["claimd_job_overdue_runs,claimd_job=beat"] == 2
     assert got["claimd_overdue_runs"] == 2

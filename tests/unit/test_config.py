@@ -34,113 +34,347 @@ def single_error(text: str) -> ConfigError:
 # (id, config text, job named, field named, words the message must carry)
 CASES: list[tuple[str, str, str | None, str | None, str]] = [
     ("toml-syntax", job(f'every = "1m"\n{RUN[:-1]}'), None, None, "not valid TOML"),
-    ("toml-unquoted", job('every = 1m\n' + RUN), None, None, "not valid TOML"),
-    ("duplicate-job", job(f'every = "1m"\n{RUN}') + job(f'every = "2m"\n{RUN}'),
-     None, None, "not valid TOML: Cannot declare ('jobs', 'export') twice"),
-    ("invalid-cron", job(f'cron = "61 * * * *"\n{RUN}'), "export", "cron",
-     "invalid cron expression '61 * * * *'"),
-    ("cron-four-fields", job(f'cron = "0 2 * *"\n{RUN}'), "export", "cron",
-     "invalid cron expression"),
-    ("impossible-cron", job(f'cron = "0 0 30 2 *"\n{RUN}'), "export", "cron",
-     "'0 0 30 2 *' never fires"),
-    ("unknown-zone", job(f'cron = "0 2 * * *"\ntimezone = "Europe/Berlinn"\n{RUN}'),
-     "export", "timezone", "unknown time zone 'Europe/Berlinn'"),
-    ("unknown-zone-with-every", job(f'every = "1h"\ntimezone = "Mars/Olympus"\n{RUN}'),
-     "export", "timezone", "unknown time zone 'Mars/Olympus'"),
-    ("cron-and-every", job(f'cron = "* * * * *"\nevery = "1m"\n{RUN}'), "export", "cron",
-     "give exactly one of cron or every"),
-    ("neither-cron-nor-every", job(RUN), "export", "every",
-     "give exactly one of cron or every"),
-    ("cron-not-a-string", job(f'cron = 5\n{RUN}'), "export", "cron", "valid string"),
-    ("zero-every", job(f'every = "0s"\n{RUN}'), "export", "every",
-     "'0s' must be greater than zero"),
-    ("negative-every", job(f'every = "-30s"\n{RUN}'), "export", "every",
-     "'-30s' must be greater than zero"),
-    ("every-without-unit", job(f'every = "30"\n{RUN}'), "export", "every",
-     "'30' is not a duration"),
-    ("zero-timeout", job(f'every = "1m"\ntimeout = "0s"\n{RUN}'), "export", "timeout",
-     "must be greater than zero"),
-    ("negative-timeout", job(f'every = "1m"\ntimeout = "-5m"\n{RUN}'), "export", "timeout",
-     "must be greater than zero"),
-    ("negative-catchup-window", job(f'every = "1m"\ncatchup_window = "-1h"\n{RUN}'),
-     "export", "catchup_window", "must be greater than zero"),
-    ("zero-starting-deadline", job(f'every = "1m"\nstarting_deadline = "0s"\n{RUN}'),
-     "export", "starting_deadline", "must be greater than zero"),
-    ("negative-backoff", job(f'every = "1m"\nbackoff = {{ initial = "-1s" }}\n{RUN}'),
-     "export", "backoff.initial", "must be greater than zero"),
-    ("huge-backoff", job(f'every = "1m"\nbackoff = {{ max = "99999d" }}\n{RUN}'),
-     "export", "backoff.max", "longer than the maximum of 3650d"),
-    ("settings-zero-duration", '[claimd]\nack_wait = "0s"\n', None, "claimd.ack_wait",
-     "'0s' must be greater than zero"),
-    ("settings-negative-duration", '[claimd]\nhorizon = "-2m"\n', None, "claimd.horizon",
-     "'-2m' must be greater than zero"),
-    ("settings-huge-duration", '[claimd]\nhistory_retention = "99999d"\n', None,
-     "claimd.history_retention", "longer than the maximum of 3650d"),
-    ("settings-duration-not-a-string", '[claimd]\nlease = 120\n', None, "claimd.lease",
-     "valid string"),
-    ("unknown-job-key", job(f'every = "1m"\ntimout = "5m"\n{RUN}'), "export", "timout",
-     "unknown key (a typo?)"),
-    ("unknown-claimd-key", '[claimd]\nleese = "300s"\n', None, "claimd.leese",
-     "unknown key (a typo?)"),
-    ("unknown-run-key", job('every = "1m"\nrun = { shel = ["/bin/true"] }'), "export",
-     "run.shel", "unknown key (a typo?)"),
-    ("unknown-backoff-key", job(f'every = "1m"\nbackoff = {{ inital = "1s" }}\n{RUN}'),
-     "export", "backoff.inital", "unknown key (a typo?)"),
-    ("unknown-top-level-table", '[claimdd]\nlease = "300s"\n', None, "claimdd",
-     "unknown top-level table"),
-    ("run-empty", job('every = "1m"\nrun = {}'), "export", "run",
-     "give exactly one of shell, python or http"),
+    ("toml-unquoted", job("every = 1m\n" + RUN), None, None, "not valid TOML"),
+    (
+        "duplicate-job",
+        job(f'every = "1m"\n{RUN}') + job(f'every = "2m"\n{RUN}'),
+        None,
+        None,
+        "not valid TOML: Cannot declare ('jobs', 'export') twice",
+    ),
+    (
+        "invalid-cron",
+        job(f'cron = "61 * * * *"\n{RUN}'),
+        "export",
+        "cron",
+        "invalid cron expression '61 * * * *'",
+    ),
+    (
+        "cron-four-fields",
+        job(f'cron = "0 2 * *"\n{RUN}'),
+        "export",
+        "cron",
+        "invalid cron expression",
+    ),
+    (
+        "impossible-cron",
+        job(f'cron = "0 0 30 2 *"\n{RUN}'),
+        "export",
+        "cron",
+        "'0 0 30 2 *' never fires",
+    ),
+    (
+        "unknown-zone",
+        job(f'cron = "0 2 * * *"\ntimezone = "Europe/Berlinn"\n{RUN}'),
+        "export",
+        "timezone",
+        "unknown time zone 'Europe/Berlinn'",
+    ),
+    (
+        "unknown-zone-with-every",
+        job(f'every = "1h"\ntimezone = "Mars/Olympus"\n{RUN}'),
+        "export",
+        "timezone",
+        "unknown time zone 'Mars/Olympus'",
+    ),
+    (
+        "cron-and-every",
+        job(f'cron = "* * * * *"\nevery = "1m"\n{RUN}'),
+        "export",
+        "cron",
+        "give exactly one of cron or every",
+    ),
+    ("neither-cron-nor-every", job(RUN), "export", "every", "give exactly one of cron or every"),
+    ("cron-not-a-string", job(f"cron = 5\n{RUN}"), "export", "cron", "valid string"),
+    (
+        "zero-every",
+        job(f'every = "0s"\n{RUN}'),
+        "export",
+        "every",
+        "'0s' must be greater than zero",
+    ),
+    (
+        "negative-every",
+        job(f'every = "-30s"\n{RUN}'),
+        "export",
+        "every",
+        "'-30s' must be greater than zero",
+    ),
+    (
+        "every-without-unit",
+        job(f'every = "30"\n{RUN}'),
+        "export",
+        "every",
+        "'30' is not a duration",
+    ),
+    (
+        "zero-timeout",
+        job(f'every = "1m"\ntimeout = "0s"\n{RUN}'),
+        "export",
+        "timeout",
+        "must be greater than zero",
+    ),
+    (
+        "negative-timeout",
+        job(f'every = "1m"\ntimeout = "-5m"\n{RUN}'),
+        "export",
+        "timeout",
+        "must be greater than zero",
+    ),
+    (
+        "negative-catchup-window",
+        job(f'every = "1m"\ncatchup_window = "-1h"\n{RUN}'),
+        "export",
+        "catchup_window",
+        "must be greater than zero",
+    ),
+    (
+        "zero-starting-deadline",
+        job(f'every = "1m"\nstarting_deadline = "0s"\n{RUN}'),
+        "export",
+        "starting_deadline",
+        "must be greater than zero",
+    ),
+    (
+        "negative-backoff",
+        job(f'every = "1m"\nbackoff = {{ initial = "-1s" }}\n{RUN}'),
+        "export",
+        "backoff.initial",
+        "must be greater than zero",
+    ),
+    (
+        "huge-backoff",
+        job(f'every = "1m"\nbackoff = {{ max = "99999d" }}\n{RUN}'),
+        "export",
+        "backoff.max",
+        "longer than the maximum of 3650d",
+    ),
+    (
+        "settings-zero-duration",
+        '[claimd]\nack_wait = "0s"\n',
+        None,
+        "claimd.ack_wait",
+        "'0s' must be greater than zero",
+    ),
+    (
+        "settings-negative-duration",
+        '[claimd]\nhorizon = "-2m"\n',
+        None,
+        "claimd.horizon",
+        "'-2m' must be greater than zero",
+    ),
+    (
+        "settings-huge-duration",
+        '[claimd]\nhistory_retention = "99999d"\n',
+        None,
+        "claimd.history_retention",
+        "longer than the maximum of 3650d",
+    ),
+    (
+        "settings-duration-not-a-string",
+        "[claimd]\nlease = 120\n",
+        None,
+        "claimd.lease",
+        "valid string",
+    ),
+    (
+        "unknown-job-key",
+        job(f'every = "1m"\ntimout = "5m"\n{RUN}'),
+        "export",
+        "timout",
+        "unknown key (a typo?)",
+    ),
+    (
+        "unknown-claimd-key",
+        '[claimd]\nleese = "300s"\n',
+        None,
+        "claimd.leese",
+        "unknown key (a typo?)",
+    ),
+    (
+        "unknown-run-key",
+        job('every = "1m"\nrun = { shel = ["/bin/true"] }'),
+        "export",
+        "run.shel",
+        "unknown key (a typo?)",
+    ),
+    (
+        "unknown-backoff-key",
+        job(f'every = "1m"\nbackoff = {{ inital = "1s" }}\n{RUN}'),
+        "export",
+        "backoff.inital",
+        "unknown key (a typo?)",
+    ),
+    (
+        "unknown-top-level-table",
+        '[claimdd]\nlease = "300s"\n',
+        None,
+        "claimdd",
+        "unknown top-level table",
+    ),
+    (
+        "run-empty",
+        job('every = "1m"\nrun = {}'),
+        "export",
+        "run",
+        "give exactly one of shell, python or http",
+    ),
     ("run-missing", job('every = "1m"'), "export", "run", "required"),
-    ("two-executors", job('every = "1m"\nrun = { shell = ["/bin/true"], python = "m:f" }'),
-     "export", "run", "give exactly one of shell, python or http (got shell, python)"),
-    ("three-executors",
-     job('every = "1m"\nrun = { shell = ["/bin/true"], python = "m:f", '
-         'http = { url = "http://127.0.0.1:9/" } }'),
-     "export", "run", "(got shell, python, http)"),
-    ("string-shell-without-use-shell", job('every = "1m"\nrun = { shell = "echo hi" }'),
-     "export", "run", "a string command needs use_shell = true"),
-    ("empty-argv", job('every = "1m"\nrun = { shell = [] }'), "export", "run",
-     "shell needs at least the program to run"),
-    ("use-shell-on-python", job('every = "1m"\nrun = { python = "m:f", use_shell = true }'),
-     "export", "run", "apply only to shell jobs"),
-    ("bad-python-target", job('every = "1m"\nrun = { python = "not a target" }'), "export",
-     "run.python", "should match pattern"),
-    ("bad-http-url", job('every = "1m"\nrun = { http = { url = "ftp://host/x" } }'),
-     "export", "run.http.url", "must start with http:// or https://"),
-    ("lease-invariant", '[claimd]\nlease = "10s"\nack_wait = "5s"\nmax_deliver = 5\n', None,
-     "claimd.lease", "5s x 4 x 3 = 1m, but lease = 10s"),
-    ("huge-max-attempts", job(f'every = "1m"\nmax_attempts = {10**9}\n{RUN}'), "export",
-     "max_attempts", "less than or equal to 100"),
-    ("zero-max-attempts", job(f'every = "1m"\nmax_attempts = 0\n{RUN}'), "export",
-     "max_attempts", "greater than or equal to 1"),
-    ("huge-timeout", job(f'every = "1m"\ntimeout = "99999d"\n{RUN}'), "export", "timeout",
-     "'99999d' is longer than the maximum of 3650d"),
-    ("timeout-beyond-timedelta", job(f'every = "1m"\ntimeout = "{"9" * 30}d"\n{RUN}'),
-     "export", "timeout", "longer than the maximum of 3650d"),
-    ("huge-every", job(f'every = "99999d"\n{RUN}'), "export", "every",
-     "longer than the maximum of 3650d"),
-    ("huge-max-deliver", f'[claimd]\nmax_deliver = {10**9}\n', None, "claimd.max_deliver",
-     "less than or equal to 100"),
-    ("bad-overlap", job(f'every = "1m"\noverlap = "sometimes"\n{RUN}'), "export", "overlap",
-     "'allow', 'forbid' or 'queue'"),
-    ("bad-catchup", job(f'every = "1m"\ncatchup = "most"\n{RUN}'), "export", "catchup",
-     "'all', 'latest' or 'none'"),
-    ("job-name-with-space", job(f'every = "1m"\n{RUN}', name='"nightly export"'),
-     "nightly export", None, "a job name is 1-100 letters, digits, '_', '.', '-'"),
-    ("job-name-with-slash", job(f'every = "1m"\n{RUN}', name='"../etc"'), "../etc", None,
-     "a job name is"),
-    ("job-name-too-long", job(f'every = "1m"\n{RUN}', name="x" * 101), "x" * 101, None,
-     "a job name is 1-100"),
-    ("job-not-a-table", '[jobs]\nexport = 5\n', "export", None, "a job must be a table"),
-    ("bad-http-setting", '[claimd]\nhttp = "localhost"\n', None, "claimd.http",
-     "expected host:port"),
+    (
+        "two-executors",
+        job('every = "1m"\nrun = { shell = ["/bin/true"], python = "m:f" }'),
+        "export",
+        "run",
+        "give exactly one of shell, python or http (got shell, python)",
+    ),
+    (
+        "three-executors",
+        job(
+            'every = "1m"\nrun = { shell = ["/bin/true"], python = "m:f", '
+            'http = { url = "http://127.0.0.1:9/" } }'
+        ),
+        "export",
+        "run",
+        "(got shell, python, http)",
+    ),
+    (
+        "string-shell-without-use-shell",
+        job('every = "1m"\nrun = { shell = "echo hi" }'),
+        "export",
+        "run",
+        "a string command needs use_shell = true",
+    ),
+    (
+        "empty-argv",
+        job('every = "1m"\nrun = { shell = [] }'),
+        "export",
+        "run",
+        "shell needs at least the program to run",
+    ),
+    (
+        "use-shell-on-python",
+        job('every = "1m"\nrun = { python = "m:f", use_shell = true }'),
+        "export",
+        "run",
+        "apply only to shell jobs",
+    ),
+    (
+        "bad-python-target",
+        job('every = "1m"\nrun = { python = "not a target" }'),
+        "export",
+        "run.python",
+        "should match pattern",
+    ),
+    (
+        "bad-http-url",
+        job('every = "1m"\nrun = { http = { url = "ftp://host/x" } }'),
+        "export",
+        "run.http.url",
+        "must start with http:// or https://",
+    ),
+    (
+        "lease-invariant",
+        '[claimd]\nlease = "10s"\nack_wait = "5s"\nmax_deliver = 5\n',
+        None,
+        "claimd.lease",
+        "5s x 4 x 3 = 1m, but lease = 10s",
+    ),
+    (
+        "huge-max-attempts",
+        job(f'every = "1m"\nmax_attempts = {10**9}\n{RUN}'),
+        "export",
+        "max_attempts",
+        "less than or equal to 100",
+    ),
+    (
+        "zero-max-attempts",
+        job(f'every = "1m"\nmax_attempts = 0\n{RUN}'),
+        "export",
+        "max_attempts",
+        "greater than or equal to 1",
+    ),
+    (
+        "huge-timeout",
+        job(f'every = "1m"\ntimeout = "99999d"\n{RUN}'),
+        "export",
+        "timeout",
+        "'99999d' is longer than the maximum of 3650d",
+    ),
+    (
+        "timeout-beyond-timedelta",
+        job(f'every = "1m"\ntimeout = "{"9" * 30}d"\n{RUN}'),
+        "export",
+        "timeout",
+        "longer than the maximum of 3650d",
+    ),
+    (
+        "huge-every",
+        job(f'every = "99999d"\n{RUN}'),
+        "export",
+        "every",
+        "longer than the maximum of 3650d",
+    ),
+    (
+        "huge-max-deliver",
+        f"[claimd]\nmax_deliver = {10**9}\n",
+        None,
+        "claimd.max_deliver",
+        "less than or equal to 100",
+    ),
+    (
+        "bad-overlap",
+        job(f'every = "1m"\noverlap = "sometimes"\n{RUN}'),
+        "export",
+        "overlap",
+        "'allow', 'forbid' or 'queue'",
+    ),
+    (
+        "bad-catchup",
+        job(f'every = "1m"\ncatchup = "most"\n{RUN}'),
+        "export",
+        "catchup",
+        "'all', 'latest' or 'none'",
+    ),
+    (
+        "job-name-with-space",
+        job(f'every = "1m"\n{RUN}', name='"nightly export"'),
+        "nightly export",
+        None,
+        "a job name is 1-100 letters, digits, '_', '.', '-'",
+    ),
+    (
+        "job-name-with-slash",
+        job(f'every = "1m"\n{RUN}', name='"../etc"'),
+        "../etc",
+        None,
+        "a job name is",
+    ),
+    (
+        "job-name-too-long",
+        job(f'every = "1m"\n{RUN}', name="x" * 101),
+        "x" * 101,
+        None,
+        "a job name is 1-100",
+    ),
+    ("job-not-a-table", "[jobs]\nexport = 5\n", "export", None, "a job must be a table"),
+    (
+        "bad-http-setting",
+        '[claimd]\nhttp = "localhost"\n',
+        None,
+        "claimd.http",
+        "expected host:port",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("text", "job_name", "field", "words"),
-                         [case[1:] for case in CASES], ids=[case[0] for case in CASES])
-def test_bad_input_gives_one_clear_error(text: str, job_name: str | None, field: str | None,
-                                         words: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "job_name", "field", "words"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
+def test_bad_input_gives_one_clear_error(
+    text: str, job_name: str | None, field: str | None, words: str
+) -> None:
     err = single_error(text)
     assert err.path == PATH
     assert err.job == job_name
@@ -198,8 +432,11 @@ def test_one_bad_job_and_two_good_ones() -> None:
 
 
 def test_every_bad_job_gets_its_own_error() -> None:
-    text = (job(f'cron = "61 * * * *"\n{RUN}', "a") + job(f'every = "1m"\nfoo = 1\n{RUN}', "b")
-            + job(f'every = "1m"\n{RUN}', "c"))
+    text = (
+        job(f'cron = "61 * * * *"\n{RUN}', "a")
+        + job(f'every = "1m"\nfoo = 1\n{RUN}', "b")
+        + job(f'every = "1m"\n{RUN}', "c")
+    )
     loaded = parse_config(text, PATH, env={})
     assert list(loaded.jobs) == ["c"]
     assert [(e.job, e.field_name) for e in loaded.errors] == [("a", "cron"), ("b", "foo")]
@@ -207,6 +444,7 @@ def test_every_bad_job_gets_its_own_error() -> None:
 
 
 # -- load_config: from a file --------------------------------------------------------------
+
 
 def test_load_config_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "claimd.toml"
@@ -244,8 +482,10 @@ def test_load_config_not_utf8(tmp_path: Path) -> None:
 
 # -- what good input yields ----------------------------------------------------------------
 
+
 def test_a_full_job_is_read_as_written() -> None:
-    loaded = parse_config(textwrap.dedent("""
+    loaded = parse_config(
+        textwrap.dedent("""
         [claimd]
         lease = "300s"
         ack_wait = "10s"
@@ -262,12 +502,18 @@ def test_a_full_job_is_read_as_written() -> None:
         jitter = "30s"
         backoff = { initial = "2s", max = "1m", multiplier = 3.0 }
         run = { shell = "pg_dump > /tmp/{scheduled_date}.sql", use_shell = true, env = { A = "1" } }
-    """), PATH, env={"CLAIMD_DATABASE_URL": "postgresql://db/x"})
+    """),
+        PATH,
+        env={"CLAIMD_DATABASE_URL": "postgresql://db/x"},
+    )
     assert loaded.errors == []
     settings = loaded.settings
     assert settings.database_url == "postgresql://db/x"  # the environment overrides
-    assert (settings.lease.total_seconds(), settings.ack_wait.total_seconds(),
-            settings.max_deliver) == (300, 10, 4)
+    assert (
+        settings.lease.total_seconds(),
+        settings.ack_wait.total_seconds(),
+        settings.max_deliver,
+    ) == (300, 10, 4)
     assert settings.http_port == -1
     j = loaded.jobs["nightly-export"]
     assert j.timeout.total_seconds() == 900
@@ -275,10 +521,14 @@ def test_a_full_job_is_read_as_written() -> None:
     assert j.catchup is Catchup.LATEST
     assert j.catchup_window.total_seconds() == 6 * 3600
     assert j.jitter.total_seconds() == 30
-    assert (j.retry.initial.total_seconds(), j.retry.maximum.total_seconds(),
-            j.retry.multiplier) == (2, 60, 3.0)
-    assert j.executor == ShellSpec(argv=("pg_dump > /tmp/{scheduled_date}.sql",),
-                                   env={"A": "1"}, use_shell=True)
+    assert (
+        j.retry.initial.total_seconds(),
+        j.retry.maximum.total_seconds(),
+        j.retry.multiplier,
+    ) == (2, 60, 3.0)
+    assert j.executor == ShellSpec(
+        argv=("pg_dump > /tmp/{scheduled_date}.sql",), env={"A": "1"}, use_shell=True
+    )
 
 
 @pytest.mark.parametrize("name", ["jobs.toml", "docker.toml"])
@@ -290,11 +540,18 @@ def test_shipped_examples_load_cleanly(name: str) -> None:
 
 def test_environment_overrides_the_file_and_an_error_names_the_variable() -> None:
     text = '[claimd]\ndatabase_url = "postgresql://file/db"\nhttp = "127.0.0.1:1"\n'
-    env = {"CLAIMD_DATABASE_URL": "postgresql://env/db", "CLAIMD_HTTP": "off",
-           "CLAIMD_NATS_TLS_CA": "ca.pem", "CLAIMD_NATS_URL": ""}  # empty: not an override
+    env = {
+        "CLAIMD_DATABASE_URL": "postgresql://env/db",
+        "CLAIMD_HTTP": "off",
+        "CLAIMD_NATS_TLS_CA": "ca.pem",
+        "CLAIMD_NATS_URL": "",
+    }  # empty: not an override
     settings = parse_config(text, PATH, env=env).settings
-    assert (settings.database_url, settings.http_host, settings.http_port) == \
-        ("postgresql://env/db", "", -1)
+    assert (settings.database_url, settings.http_host, settings.http_port) == (
+        "postgresql://env/db",
+        "",
+        -1,
+    )
     assert settings.nats_tls_ca == "ca.pem"
     assert settings.nats_url == "nats://127.0.0.1:4222"
     err = single_error_env(text, {"CLAIMD_HTTP": "localhost"})

@@ -49,12 +49,13 @@ from hypothesis import strategies as st
 
 from actors.domain import CronSchedule, InvalidSchedule, take
 
-FIRES = 8                          # fire times compared per example
+FIRES = 8  # fire times compared per example
 HORIZON = timedelta(days=366 * 30)  # how far either evaluator may search for them
 QUIET_SCAN = timedelta(days=366 * 10)
 ZONES = sorted(available_timezones())
 MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
 WEEKDAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -124,8 +125,9 @@ def item(draw: st.DrawFn, spec: Spec, starred: bool = True) -> tuple[str, str]:
     return f"{text}/{step}", (text if a == b else f"{text}/{step}")
 
 
-def field(draw: st.DrawFn, spec: Spec, star_weight: int,
-          restricted: bool = False) -> tuple[str, str]:
+def field(
+    draw: st.DrawFn, spec: Spec, star_weight: int, restricted: bool = False
+) -> tuple[str, str]:
     """A whole field: often a plain '*' (so the day rule meets both cases), else a list.
 
     ``restricted``: the field does not start with '*' (crontab(5)'s meaning).
@@ -144,9 +146,13 @@ def expressions(draw: st.DrawFn) -> tuple[str, str]:
     A third of them restrict both day fields, where crontab(5)'s OR rule applies.
     """
     both_days = draw(THIRDS) == 0
-    parts = [field(draw, MINUTE, 2), field(draw, HOUR, 2),
-             field(draw, DAY_OF_MONTH, 3, restricted=both_days), field(draw, MONTH, 5),
-             field(draw, DAY_OF_WEEK, 3, restricted=both_days)]
+    parts = [
+        field(draw, MINUTE, 2),
+        field(draw, HOUR, 2),
+        field(draw, DAY_OF_MONTH, 3, restricted=both_days),
+        field(draw, MONTH, 5),
+        field(draw, DAY_OF_WEEK, 3, restricted=both_days),
+    ]
     return " ".join(p[0] for p in parts), " ".join(p[1] for p in parts)
 
 
@@ -184,10 +190,14 @@ def cronsim_fires(expr: str, after: datetime, zone: ZoneInfo, until: datetime) -
 
 
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spelled=expressions(), zone_name=st.sampled_from(ZONES),
-       start=st.datetimes(min_value=datetime(1990, 1, 1), max_value=datetime(2045, 12, 31)))
-def test_claimd_and_cronsim_fire_at_the_same_instants(spelled: tuple[str, str], zone_name: str,
-                                                      start: datetime) -> None:
+@given(
+    spelled=expressions(),
+    zone_name=st.sampled_from(ZONES),
+    start=st.datetimes(min_value=datetime(1990, 1, 1), max_value=datetime(2045, 12, 31)),
+)
+def test_claimd_and_cronsim_fire_at_the_same_instants(
+    spelled: tuple[str, str], zone_name: str, start: datetime
+) -> None:
     expr, for_cronsim = spelled
     zone = ZoneInfo(zone_name)
     after = start.replace(tzinfo=UTC)
@@ -214,8 +224,9 @@ def test_claimd_and_cronsim_fire_at_the_same_instants(spelled: tuple[str, str], 
     ours = take(schedule.fire_times(after, until), FIRES)
     theirs = cronsim_fires(for_cronsim, after, zone, until)
     last = max([*ours, *theirs], default=after)
-    quiet_until = next_offset_change(zone, after - timedelta(hours=3),
-                                     min(last + timedelta(minutes=1), after + QUIET_SCAN))
+    quiet_until = next_offset_change(
+        zone, after - timedelta(hours=3), min(last + timedelta(minutes=1), after + QUIET_SCAN)
+    )
     ours_quiet = [t for t in ours if t < quiet_until]
     theirs_quiet = [t for t in theirs if t < quiet_until]
     assert ours_quiet == theirs_quiet, (expr, for_cronsim, zone_name, after)
@@ -226,12 +237,24 @@ def test_claimd_and_cronsim_fire_at_the_same_instants(spelled: tuple[str, str], 
         event("has a one-value range such as 9-9")
 
 
-@pytest.mark.parametrize("expr", [
-    # "0 3-3/2 * * *" is not here: cronsim reads it as every two hours from 3 (docstring)
-    "0 9-9 * * *", "0 0 1 12-12 *", "5-5 * * * *",
-    "0 3-3 * * *", "0 0 1 * */7", "0 0 */2 * 0", "0 0 1,15 * MON", "*/7 1-23/5 * jan-MAR/2 Mon-fri",
-    "0 12 29 2 *", "15 10 31 * 7", "0 0 * * 5-7", "0 0 31 4 MON",
-])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        # "0 3-3/2 * * *" is not here: cronsim reads it as every two hours from 3 (docstring)
+        "0 9-9 * * *",
+        "0 0 1 12-12 *",
+        "5-5 * * * *",
+        "0 3-3 * * *",
+        "0 0 1 * */7",
+        "0 0 */2 * 0",
+        "0 0 1,15 * MON",
+        "*/7 1-23/5 * jan-MAR/2 Mon-fri",
+        "0 12 29 2 *",
+        "15 10 31 * 7",
+        "0 0 * * 5-7",
+        "0 0 31 4 MON",
+    ],
+)
 @pytest.mark.parametrize("zone_name", ["UTC", "Etc/GMT-14", "Asia/Kolkata", "Asia/Kathmandu"])
 def test_the_issues_examples_agree_with_cronsim_over_years(expr: str, zone_name: str) -> None:
     """Zones without DST in the years compared: one long comparison, no transition."""
@@ -248,8 +271,9 @@ def test_the_issues_examples_agree_with_cronsim_over_years(expr: str, zone_name:
     assert ours == theirs
 
 
-@pytest.mark.parametrize("expr", ["0 0 30 2 *", "0 0 30,31 feb *", "0 0 31 4,6,9,11 *",
-                                  "0 0 31 4 */7", "0 0 30-31 2 *"])
+@pytest.mark.parametrize(
+    "expr", ["0 0 30 2 *", "0 0 30,31 feb *", "0 0 31 4,6,9,11 *", "0 0 31 4 */7", "0 0 30-31 2 *"]
+)
 def test_both_refuse_an_expression_that_never_fires(expr: str) -> None:
     with pytest.raises(InvalidSchedule, match="never fires"):
         CronSchedule(expr)

@@ -24,14 +24,23 @@ from actors.domain import (
 )
 
 JOBS = [
-    Job("nightly", CronSchedule("0 2 * * *", "Europe/Berlin"),
+    Job(
+        "nightly",
+        CronSchedule("0 2 * * *", "Europe/Berlin"),
         ShellSpec(("/bin/echo", "{scheduled_date}"), env={"A": "1"}, secret_env={"T": "TOKEN"}),
-        timeout=timedelta(minutes=15), max_attempts=5, overlap=Overlap.FORBID,
-        catchup=Catchup.LATEST, starting_deadline=timedelta(seconds=30),
+        timeout=timedelta(minutes=15),
+        max_attempts=5,
+        overlap=Overlap.FORBID,
+        catchup=Catchup.LATEST,
+        starting_deadline=timedelta(seconds=30),
         jitter=timedelta(seconds=2),
-        retry=RetryPolicy(timedelta(seconds=3), timedelta(minutes=1), 1.5)),
-    Job("beat", IntervalSchedule(timedelta(milliseconds=250)),
-        HttpSpec("https://example.internal/hook", headers={"X": "y"}, expect_status=(200,))),
+        retry=RetryPolicy(timedelta(seconds=3), timedelta(minutes=1), 1.5),
+    ),
+    Job(
+        "beat",
+        IntervalSchedule(timedelta(milliseconds=250)),
+        HttpSpec("https://example.internal/hook", headers={"X": "y"}, expect_status=(200,)),
+    ),
 ]
 
 
@@ -51,9 +60,11 @@ def test_a_row_written_before_the_version_field_reads_as_version_1() -> None:
 
 def test_a_newer_version_is_refused_with_a_clear_error() -> None:
     newer = {**encode_job(JOBS[0]), "version": DEFINITION_VERSION + 1}
-    with pytest.raises(UnreadableDefinition,
-                       match=r"job 'nightly': definition version 2 was written by a newer "
-                             r"claimd; this one reads up to version 1"):
+    with pytest.raises(
+        UnreadableDefinition,
+        match=r"job 'nightly': definition version 2 was written by a newer "
+        r"claimd; this one reads up to version 1",
+    ):
         decode_job("nightly", newer)
     with pytest.raises(UnreadableDefinition, match="not a positive whole number"):
         decode_job("nightly", {**encode_job(JOBS[0]), "version": "1"})

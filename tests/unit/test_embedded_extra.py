@@ -29,8 +29,8 @@ def _hide_embedded_servers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_dev_without_the_extra_says_what_to_install_in_one_line(
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-        tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     _hide_embedded_servers(monkeypatch)
     data_dir = tmp_path / "data"
 

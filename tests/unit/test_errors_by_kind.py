@@ -62,8 +62,9 @@ async def test_a_heartbeat_waits_out_an_outage_and_goes_on_beating() -> None:
         return {("r", 1)}
 
     in_flight = {("r", 1): InFlight("r", 1, "job", Delivery())}
-    heartbeat = Heartbeat(extend, in_flight, timedelta(milliseconds=1), asyncio.Event(),
-                          outage=StoreUnavailable)
+    heartbeat = Heartbeat(
+        extend, in_flight, timedelta(milliseconds=1), asyncio.Event(), outage=StoreUnavailable
+    )
     await _beats_until(heartbeat, calls, 5)
     assert len(calls) >= 5
 
@@ -76,8 +77,9 @@ async def test_a_heartbeat_that_fails_for_another_reason_raises_to_its_owner() -
         raise RuntimeError("bug in the heartbeat")
 
     in_flight = {("r", 1): InFlight("r", 1, "job", Delivery())}
-    heartbeat = Heartbeat(extend, in_flight, timedelta(milliseconds=1), asyncio.Event(),
-                          outage=StoreUnavailable)
+    heartbeat = Heartbeat(
+        extend, in_flight, timedelta(milliseconds=1), asyncio.Event(), outage=StoreUnavailable
+    )
     with pytest.raises(RuntimeError, match="bug in the heartbeat"):
         async with asyncio.timeout(10):
             await heartbeat.run()
@@ -123,9 +125,14 @@ class StartingStore:
         self.asked: list[list[DispatchMessage]] = []
         self.retake: list[set[tuple[str, int]]] = []
 
-    async def start_runs(self, worker: str, messages: list[DispatchMessage],
-                         lease: timedelta, *, retake: Collection[tuple[str, int]] = (),
-                         ) -> tuple[list[Any], list[Any]]:
+    async def start_runs(
+        self,
+        worker: str,
+        messages: list[DispatchMessage],
+        lease: timedelta,
+        *,
+        retake: Collection[tuple[str, int]] = (),
+    ) -> tuple[list[Any], list[Any]]:
         self.asked.append(list(messages))
         self.retake.append(set(retake))
         if self.error is not None:
@@ -134,16 +141,31 @@ class StartingStore:
 
 
 def _message(run_id: str = "r", epoch: int = 1) -> DispatchMessage:
-    return DispatchMessage(run_id=run_id, epoch=epoch, job="job",
-                           scheduled_at=datetime.now(UTC), attempt=1, deployment="d")
+    return DispatchMessage(
+        run_id=run_id,
+        epoch=epoch,
+        job="job",
+        scheduled_at=datetime.now(UTC),
+        attempt=1,
+        deployment="d",
+    )
 
 
 def _worker(store: StartingStore, messages: dict[bytes, DispatchMessage]) -> Worker:
-    return Worker(cast(RunStore, store), cast(Any, None), cast(Any, None), worker_id="w",
-                  deployment="d", lease=timedelta(seconds=30),
-                  heartbeat_interval=timedelta(seconds=1), concurrency=4,
-                  decode=lambda data, _: messages[data], delivery_count=lambda _: 1,
-                  stop=asyncio.Event(), grace=timedelta(seconds=1))
+    return Worker(
+        cast(RunStore, store),
+        cast(Any, None),
+        cast(Any, None),
+        worker_id="w",
+        deployment="d",
+        lease=timedelta(seconds=30),
+        heartbeat_interval=timedelta(seconds=1),
+        concurrency=4,
+        decode=lambda data, _: messages[data],
+        delivery_count=lambda _: 1,
+        stop=asyncio.Event(),
+        grace=timedelta(seconds=1),
+    )
 
 
 async def test_only_a_start_whose_reply_was_lost_is_offered_to_be_taken_up_again() -> None:
@@ -185,8 +207,11 @@ async def test_after_a_crash_only_the_runs_with_a_verdict_waiting_stay_heartbeat
     never_began.cancel()  # cancelled before its first step: its cleanup never ran
     finished = asyncio.create_task(asyncio.sleep(0))
     await asyncio.wait([never_began, finished])
-    for run_id, task in (("lost", never_began), ("recorded-later", finished),
-                         ("batch-dropped", finished)):
+    for run_id, task in (
+        ("lost", never_began),
+        ("recorded-later", finished),
+        ("batch-dropped", finished),
+    ):
         worker.in_flight[(run_id, 1)] = InFlight(run_id, 1, "job", Delivery(), task)
     verdict = Completion("recorded-later", 1, ExecutionResult(Outcome.SUCCEEDED), None, "w")
     worker.completions.put_nowait(_Pending(verdict, Delivery(), "job"))

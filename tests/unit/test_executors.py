@@ -18,9 +18,13 @@ from actors.adapters.executors import OUTPUT_TAIL_BYTES, LocalExecutor, run_pyth
 from actors.domain import Outcome, PythonSpec, RunContext, ShellSpec
 from tests.unit import jobfuncs
 
-CTX = RunContext(run_id="0b5c7a52-3f3e-4e0e-9d51-6a1d2c3b4a59", job="nightly-export",
-                 scheduled_at=datetime(2026, 3, 29, 1, 0, tzinfo=UTC), attempt=2,
-                 fencing_token=7)
+CTX = RunContext(
+    run_id="0b5c7a52-3f3e-4e0e-9d51-6a1d2c3b4a59",
+    job="nightly-export",
+    scheduled_at=datetime(2026, 3, 29, 1, 0, tzinfo=UTC),
+    attempt=2,
+    fencing_token=7,
+)
 TIMEOUT = timedelta(seconds=30)
 GRACE = 0.5  # a short kill grace keeps the timeout tests quick
 
@@ -34,14 +38,25 @@ def clear_seen() -> Iterator[None]:
 
 # -- shell ---------------------------------------------------------------------------------
 
+
 async def test_shell_job_gets_its_identity_and_templated_argv() -> None:
-    script = ('printf "arg=%s\\n" "$1" "$2"; '
-              'env | grep -E "^CLAIMD_(RUN_ID|JOB|SCHEDULED_AT|ATTEMPT|FENCING_TOKEN)=" | sort; '
-              'echo "MINE=$MINE"')
-    spec = ShellSpec(argv=("/bin/sh", "-c", script, "sh", "--date={scheduled_date}",
-                           "{run_id}/{attempt}/{unknown}"),
-                     # The job's own env cannot pose as another run.
-                     env={"MINE": "kept", "CLAIMD_RUN_ID": "forged"})
+    script = (
+        'printf "arg=%s\\n" "$1" "$2"; '
+        'env | grep -E "^CLAIMD_(RUN_ID|JOB|SCHEDULED_AT|ATTEMPT|FENCING_TOKEN)=" | sort; '
+        'echo "MINE=$MINE"'
+    )
+    spec = ShellSpec(
+        argv=(
+            "/bin/sh",
+            "-c",
+            script,
+            "sh",
+            "--date={scheduled_date}",
+            "{run_id}/{attempt}/{unknown}",
+        ),
+        # The job's own env cannot pose as another run.
+        env={"MINE": "kept", "CLAIMD_RUN_ID": "forged"},
+    )
     result = await run_shell(spec, CTX, TIMEOUT)
     assert result.outcome is Outcome.SUCCEEDED, result
     assert result.exit_code == 0
@@ -60,8 +75,11 @@ async def test_shell_job_gets_its_identity_and_templated_argv() -> None:
 
 
 async def test_shell_string_with_use_shell_is_templated_too(tmp_path: Path) -> None:
-    spec = ShellSpec(argv=("echo {job} {scheduled_date} > out.txt && echo $CLAIMD_ATTEMPT",),
-                     use_shell=True, cwd=str(tmp_path))
+    spec = ShellSpec(
+        argv=("echo {job} {scheduled_date} > out.txt && echo $CLAIMD_ATTEMPT",),
+        use_shell=True,
+        cwd=str(tmp_path),
+    )
     result = await run_shell(spec, CTX, TIMEOUT)
     assert result.outcome is Outcome.SUCCEEDED, result
     assert (tmp_path / "out.txt").read_text() == "nightly-export 2026-03-29\n"
@@ -78,9 +96,13 @@ async def test_non_zero_exit_fails_with_code_and_output_tail() -> None:
 
 
 async def test_output_tail_is_bounded_and_keeps_the_end() -> None:
-    spec = ShellSpec(argv=("/bin/sh", "-c",
-                           "i=0; while [ $i -lt 3000 ]; do echo line-$i; i=$((i+1)); done; "
-                           "echo THE-END; exit 1"))
+    spec = ShellSpec(
+        argv=(
+            "/bin/sh",
+            "-c",
+            "i=0; while [ $i -lt 3000 ]; do echo line-$i; i=$((i+1)); done; echo THE-END; exit 1",
+        )
+    )
     result = await run_shell(spec, CTX, TIMEOUT)
     assert result.outcome is Outcome.FAILED
     assert result.output_tail is not None
@@ -214,8 +236,9 @@ async def test_cancellation_kills_the_leader_and_its_child(tmp_path: Path) -> No
 
 @pytest.mark.usefixtures("subreaper")
 async def test_leader_exit_ends_the_run_even_if_a_child_holds_stdout(tmp_path: Path) -> None:
-    spec = ShellSpec(argv=("sleep 300 & echo $! > childpid; echo done",), use_shell=True,
-                     cwd=str(tmp_path))
+    spec = ShellSpec(
+        argv=("sleep 300 & echo $! > childpid; echo done",), use_shell=True, cwd=str(tmp_path)
+    )
     try:
         async with asyncio.timeout(30):
             result = await run_shell(spec, CTX, timedelta(seconds=2), kill_grace=GRACE)
@@ -228,20 +251,27 @@ async def test_leader_exit_ends_the_run_even_if_a_child_holds_stdout(tmp_path: P
 
 # -- python --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("target", "kind"), [
-    ("tests.unit.jobfuncs:sync_job", "sync"),
-    ("tests.unit.jobfuncs:async_job", "async"),
-])
+
+@pytest.mark.parametrize(
+    ("target", "kind"),
+    [
+        ("tests.unit.jobfuncs:sync_job", "sync"),
+        ("tests.unit.jobfuncs:async_job", "async"),
+    ],
+)
 async def test_python_job_gets_the_run_context(target: str, kind: str) -> None:
     result = await run_python(PythonSpec(target), CTX, TIMEOUT)
     assert result.outcome is Outcome.SUCCEEDED, result
     assert list(jobfuncs.SEEN) == [(kind, CTX)]
 
 
-@pytest.mark.parametrize(("target", "words"), [
-    ("tests.unit.jobfuncs:failing_job", "RuntimeError('export for nightly-export broke')"),
-    ("tests.unit.jobfuncs:failing_async_job", "ValueError('bad input for attempt 2')"),
-])
+@pytest.mark.parametrize(
+    ("target", "words"),
+    [
+        ("tests.unit.jobfuncs:failing_job", "RuntimeError('export for nightly-export broke')"),
+        ("tests.unit.jobfuncs:failing_async_job", "ValueError('bad input for attempt 2')"),
+    ],
+)
 async def test_python_exception_fails_the_run_with_the_error(target: str, words: str) -> None:
     result = await run_python(PythonSpec(target), CTX, TIMEOUT)
     assert result.outcome is Outcome.FAILED
@@ -252,18 +282,22 @@ async def test_python_exception_fails_the_run_with_the_error(target: str, words:
 
 
 async def test_async_python_timeout() -> None:
-    result = await run_python(PythonSpec("tests.unit.jobfuncs:slow_async_job"), CTX,
-                              timedelta(milliseconds=200))
+    result = await run_python(
+        PythonSpec("tests.unit.jobfuncs:slow_async_job"), CTX, timedelta(milliseconds=200)
+    )
     assert result.outcome is Outcome.TIMED_OUT
     assert result.error == "timed out after 0:00:00.200000"
     assert [kind for kind, _ in jobfuncs.SEEN] == ["slow-start"]  # cancelled, never finished
 
 
-@pytest.mark.parametrize(("target", "words"), [
-    ("tests.unit.no_such_module:job", "cannot load tests.unit.no_such_module:job"),
-    ("tests.unit.jobfuncs:no_such_function", "no_such_function"),
-    ("tests.unit.jobfuncs:NOT_CALLABLE", "is not callable"),
-])
+@pytest.mark.parametrize(
+    ("target", "words"),
+    [
+        ("tests.unit.no_such_module:job", "cannot load tests.unit.no_such_module:job"),
+        ("tests.unit.jobfuncs:no_such_function", "no_such_function"),
+        ("tests.unit.jobfuncs:NOT_CALLABLE", "is not callable"),
+    ],
+)
 async def test_python_target_that_cannot_load_fails(target: str, words: str) -> None:
     result = await run_python(PythonSpec(target), CTX, TIMEOUT)
     assert result.outcome is Outcome.FAILED

@@ -12,7 +12,8 @@ def test_the_unfenced_completion_is_installed_only_when_the_harness_asks() -> No
     store = PostgresRunStore(cast(Any, None))
     assert install_store_faults(store, {}).complete_statement == COMPLETE_RUNS
     assert install_store_faults(store, {SKIP_EPOCH_GUARD: "0"}).complete_statement == (
-        COMPLETE_RUNS)
+        COMPLETE_RUNS
+    )
     broken = install_store_faults(store, {SKIP_EPOCH_GUARD: "1"}).complete_statement
     assert "r.claim_epoch = c.epoch" in COMPLETE_RUNS
     assert "r.claim_epoch = c.epoch" not in broken

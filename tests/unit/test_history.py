@@ -35,10 +35,23 @@ DAY = timedelta(days=1)
 NOW = T0 + 10 * DAY
 
 
-def record(at: datetime, state: RunState, *, trigger: str = "schedule", error: str | None = None,
-           lease: datetime | None = None) -> RunRecord:
-    return RunRecord(run_id=f"run-{at.isoformat()}", scheduled_at=at, state=state,
-                     trigger=trigger, attempt=1, error=error, lease_expires_at=lease)
+def record(
+    at: datetime,
+    state: RunState,
+    *,
+    trigger: str = "schedule",
+    error: str | None = None,
+    lease: datetime | None = None,
+) -> RunRecord:
+    return RunRecord(
+        run_id=f"run-{at.isoformat()}",
+        scheduled_at=at,
+        state=state,
+        trigger=trigger,
+        attempt=1,
+        error=error,
+        lease_expires_at=lease,
+    )
 
 
 def statuses(audit: object) -> list[tuple[datetime, Status]]:
@@ -73,14 +86,21 @@ def test_a_recorded_gap_explains_the_absence() -> None:
 
 
 def test_failed_stuck_and_unfinished_runs_are_flagged() -> None:
-    runs = [record(T0, RunState.FAILED, error="exit 1"),
-            record(T0 + DAY, RunState.RUNNING, lease=NOW - timedelta(seconds=1)),
-            record(T0 + 2 * DAY, RunState.RUNNING, lease=NOW + timedelta(minutes=1)),
-            record(T0 + 3 * DAY, RunState.SKIPPED, error="missed its starting deadline"),
-            record(T0 + 4 * DAY, RunState.CANCELLED, error="cancelled by alice")]
+    runs = [
+        record(T0, RunState.FAILED, error="exit 1"),
+        record(T0 + DAY, RunState.RUNNING, lease=NOW - timedelta(seconds=1)),
+        record(T0 + 2 * DAY, RunState.RUNNING, lease=NOW + timedelta(minutes=1)),
+        record(T0 + 3 * DAY, RunState.SKIPPED, error="missed its starting deadline"),
+        record(T0 + 4 * DAY, RunState.CANCELLED, error="cancelled by alice"),
+    ]
     audit = audit_range(NIGHTLY, T0, T0 + 4 * DAY, NOW, None, runs, [])
-    assert [s for _, s in statuses(audit)] == [Status.FAILED, Status.STUCK, Status.IN_PROGRESS,
-                                              Status.SKIPPED, Status.CANCELLED]
+    assert [s for _, s in statuses(audit)] == [
+        Status.FAILED,
+        Status.STUCK,
+        Status.IN_PROGRESS,
+        Status.SKIPPED,
+        Status.CANCELLED,
+    ]
     assert audit.entries[0].reason == "exit 1"
     assert audit.entries[3].reason == "missed its starting deadline"
     assert audit.problems == 2
@@ -90,8 +110,11 @@ def test_failed_stuck_and_unfinished_runs_are_flagged() -> None:
 def test_instants_before_the_schedule_began_or_after_now_are_not_due() -> None:
     since = T0 + 2 * DAY - timedelta(hours=1)
     now = T0 + 3 * DAY + timedelta(hours=1)
-    runs = [record(T0 + 2 * DAY, RunState.SUCCEEDED), record(T0 + 3 * DAY, RunState.SUCCEEDED),
-            record(T0 + 4 * DAY, RunState.PENDING)]  # the look-ahead: not due yet
+    runs = [
+        record(T0 + 2 * DAY, RunState.SUCCEEDED),
+        record(T0 + 3 * DAY, RunState.SUCCEEDED),
+        record(T0 + 4 * DAY, RunState.PENDING),
+    ]  # the look-ahead: not due yet
     audit = audit_range(NIGHTLY, T0, T0 + 6 * DAY, now, since, runs, [])
     assert statuses(audit) == [(T0 + 2 * DAY, Status.SUCCEEDED), (T0 + 3 * DAY, Status.SUCCEEDED)]
     assert audit.not_yet_due == 3
@@ -114,17 +137,19 @@ def test_a_reversed_or_huge_range_is_refused() -> None:
         audit_range(IntervalSchedule(timedelta(seconds=1)), T0, T0 + DAY, NOW, None, [], [])
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("2026-12-01 02:00", datetime(2026, 12, 1, 1, 0, tzinfo=UTC)),          # CET, +01:00
-    ("2026-07-01T02:00", datetime(2026, 7, 1, 0, 0, tzinfo=UTC)),           # CEST, +02:00
-    ("2026-12-01", datetime(2026, 11, 30, 23, 0, tzinfo=UTC)),              # midnight local
-    ("2026-12-01T02:00Z", datetime(2026, 12, 1, 2, 0, tzinfo=UTC)),         # an offset wins
-    ("2026-12-01T02:00+05:00", datetime(2026, 11, 30, 21, 0, tzinfo=UTC)),
-    ("2026-03-29 02:30", datetime(2026, 3, 29, 1, 0, tzinfo=UTC)),          # in the gap: its end
-    ("2026-10-25 02:30", datetime(2026, 10, 25, 0, 30, tzinfo=UTC)),        # twice: the first
-])
-def test_times_without_an_offset_are_read_in_the_jobs_zone(text: str,
-                                                           expected: datetime) -> None:
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-12-01 02:00", datetime(2026, 12, 1, 1, 0, tzinfo=UTC)),  # CET, +01:00
+        ("2026-07-01T02:00", datetime(2026, 7, 1, 0, 0, tzinfo=UTC)),  # CEST, +02:00
+        ("2026-12-01", datetime(2026, 11, 30, 23, 0, tzinfo=UTC)),  # midnight local
+        ("2026-12-01T02:00Z", datetime(2026, 12, 1, 2, 0, tzinfo=UTC)),  # an offset wins
+        ("2026-12-01T02:00+05:00", datetime(2026, 11, 30, 21, 0, tzinfo=UTC)),
+        ("2026-03-29 02:30", datetime(2026, 3, 29, 1, 0, tzinfo=UTC)),  # in the gap: its end
+        ("2026-10-25 02:30", datetime(2026, 10, 25, 0, 30, tzinfo=UTC)),  # twice: the first
+    ],
+)
+def test_times_without_an_offset_are_read_in_the_jobs_zone(text: str, expected: datetime) -> None:
     assert parse_instant(text, BERLIN, NOW) == expected
 
 
@@ -139,29 +164,40 @@ def test_now_and_bad_times() -> None:
 def test_api_tokens_from_a_file_and_the_environment(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text("# operators\nalice " + "a" * 32 + "\nci-bot " + "b" * 32 + "\n")
-    loaded = parse_config(f'[claimd]\napi_token_file = "{tokens}"\napi_token_env = "TOK"\n',
-                          "c.toml", env={"TOK": "c" * 20})
-    assert loaded.settings.api_tokens == (("alice", "a" * 32), ("ci-bot", "b" * 32),
-                                          ("api", "c" * 20))
+    loaded = parse_config(
+        f'[claimd]\napi_token_file = "{tokens}"\napi_token_env = "TOK"\n',
+        "c.toml",
+        env={"TOK": "c" * 20},
+    )
+    assert loaded.settings.api_tokens == (
+        ("alice", "a" * 32),
+        ("ci-bot", "b" * 32),
+        ("api", "c" * 20),
+    )
     assert "a" * 32 not in repr(loaded.settings)  # never in a log line of the settings
     bare = tmp_path / "bare"
     bare.write_text("d" * 40 + "\n")
-    assert parse_config(f'[claimd]\napi_token_file = "{bare}"\n', "c.toml",
-                        env={}).settings.api_tokens == (("api", "d" * 40),)
+    assert parse_config(
+        f'[claimd]\napi_token_file = "{bare}"\n', "c.toml", env={}
+    ).settings.api_tokens == (("api", "d" * 40),)
 
 
-@pytest.mark.parametrize(("settings", "env", "field", "words"), [
-    ('api_token_file = "/nonexistent/token"', {}, "claimd.api_token_file", "cannot read"),
-    ('api_token_env = "NOPE"', {}, "claimd.api_token_env", "not set"),
-    ('api_token_env = "TOK"', {"TOK": "short"}, "claimd.api_token_env", "shorter than 16"),
-])
-def test_api_token_mistakes_name_the_field(settings: str, env: dict[str, str], field: str,
-                                           words: str) -> None:
+@pytest.mark.parametrize(
+    ("settings", "env", "field", "words"),
+    [
+        ('api_token_file = "/nonexistent/token"', {}, "claimd.api_token_file", "cannot read"),
+        ('api_token_env = "NOPE"', {}, "claimd.api_token_env", "not set"),
+        ('api_token_env = "TOK"', {"TOK": "short"}, "claimd.api_token_env", "shorter than 16"),
+    ],
+)
+def test_api_token_mistakes_name_the_field(
+    settings: str, env: dict[str, str], field: str, words: str
+) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(f"[claimd]\n{settings}\n", "c.toml", env=env)
     assert caught.value.field_name == field
     assert words in str(caught.value)
-    assert "short\"" not in str(caught.value)
+    assert 'short"' not in str(caught.value)
     assert "'short'" not in str(caught.value)
 
 
@@ -172,24 +208,38 @@ MINUTE = timedelta(minutes=1)
 
 
 def _every_minute(catchup: Catchup) -> Job:
-    return Job(name="report", schedule=IntervalSchedule(MINUTE),
-               executor=PythonSpec("tests.unit.jobfuncs:sync_job"), catchup=catchup,
-               catchup_window=timedelta(minutes=30))
+    return Job(
+        name="report",
+        schedule=IntervalSchedule(MINUTE),
+        executor=PythonSpec("tests.unit.jobfuncs:sync_job"),
+        catchup=catchup,
+        catchup_window=timedelta(minutes=30),
+    )
 
 
-@pytest.mark.parametrize(("catchup", "expected"), [
-    (Catchup.ALL, [(180, 31, 150, "older than catchup_window (30m)")]),
-    (Catchup.LATEST, [(180, 31, 150, "older than catchup_window (30m)"),
-                      (30, 2, 29, "superseded by a later instant (catchup = latest)")]),
-    (Catchup.NONE, [(180, 1, 180, "missed while no scheduler ran (catchup = none)")]),
-])
+@pytest.mark.parametrize(
+    ("catchup", "expected"),
+    [
+        (Catchup.ALL, [(180, 31, 150, "older than catchup_window (30m)")]),
+        (
+            Catchup.LATEST,
+            [
+                (180, 31, 150, "older than catchup_window (30m)"),
+                (30, 2, 29, "superseded by a later instant (catchup = latest)"),
+            ],
+        ),
+        (Catchup.NONE, [(180, 1, 180, "missed while no scheduler ran (catchup = none)")]),
+    ],
+)
 def test_a_plan_after_downtime_carries_every_dropped_instant_as_gaps(
-        catchup: Catchup, expected: list[tuple[int, int, int, str]]) -> None:
+    catchup: Catchup, expected: list[tuple[int, int, int, str]]
+) -> None:
     down_since = PLAN_NOW - timedelta(hours=3, minutes=1)  # 180 instants passed while down
-    plan = plan_materialization(_every_minute(catchup), down_since, PLAN_NOW,
-                                timedelta(minutes=2))
-    got = [(int((PLAN_NOW - g.first) / MINUTE), int((PLAN_NOW - g.last) / MINUTE), g.count,
-            g.reason) for g in plan.dropped]
+    plan = plan_materialization(_every_minute(catchup), down_since, PLAN_NOW, timedelta(minutes=2))
+    got = [
+        (int((PLAN_NOW - g.first) / MINUTE), int((PLAN_NOW - g.last) / MINUTE), g.count, g.reason)
+        for g in plan.dropped
+    ]
     assert [(a, b, n) for a, b, n, _ in got] == [(a, b, n) for a, b, n, _ in expected]
     assert all(want in reason for (*_, reason), (*_, want) in zip(got, expected, strict=True))
     assert sum(g.count for g in plan.dropped) == plan.missed
@@ -202,7 +252,8 @@ def test_a_plan_after_downtime_carries_every_dropped_instant_as_gaps(
 
 
 def test_a_plan_without_downtime_drops_nothing() -> None:
-    plan = plan_materialization(_every_minute(Catchup.NONE), PLAN_NOW - MINUTE / 2, PLAN_NOW,
-                                timedelta(minutes=2))
+    plan = plan_materialization(
+        _every_minute(Catchup.NONE), PLAN_NOW - MINUTE / 2, PLAN_NOW, timedelta(minutes=2)
+    )
     assert plan.dropped == ()
     assert plan.missed == 0

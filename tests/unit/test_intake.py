@@ -134,8 +134,11 @@ async def test_the_gate_stays_closed_until_the_probe_answers() -> None:
         if not answered.is_set():
             raise ConnectionError("no pong")
 
-    gate = BrokerGate(backoff=Backoff(initial=0.001, maximum=0.001), probe=Probe(call, 1),
-                      probe_every=Backoff(initial=0.001, maximum=0.001))
+    gate = BrokerGate(
+        backoff=Backoff(initial=0.001, maximum=0.001),
+        probe=Probe(call, 1),
+        probe_every=Backoff(initial=0.001, maximum=0.001),
+    )
     gate.failed()
     assert not gate.is_open
     await _until(lambda: probes >= 3, "a few unanswered probes")
@@ -167,8 +170,7 @@ class FailingBroker:
 
 
 def _claimed(run_id: str) -> ClaimedRun:
-    return ClaimedRun(run_id=run_id, epoch=1, job="job", scheduled_at=datetime.now(UTC),
-                      attempt=1)
+    return ClaimedRun(run_id=run_id, epoch=1, job="job", scheduled_at=datetime.now(UTC), attempt=1)
 
 
 async def test_while_the_gate_is_closed_claimed_batches_go_back_unpublished() -> None:
@@ -185,8 +187,11 @@ async def test_while_the_gate_is_closed_claimed_batches_go_back_unpublished() ->
     failed = await dispatcher.dispatch(ClaimedBatch((_claimed("c"),)))
     assert [r.run_id for r in failed] == ["c"]
     assert len(broker.published) == 1
-    assert [[r.run_id for r in runs] for runs in (released.get_nowait(), released.get_nowait())
-            if runs is not None] == [["a", "b"], ["c"]]
+    assert [
+        [r.run_id for r in runs]
+        for runs in (released.get_nowait(), released.get_nowait())
+        if runs is not None
+    ] == [["a", "b"], ["c"]]
 
 
 # -- Worker -------------------------------------------------------------------------------
@@ -225,14 +230,25 @@ class Store:
         if not self.pings_answer:
             raise StoreUnavailable("ping: connection refused")
 
-    async def start_runs(self, worker: str, messages: list[DispatchMessage],
-                         lease: timedelta, retake: Any = ()) -> tuple[list[StartedRun], list[Any]]:
-        return [StartedRun(m.run_id, m.epoch, m.job, m.scheduled_at, m.attempt, 3,
-                           cast(Any, None), timedelta(seconds=60), RetryPolicy())
-                for m in messages], []
+    async def start_runs(
+        self, worker: str, messages: list[DispatchMessage], lease: timedelta, retake: Any = ()
+    ) -> tuple[list[StartedRun], list[Any]]:
+        return [
+            StartedRun(
+                m.run_id,
+                m.epoch,
+                m.job,
+                m.scheduled_at,
+                m.attempt,
+                3,
+                cast(Any, None),
+                timedelta(seconds=60),
+                RetryPolicy(),
+            )
+            for m in messages
+        ], []
 
-    async def extend_leases(self, worker: str, runs: Any, lease: timedelta
-                            ) -> set[tuple[str, int]]:
+    async def extend_leases(self, worker: str, runs: Any, lease: timedelta) -> set[tuple[str, int]]:
         if not self.leases_extend:
             self.extend_failures += 1
             raise StoreUnavailable("extend: connection refused")
@@ -289,16 +305,35 @@ class Subscription:
 
 
 def _message(data: bytes, _: str) -> DispatchMessage:
-    return DispatchMessage(run_id=data.decode(), epoch=1, job="job",
-                           scheduled_at=datetime.now(UTC), attempt=1, deployment="d")
+    return DispatchMessage(
+        run_id=data.decode(),
+        epoch=1,
+        job="job",
+        scheduled_at=datetime.now(UTC),
+        attempt=1,
+        deployment="d",
+    )
 
 
-def _worker(store: Store, sub: Subscription, executor: Executor, stop: asyncio.Event,
-            **kwargs: Any) -> Worker:
-    return Worker(cast(RunStore, store), sub, executor, worker_id="w", deployment="d",
-                  lease=timedelta(seconds=30), heartbeat_interval=timedelta(milliseconds=5),
-                  concurrency=8, decode=_message, delivery_count=lambda _: 1, stop=stop,
-                  grace=timedelta(seconds=5), stall_after=timedelta(seconds=5), **kwargs)
+def _worker(
+    store: Store, sub: Subscription, executor: Executor, stop: asyncio.Event, **kwargs: Any
+) -> Worker:
+    return Worker(
+        cast(RunStore, store),
+        sub,
+        executor,
+        worker_id="w",
+        deployment="d",
+        lease=timedelta(seconds=30),
+        heartbeat_interval=timedelta(milliseconds=5),
+        concurrency=8,
+        decode=_message,
+        delivery_count=lambda _: 1,
+        stop=stop,
+        grace=timedelta(seconds=5),
+        stall_after=timedelta(seconds=5),
+        **kwargs,
+    )
 
 
 async def _stopped(worker: Worker, task: asyncio.Task[None], executor: Executor) -> None:
@@ -309,8 +344,9 @@ async def _stopped(worker: Worker, task: asyncio.Task[None], executor: Executor)
 
 async def test_a_worker_whose_leases_cannot_be_extended_fetches_nothing_until_they_can() -> None:
     store, executor, stop = Store(), Executor(), asyncio.Event()
-    sub = Subscription(messages=2, judge=lambda: store.extend_failures > 0
-                       and not store.leases_extend)
+    sub = Subscription(
+        messages=2, judge=lambda: store.extend_failures > 0 and not store.leases_extend
+    )
     worker = _worker(store, sub, executor, stop)
     store.leases_extend = False
     store.pings_answer = False
@@ -326,11 +362,11 @@ async def test_a_worker_whose_leases_cannot_be_extended_fetches_nothing_until_th
     assert executor.started == 2
 
 
-async def test_unrecorded_verdicts_hold_the_worker_even_when_the_database_answers_pings(
-        ) -> None:
+async def test_unrecorded_verdicts_hold_the_worker_even_when_the_database_answers_pings() -> None:
     store, executor, stop = Store(), Executor(), asyncio.Event()
-    sub = Subscription(messages=3, judge=lambda: store.record_failures > 0
-                       and not store.verdicts_record)
+    sub = Subscription(
+        messages=3, judge=lambda: store.record_failures > 0 and not store.verdicts_record
+    )
     worker = _worker(store, sub, executor, stop)
     store.verdicts_record = False
     executor.finish.set()  # runs finish at once; their verdicts cannot be recorded
@@ -361,8 +397,7 @@ async def test_empty_fetches_from_a_broker_that_does_not_answer_pause_until_it_d
         return sub
 
     sub.broker_up = False
-    worker = _worker(store, sub, executor, stop, probe_broker=probe_broker,
-                     resubscribe=resubscribe)
+    worker = _worker(store, sub, executor, stop, probe_broker=probe_broker, resubscribe=resubscribe)
     task = asyncio.create_task(worker.run())
     await _until(lambda: probes >= 3, "pings to go unanswered")
     assert sub.fetches == 3  # three empty fetches, then only pings

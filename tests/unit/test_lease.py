@@ -18,18 +18,26 @@ from actors.domain import (
 S = timedelta(seconds=1)
 
 
-@pytest.mark.parametrize(("lease", "ack_wait", "max_deliver", "numbers"), [
-    # (lease, ack_wait, max_deliver, the numbers the message must show)
-    (10 * S, 5 * S, 5, "5s x 4 x 3 = 1m, but lease = 10s"),
-    (60 * S, 5 * S, 5, "5s x 4 x 3 = 1m, but lease = 1m"),  # equal is not greater
-    (30 * S, 10 * S, 2, "10s x 1 x 3 = 30s, but lease = 30s"),
-    (170 * S, 30 * S, 3, "30s x 2 x 3 = 3m, but lease = 170s"),
-    (timedelta(minutes=9), timedelta(minutes=1), 4, "1m x 3 x 3 = 9m, but lease = 9m"),
-    (timedelta(milliseconds=1500), timedelta(milliseconds=500), 2,
-     "500ms x 1 x 3 = 1500ms, but lease = 1500ms"),
-])
-def test_danger_zone_is_refused_with_the_numbers(lease: timedelta, ack_wait: timedelta,
-                                                 max_deliver: int, numbers: str) -> None:
+@pytest.mark.parametrize(
+    ("lease", "ack_wait", "max_deliver", "numbers"),
+    [
+        # (lease, ack_wait, max_deliver, the numbers the message must show)
+        (10 * S, 5 * S, 5, "5s x 4 x 3 = 1m, but lease = 10s"),
+        (60 * S, 5 * S, 5, "5s x 4 x 3 = 1m, but lease = 1m"),  # equal is not greater
+        (30 * S, 10 * S, 2, "10s x 1 x 3 = 30s, but lease = 30s"),
+        (170 * S, 30 * S, 3, "30s x 2 x 3 = 3m, but lease = 170s"),
+        (timedelta(minutes=9), timedelta(minutes=1), 4, "1m x 3 x 3 = 9m, but lease = 9m"),
+        (
+            timedelta(milliseconds=1500),
+            timedelta(milliseconds=500),
+            2,
+            "500ms x 1 x 3 = 1500ms, but lease = 1500ms",
+        ),
+    ],
+)
+def test_danger_zone_is_refused_with_the_numbers(
+    lease: timedelta, ack_wait: timedelta, max_deliver: int, numbers: str
+) -> None:
     settings = LeaseSettings(lease=lease, ack_wait=ack_wait, max_deliver=max_deliver)
     with pytest.raises(LeaseInvariantViolated) as info:
         check_lease_invariant(settings)
@@ -39,24 +47,34 @@ def test_danger_zone_is_refused_with_the_numbers(lease: timedelta, ack_wait: tim
     assert numbers in message
 
 
-@pytest.mark.parametrize(("lease", "ack_wait", "max_deliver"), [
-    (61 * S, 5 * S, 5),  # just above the minimum
-    (120 * S, 5 * S, 5),  # the defaults
-    (S, 30 * S, 1),  # no redelivery at all: any positive lease will do
-    (timedelta(hours=1), timedelta(minutes=1), 20),
-])
-def test_outside_the_danger_zone_passes(lease: timedelta, ack_wait: timedelta,
-                                        max_deliver: int) -> None:
+@pytest.mark.parametrize(
+    ("lease", "ack_wait", "max_deliver"),
+    [
+        (61 * S, 5 * S, 5),  # just above the minimum
+        (120 * S, 5 * S, 5),  # the defaults
+        (S, 30 * S, 1),  # no redelivery at all: any positive lease will do
+        (timedelta(hours=1), timedelta(minutes=1), 20),
+    ],
+)
+def test_outside_the_danger_zone_passes(
+    lease: timedelta, ack_wait: timedelta, max_deliver: int
+) -> None:
     settings = LeaseSettings(lease=lease, ack_wait=ack_wait, max_deliver=max_deliver)
     check_lease_invariant(settings)
     assert settings.lease > settings.minimum_lease()
 
 
-@pytest.mark.parametrize(("settings", "message"), [
-    (LeaseSettings(lease=120 * S, ack_wait=5 * S, max_deliver=0), "max_deliver must be at least 1"),
-    (LeaseSettings(lease=120 * S, ack_wait=timedelta(0), max_deliver=5), "greater than zero"),
-    (LeaseSettings(lease=-S, ack_wait=5 * S, max_deliver=1), "greater than zero"),
-])
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            LeaseSettings(lease=120 * S, ack_wait=5 * S, max_deliver=0),
+            "max_deliver must be at least 1",
+        ),
+        (LeaseSettings(lease=120 * S, ack_wait=timedelta(0), max_deliver=5), "greater than zero"),
+        (LeaseSettings(lease=-S, ack_wait=5 * S, max_deliver=1), "greater than zero"),
+    ],
+)
 def test_nonsense_settings_are_refused(settings: LeaseSettings, message: str) -> None:
     with pytest.raises(LeaseInvariantViolated, match=message):
         check_lease_invariant(settings)
@@ -92,6 +110,6 @@ def test_config_in_the_danger_zone_is_refused_naming_file_and_field() -> None:
 
 def test_config_raising_max_deliver_alone_can_break_the_invariant() -> None:
     # The default lease (120s) with ack_wait 5s: max_deliver 9 needs > 120s.
-    parse_config('[claimd]\nmax_deliver = 8\n', "c.toml", env={})
+    parse_config("[claimd]\nmax_deliver = 8\n", "c.toml", env={})
     with pytest.raises(ConfigError, match=re.escape("5s x 8 x 3 = 2m, but lease = 2m")):
-        parse_config('[claimd]\nmax_deliver = 9\n', "c.toml", env={})
+        parse_config("[claimd]\nmax_deliver = 9\n", "c.toml", env={})

@@ -22,7 +22,8 @@ def json_logging() -> Iterator[None]:
 
 
 def test_a_library_error_with_a_traceback_is_one_json_line(
-        json_logging: None, capsys: pytest.CaptureFixture[str]) -> None:
+    json_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
     configure_logging("INFO")
     try:
         raise ConnectionResetError(104, "Connection reset by peer")
@@ -34,7 +35,10 @@ def test_a_library_error_with_a_traceback_is_one_json_line(
     lines = capsys.readouterr().err.splitlines()
     events = [json.loads(line) for line in lines]  # every line is JSON: no raw traceback
     assert [e["event"] for e in events] == [
-        "nats: encountered error", "reconnecting to postgresql://u:***@db/x", "ours"]
+        "nats: encountered error",
+        "reconnecting to postgresql://u:***@db/x",
+        "ours",
+    ]
     nats_event = events[0]
     assert (nats_event["logger"], nats_event["level"]) == ("nats.aio.client", "error")
     assert "ConnectionResetError" in nats_event["exception"]

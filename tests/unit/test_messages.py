@@ -13,9 +13,14 @@ from actors.ports import DispatchMessage
 
 DEPLOYMENT = "prod"
 RUN_ID = "0b5c7a52-3f3e-4e0e-9d51-6a1d2c3b4a59"
-MESSAGE = DispatchMessage(run_id=RUN_ID, epoch=3, job="nightly-export",
-                          scheduled_at=datetime(2026, 3, 29, 1, 0, tzinfo=UTC), attempt=2,
-                          deployment=DEPLOYMENT)
+MESSAGE = DispatchMessage(
+    run_id=RUN_ID,
+    epoch=3,
+    job="nightly-export",
+    scheduled_at=datetime(2026, 3, 29, 1, 0, tzinfo=UTC),
+    attempt=2,
+    deployment=DEPLOYMENT,
+)
 
 
 def body(**changes: Any) -> dict[str, Any]:
@@ -51,47 +56,50 @@ def test_uuid_is_normalised() -> None:
     assert decode(raw(run_id=RUN_ID.upper()), DEPLOYMENT).run_id == RUN_ID
 
 
-@pytest.mark.parametrize(("data", "reason"), [
-    (b"not json at all", "not_json"),
-    (b"", "not_json"),
-    (b"{\"v\": 1,", "not_json"),
-    (b"\xff\xfe\x00garbage", "not_json"),
-    (b"[1, 2, 3]", "wrong_schema"),
-    (b"\"a string\"", "wrong_schema"),
-    (b"null", "wrong_schema"),
-    (b"{}", "wrong_schema"),
-    (raw(v=2), "wrong_schema"),
-    (raw(v="1"), "wrong_schema"),
-    (raw(v=...), "wrong_schema"),
-    (raw(run_id=...), "wrong_schema"),
-    (raw(epoch=...), "wrong_schema"),
-    (raw(job=...), "wrong_schema"),
-    (raw(scheduled_at=...), "wrong_schema"),
-    (raw(attempt=...), "wrong_schema"),
-    (raw(deployment=...), "wrong_schema"),
-    (raw(run_id="not-a-uuid"), "wrong_schema"),
-    (raw(run_id=12345), "wrong_schema"),
-    (raw(run_id=None), "wrong_schema"),
-    (raw(epoch=0), "wrong_schema"),
-    (raw(epoch=-1), "wrong_schema"),
-    (raw(epoch="3"), "wrong_schema"),
-    (raw(epoch=3.0), "wrong_schema"),
-    (raw(epoch=True), "wrong_schema"),  # a bool is an int to Python, not to us
-    (raw(epoch=2**63), "wrong_schema"),  # beyond the bigint the store compares with
-    (raw(attempt=0), "wrong_schema"),
-    (raw(attempt="2"), "wrong_schema"),
-    (raw(attempt=None), "wrong_schema"),
-    (raw(job=42), "wrong_schema"),
-    (raw(job=["a"]), "wrong_schema"),
-    (raw(deployment=7), "wrong_schema"),
-    (raw(scheduled_at="yesterday"), "wrong_schema"),
-    (raw(scheduled_at=1774746000), "wrong_schema"),
-    (raw(scheduled_at="2026-03-29T01:00:00"), "wrong_schema"),  # no offset: which instant?
-    (raw(deployment="staging"), "other_deployment"),
-    (raw(deployment=""), "other_deployment"),
-    (b" " * (MAX_MESSAGE_BYTES + 1), "oversized"),
-    (raw(job="x" * MAX_MESSAGE_BYTES), "oversized"),
-])
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"not json at all", "not_json"),
+        (b"", "not_json"),
+        (b'{"v": 1,', "not_json"),
+        (b"\xff\xfe\x00garbage", "not_json"),
+        (b"[1, 2, 3]", "wrong_schema"),
+        (b'"a string"', "wrong_schema"),
+        (b"null", "wrong_schema"),
+        (b"{}", "wrong_schema"),
+        (raw(v=2), "wrong_schema"),
+        (raw(v="1"), "wrong_schema"),
+        (raw(v=...), "wrong_schema"),
+        (raw(run_id=...), "wrong_schema"),
+        (raw(epoch=...), "wrong_schema"),
+        (raw(job=...), "wrong_schema"),
+        (raw(scheduled_at=...), "wrong_schema"),
+        (raw(attempt=...), "wrong_schema"),
+        (raw(deployment=...), "wrong_schema"),
+        (raw(run_id="not-a-uuid"), "wrong_schema"),
+        (raw(run_id=12345), "wrong_schema"),
+        (raw(run_id=None), "wrong_schema"),
+        (raw(epoch=0), "wrong_schema"),
+        (raw(epoch=-1), "wrong_schema"),
+        (raw(epoch="3"), "wrong_schema"),
+        (raw(epoch=3.0), "wrong_schema"),
+        (raw(epoch=True), "wrong_schema"),  # a bool is an int to Python, not to us
+        (raw(epoch=2**63), "wrong_schema"),  # beyond the bigint the store compares with
+        (raw(attempt=0), "wrong_schema"),
+        (raw(attempt="2"), "wrong_schema"),
+        (raw(attempt=None), "wrong_schema"),
+        (raw(job=42), "wrong_schema"),
+        (raw(job=["a"]), "wrong_schema"),
+        (raw(deployment=7), "wrong_schema"),
+        (raw(scheduled_at="yesterday"), "wrong_schema"),
+        (raw(scheduled_at=1774746000), "wrong_schema"),
+        (raw(scheduled_at="2026-03-29T01:00:00"), "wrong_schema"),  # no offset: which instant?
+        (raw(deployment="staging"), "other_deployment"),
+        (raw(deployment=""), "other_deployment"),
+        (b" " * (MAX_MESSAGE_BYTES + 1), "oversized"),
+        (raw(job="x" * MAX_MESSAGE_BYTES), "oversized"),
+    ],
+)
 def test_poison_messages(data: bytes, reason: str) -> None:
     with pytest.raises(PoisonMessage) as info:
         decode(data, DEPLOYMENT)

@@ -24,8 +24,12 @@ MINUTE = timedelta(minutes=1)
 
 
 def make_job(every: timedelta = MINUTE, name: str = "report", **kwargs: Any) -> Job:
-    return Job(name=name, schedule=IntervalSchedule(every),
-               executor=PythonSpec("tests.unit.jobfuncs:sync_job"), **kwargs)
+    return Job(
+        name=name,
+        schedule=IntervalSchedule(every),
+        executor=PythonSpec("tests.unit.jobfuncs:sync_job"),
+        **kwargs,
+    )
 
 
 def scheduled(runs: list[PlannedRun]) -> list[datetime]:
@@ -83,14 +87,16 @@ DOWN_SINCE = NOW - timedelta(hours=3)  # the last tick before the outage
 WINDOW = timedelta(minutes=30)
 
 
-@pytest.mark.parametrize(("catchup", "kept_past", "missed"), [
-    # 179 instants passed while down; the window holds those of the last 30 minutes.
-    (Catchup.ALL, [NOW - timedelta(minutes=m) for m in range(30, 0, -1)], 149),
-    (Catchup.LATEST, [NOW - MINUTE], 178),
-    (Catchup.NONE, [], 179),
-])
-def test_catchup_after_downtime(catchup: Catchup, kept_past: list[datetime],
-                                missed: int) -> None:
+@pytest.mark.parametrize(
+    ("catchup", "kept_past", "missed"),
+    [
+        # 179 instants passed while down; the window holds those of the last 30 minutes.
+        (Catchup.ALL, [NOW - timedelta(minutes=m) for m in range(30, 0, -1)], 149),
+        (Catchup.LATEST, [NOW - MINUTE], 178),
+        (Catchup.NONE, [], 179),
+    ],
+)
+def test_catchup_after_downtime(catchup: Catchup, kept_past: list[datetime], missed: int) -> None:
     job = make_job(catchup=catchup, catchup_window=WINDOW)
     plan = plan_materialization(job, DOWN_SINCE, NOW, HORIZON)
     times = scheduled(plan.runs)
@@ -118,20 +124,27 @@ def test_catchup_window_edge_is_inclusive() -> None:
 
 
 def test_catchup_for_cron_in_a_zone() -> None:
-    job = Job(name="nightly", schedule=CronSchedule("0 2 * * *", "Europe/Berlin"),
-              executor=PythonSpec("tests.unit.jobfuncs:sync_job"),
-              catchup=Catchup.LATEST, catchup_window=timedelta(days=3))
+    job = Job(
+        name="nightly",
+        schedule=CronSchedule("0 2 * * *", "Europe/Berlin"),
+        executor=PythonSpec("tests.unit.jobfuncs:sync_job"),
+        catchup=Catchup.LATEST,
+        catchup_window=timedelta(days=3),
+    )
     # Down for a week: 02:00 Berlin (01:00 UTC in winter) on each day.
     plan = plan_materialization(job, NOW - timedelta(days=7), NOW, timedelta(days=1))
-    assert scheduled(plan.runs) == [datetime(2026, 3, 10, 1, 0, tzinfo=UTC),
-                                    datetime(2026, 3, 11, 1, 0, tzinfo=UTC)]
+    assert scheduled(plan.runs) == [
+        datetime(2026, 3, 10, 1, 0, tzinfo=UTC),
+        datetime(2026, 3, 11, 1, 0, tzinfo=UTC),
+    ]
     assert plan.missed == 6
 
 
 def test_catchup_latest_over_a_capped_catchup_keeps_one_run() -> None:
     """A catch-up longer than one plan's cap is planned in chunks; 'latest' is still one run."""
-    job = make_job(every=timedelta(seconds=1), catchup=Catchup.LATEST,
-                   catchup_window=timedelta(days=3))
+    job = make_job(
+        every=timedelta(seconds=1), catchup=Catchup.LATEST, catchup_window=timedelta(days=3)
+    )
     mark: datetime | None = NOW - timedelta(days=2)  # 172,800 instants ago
     kept: list[datetime] = []
     missed = 0
@@ -149,8 +162,9 @@ def test_catchup_latest_over_a_capped_catchup_keeps_one_run() -> None:
 
 
 def test_capped_plan_continues_where_it_stopped() -> None:
-    job = make_job(every=timedelta(seconds=1), catchup=Catchup.ALL,
-                   catchup_window=timedelta(days=3))
+    job = make_job(
+        every=timedelta(seconds=1), catchup=Catchup.ALL, catchup_window=timedelta(days=3)
+    )
     start = NOW - timedelta(days=2)
     plan = plan_materialization(job, start, NOW, HORIZON)
     assert len(plan.runs) == MAX_INSTANTS_PER_PLAN
@@ -162,6 +176,7 @@ def test_capped_plan_continues_where_it_stopped() -> None:
 
 # -- jitter --------------------------------------------------------------------------------
 
+
 def test_jitter_is_deterministic_and_within_bounds() -> None:
     jitter = timedelta(seconds=30)
     job = make_job(jitter=jitter)
@@ -169,8 +184,7 @@ def test_jitter_is_deterministic_and_within_bounds() -> None:
     a = plan_materialization(job, None, NOW, horizon)
     b = plan_materialization(job, None, NOW, horizon)
     # Another replica, later and with another high-water mark, computes the same due times.
-    c = plan_materialization(job, NOW + timedelta(minutes=30), NOW + timedelta(seconds=10),
-                             horizon)
+    c = plan_materialization(job, NOW + timedelta(minutes=30), NOW + timedelta(seconds=10), horizon)
     due_a = {r.scheduled_at: r.due_at for r in a.runs}
     assert due_a == {r.scheduled_at: r.due_at for r in b.runs}
     assert all(due_a[r.scheduled_at] == r.due_at for r in c.runs)
@@ -204,8 +218,9 @@ def test_a_new_job_starts_where_the_database_first_saw_it() -> None:
     """Instants between the job's creation and its first plan are planned, not lost."""
     job = make_job(every=SECOND, catchup=Catchup.NONE)
     created = NOW - timedelta(seconds=3, milliseconds=500)
-    plan = plan_materialization(job, None, NOW, HORIZON, first_seen=created,
-                                on_time=timedelta(seconds=5))
+    plan = plan_materialization(
+        job, None, NOW, HORIZON, first_seen=created, on_time=timedelta(seconds=5)
+    )
     times = scheduled(plan.runs)
     assert times[:4] == [NOW - 3 * SECOND, NOW - 2 * SECOND, NOW - SECOND, NOW]
     assert min(times) > created  # nothing before the job existed
@@ -230,8 +245,9 @@ def test_late_by_less_than_on_time_is_kept_older_is_missed() -> None:
 
 def test_latest_keeps_the_on_time_instants_and_the_newest_missed_one() -> None:
     job = make_job(every=SECOND, catchup=Catchup.LATEST)
-    plan = plan_materialization(job, NOW - timedelta(seconds=20), NOW, HORIZON,
-                                on_time=timedelta(seconds=2))
+    plan = plan_materialization(
+        job, NOW - timedelta(seconds=20), NOW, HORIZON, on_time=timedelta(seconds=2)
+    )
     past = [t for t in scheduled(plan.runs) if t < NOW]
     assert past == [NOW - 3 * SECOND, NOW - 2 * SECOND, NOW - SECOND]
     assert plan.missed == 16

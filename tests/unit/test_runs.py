@@ -16,17 +16,24 @@ from actors.domain import (
 )
 
 P, C, R = RunState.PENDING, RunState.CLAIMED, RunState.RUNNING
-OK, FAIL, SKIP, CANCEL = (RunState.SUCCEEDED, RunState.FAILED, RunState.SKIPPED,
-                          RunState.CANCELLED)
+OK, FAIL, SKIP, CANCEL = (RunState.SUCCEEDED, RunState.FAILED, RunState.SKIPPED, RunState.CANCELLED)
 
 # The design, written out independently of the code under test:
 # pending -> claimed -> running -> succeeded | failed | (retry) pending,
 # claimed -> pending (publish failed, lease expired), pending/claimed -> skipped,
 # any live state -> cancelled.
 ALLOWED = {
-    (P, C), (P, SKIP), (P, CANCEL),
-    (C, R), (C, P), (C, SKIP), (C, CANCEL),
-    (R, OK), (R, FAIL), (R, P), (R, CANCEL),
+    (P, C),
+    (P, SKIP),
+    (P, CANCEL),
+    (C, R),
+    (C, P),
+    (C, SKIP),
+    (C, CANCEL),
+    (R, OK),
+    (R, FAIL),
+    (R, P),
+    (R, CANCEL),
 }
 ALL_PAIRS = list(itertools.product(RunState, RunState))
 FORBIDDEN = [pair for pair in ALL_PAIRS if pair not in ALLOWED]
@@ -48,8 +55,20 @@ def test_the_matrix_is_complete() -> None:
     assert len(FORBIDDEN) == 49 - 11
     # Notable refusals: no skipping the start, no resurrection, no retry from claimed
     # straight to a verdict.
-    for pair in [(P, R), (P, OK), (C, OK), (C, FAIL), (OK, P), (FAIL, P), (CANCEL, P),
-                 (SKIP, C), (R, SKIP), (R, C), (P, P), (R, R)]:
+    for pair in [
+        (P, R),
+        (P, OK),
+        (C, OK),
+        (C, FAIL),
+        (OK, P),
+        (FAIL, P),
+        (CANCEL, P),
+        (SKIP, C),
+        (R, SKIP),
+        (R, C),
+        (P, P),
+        (R, R),
+    ]:
         assert pair in FORBIDDEN
 
 
@@ -72,14 +91,25 @@ def test_every_live_state_can_end() -> None:
 
 def test_state_values_are_the_database_words() -> None:
     assert [s.value for s in RunState] == [
-        "pending", "claimed", "running", "succeeded", "failed", "skipped", "cancelled"]
+        "pending",
+        "claimed",
+        "running",
+        "succeeded",
+        "failed",
+        "skipped",
+        "cancelled",
+    ]
     assert RunState("succeeded") is OK
 
 
 def test_run_context_tells_the_run() -> None:
-    ctx = RunContext(run_id="0b5c7a52-3f3e-4e0e-9d51-6a1d2c3b4a59", job="nightly-export",
-                     scheduled_at=datetime(2026, 3, 29, 1, 0, tzinfo=UTC), attempt=2,
-                     fencing_token=7)
+    ctx = RunContext(
+        run_id="0b5c7a52-3f3e-4e0e-9d51-6a1d2c3b4a59",
+        job="nightly-export",
+        scheduled_at=datetime(2026, 3, 29, 1, 0, tzinfo=UTC),
+        attempt=2,
+        fencing_token=7,
+    )
     assert ctx.env() == {
         "CLAIMD_RUN_ID": "0b5c7a52-3f3e-4e0e-9d51-6a1d2c3b4a59",
         "CLAIMD_JOB": "nightly-export",

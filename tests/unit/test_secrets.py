@@ -11,16 +11,24 @@ from actors.adapters.executors import run_shell
 from actors.config import ConfigError, parse_config
 from actors.domain import Outcome, RunContext, ShellSpec
 
-CTX = RunContext(run_id="00000000-0000-0000-0000-000000000001", job="j",
-                 scheduled_at=datetime(2026, 1, 1, tzinfo=UTC), attempt=1, fencing_token=1)
+CTX = RunContext(
+    run_id="00000000-0000-0000-0000-000000000001",
+    job="j",
+    scheduled_at=datetime(2026, 1, 1, tzinfo=UTC),
+    attempt=1,
+    fencing_token=1,
+)
 SECRET = "s3cr3t-value-xyz"
 
 
 async def test_a_secret_reaches_the_job_but_not_the_recorded_output(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("CLAIMD_TEST_TOKEN_SOURCE", SECRET)
-    spec = ShellSpec(argv=("/bin/sh", "-c", 'echo "token=$TOKEN"; exit 3'),
-                     secret_env={"TOKEN": "CLAIMD_TEST_TOKEN_SOURCE"})
+    spec = ShellSpec(
+        argv=("/bin/sh", "-c", 'echo "token=$TOKEN"; exit 3'),
+        secret_env={"TOKEN": "CLAIMD_TEST_TOKEN_SOURCE"},
+    )
     result = await run_shell(spec, CTX, timedelta(seconds=10))
     assert result.outcome is Outcome.FAILED
     assert result.output_tail is not None
@@ -36,24 +44,33 @@ async def test_a_missing_secret_fails_the_run_naming_the_variable() -> None:
 
 
 def test_the_stored_definition_names_the_variable_never_the_value(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("MYAPP_TOKEN", SECRET)
-    loaded = parse_config("""
+    loaded = parse_config(
+        """
         [jobs.export]
         every = "1m"
         run = { shell = ["/usr/bin/export"], secret_env = { TOKEN = "MYAPP_TOKEN" } }
-    """, "claimd.toml", env={})
+    """,
+        "claimd.toml",
+        env={},
+    )
     definition = json.dumps(loaded.jobs["export"].definition())
     assert "MYAPP_TOKEN" in definition
     assert SECRET not in definition
 
 
 def test_secret_env_must_name_variables() -> None:
-    loaded = parse_config("""
+    loaded = parse_config(
+        """
         [jobs.export]
         every = "1m"
         run = { shell = ["/usr/bin/export"], secret_env = { TOKEN = "not a name" } }
-    """, "claimd.toml", env={})
+    """,
+        "claimd.toml",
+        env={},
+    )
     assert loaded.jobs == {}
     (error,) = loaded.errors
     assert isinstance(error, ConfigError)
@@ -61,7 +78,8 @@ def test_secret_env_must_name_variables() -> None:
 
 
 async def test_a_secret_header_is_sent_and_scrubbed_from_the_record(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from aiohttp import web
 
     from actors.adapters.executors import run_http
@@ -83,9 +101,13 @@ async def test_a_secret_header_is_sent_and_scrubbed_from_the_record(
     monkeypatch.setenv("CLAIMD_TEST_AUTH_SOURCE", f"Bearer {SECRET}")
     try:
         result = await run_http(
-            HttpSpec(url=f"http://127.0.0.1:{port}/",
-                     secret_headers={"Authorization": "CLAIMD_TEST_AUTH_SOURCE"}),
-            CTX, timedelta(seconds=10))
+            HttpSpec(
+                url=f"http://127.0.0.1:{port}/",
+                secret_headers={"Authorization": "CLAIMD_TEST_AUTH_SOURCE"},
+            ),
+            CTX,
+            timedelta(seconds=10),
+        )
     finally:
         await runner.cleanup()
     assert seen == [f"Bearer {SECRET}"]

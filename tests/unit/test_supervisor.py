@@ -46,6 +46,12 @@ async def test_outages_are_waited_out_however_many_and_never_give_up() -> None:
         if calls <= 20:  # far more than the crash budget
             raise StoreUnavailable("connection refused")
 
-    await supervise("x", database_restarting, max_restarts=5, window=60, backoff=FAST,
-                    outage_backoff=Backoff(initial=0.001, maximum=0.002))
+    await supervise(
+        "x",
+        database_restarting,
+        max_restarts=5,
+        window=60,
+        backoff=FAST,
+        outage_backoff=Backoff(initial=0.001, maximum=0.002),
+    )
     assert calls == 21

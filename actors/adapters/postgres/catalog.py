@@ -46,9 +46,16 @@ class PostgresJobCatalog:
             for job in sorted(jobs, key=lambda j: j.name):
                 definition = encode_job(job)
                 row = await conn.fetchrow(
-                    UPSERT_JOB, job.name, json.dumps(definition), job.fingerprint(),
-                    job.enabled, job.max_attempts, job.overlap.value, job.catchup.value,
-                    job.start_deadline())
+                    UPSERT_JOB,
+                    job.name,
+                    json.dumps(definition),
+                    job.fingerprint(),
+                    job.enabled,
+                    job.max_attempts,
+                    job.overlap.value,
+                    job.catchup.value,
+                    job.start_deadline(),
+                )
                 if row is None:
                     continue
                 if row["inserted"]:
@@ -58,8 +65,7 @@ class PostgresJobCatalog:
                 old_schedule = row["old_schedule"]
                 if old_schedule is not None and json.loads(old_schedule) != definition["schedule"]:
                     await conn.fetchval(WITHDRAW_FUTURE_RUNS, row["id"])
-            removed = await conn.fetch(
-                REMOVED_JOBS, names)
+            removed = await conn.fetch(REMOVED_JOBS, names)
             await conn.fetch(DISABLE_REMOVED_JOBS, names)
             for r in removed:
                 changes[r["name"]] = "removed"
@@ -72,14 +78,22 @@ class PostgresJobCatalog:
 
     async def active_jobs(self) -> dict[str, JobState]:
         rows = await self._pool.fetch(ACTIVE_JOBS)
-        return {r["name"]: JobState(id=r["id"], name=r["name"],
-                                    materialized_until=r["materialized_until"],
-                                    paused=r["paused"], fingerprint=r["fingerprint"],
-                                    definition=r["definition"], created_at=r["created_at"])
-                for r in rows}
+        return {
+            r["name"]: JobState(
+                id=r["id"],
+                name=r["name"],
+                materialized_until=r["materialized_until"],
+                paused=r["paused"],
+                fingerprint=r["fingerprint"],
+                definition=r["definition"],
+                created_at=r["created_at"],
+            )
+            for r in rows
+        }
 
-    async def materialize_many(self, plans: Sequence[tuple[JobState, Plan]],
-                               fresh_until: datetime | None = None) -> int:
+    async def materialize_many(
+        self, plans: Sequence[tuple[JobState, Plan]], fresh_until: datetime | None = None
+    ) -> int:
         """Insert every planned run of several jobs and advance their marks, in one go.
 
         With ``fresh_until``, nothing is written once the database's now() is past it.
@@ -93,16 +107,24 @@ class PostgresJobCatalog:
                 scheduled.append(run.scheduled_at)
                 due.append(run.due_at)
         async with self._pool.acquire() as conn, conn.transaction():
-            current = await conn.fetch(ADVANCE_HIGH_WATER, [j.id for j, _ in plans],
-                                       [p.materialized_until for _, p in plans],
-                                       [j.fingerprint for j, _ in plans], fresh_until)
+            current = await conn.fetch(
+                ADVANCE_HIGH_WATER,
+                [j.id for j, _ in plans],
+                [p.materialized_until for _, p in plans],
+                [j.fingerprint for j, _ in plans],
+                fresh_until,
+            )
             if not current:
                 return 0
             # What the plans dropped, recorded with them: no silent hole in history.
-            await record_gaps(conn, [r["id"] for r in current],
-                              [(job.id, gap) for job, plan in plans for gap in plan.dropped])
+            await record_gaps(
+                conn,
+                [r["id"] for r in current],
+                [(job.id, gap) for job, plan in plans for gap in plan.dropped],
+            )
             if not job_ids:
                 return 0
-            status = await conn.execute(INSERT_PLANNED_RUNS, job_ids, scheduled, due,
-                                        [r["id"] for r in current])
+            status = await conn.execute(
+                INSERT_PLANNED_RUNS, job_ids, scheduled, due, [r["id"] for r in current]
+            )
         return int(status.split()[-1])

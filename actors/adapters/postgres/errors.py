@@ -44,8 +44,13 @@ def is_outage(exc: BaseException) -> bool:
     """Whether ``exc`` means the database is away for now (wait it out), not a bug."""
     # InternalClientError is what asyncpg raises when a pooled connection the
     # server closed (a restart, pg_terminate_backend) is used again.
-    if isinstance(exc, OSError | TimeoutError | asyncpg.PostgresConnectionError
-                  | asyncpg.exceptions.InternalClientError):
+    if isinstance(
+        exc,
+        OSError
+        | TimeoutError
+        | asyncpg.PostgresConnectionError
+        | asyncpg.exceptions.InternalClientError,
+    ):
         return True
     if isinstance(exc, asyncpg.PostgresError):
         state = getattr(exc, "sqlstate", "") or ""
@@ -60,6 +65,7 @@ def is_unreachable(exc: BaseException) -> bool:
 
 def outage_as_store_unavailable(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     """``fn`` raising StoreUnavailable for an outage, and reporting the database's health."""
+
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
@@ -72,6 +78,7 @@ def outage_as_store_unavailable(fn: Callable[P, Awaitable[R]]) -> Callable[P, Aw
             raise
         POSTGRES_HEALTH.reached()
         return result
+
     return wrapper
 
 

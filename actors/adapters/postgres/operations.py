@@ -52,10 +52,16 @@ class Operations:
         ids = await self._pool.fetch(INSERT_RUNS_AT, row["id"], [at], "manual")
         return ids[0]["id"] if ids else None
 
-    async def backfill(self, job: str, start: datetime, end: datetime, *,
-                       max_runs: int = BACKFILL_MAX_RUNS, chunk: int = BACKFILL_CHUNK,
-                       progress: Callable[[BackfillProgress], None] | None = None,
-                       ) -> BackfillProgress:
+    async def backfill(
+        self,
+        job: str,
+        start: datetime,
+        end: datetime,
+        *,
+        max_runs: int = BACKFILL_MAX_RUNS,
+        chunk: int = BACKFILL_CHUNK,
+        progress: Callable[[BackfillProgress], None] | None = None,
+    ) -> BackfillProgress:
         """One run per instant of the schedule in ``[start, end]`` that has no row yet.
 
         The whole range, however long, in statements of ``chunk`` instants each

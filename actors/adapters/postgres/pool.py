@@ -72,11 +72,12 @@ def _keepalive_connection_class(timeouts: TimeoutBudget) -> type[asyncpg.Connect
     """
     options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
     for name, value in (
-            ("TCP_KEEPIDLE", int(timeouts.keepalive_idle.total_seconds())),
-            ("TCP_KEEPINTVL", int(timeouts.keepalive_interval.total_seconds())),
-            ("TCP_KEEPCNT", timeouts.keepalive_count),
-            # Data sent but never acknowledged (a blackhole) fails the socket too.
-            ("TCP_USER_TIMEOUT", int(timeouts.database_dead_after().total_seconds() * 1000))):
+        ("TCP_KEEPIDLE", int(timeouts.keepalive_idle.total_seconds())),
+        ("TCP_KEEPINTVL", int(timeouts.keepalive_interval.total_seconds())),
+        ("TCP_KEEPCNT", timeouts.keepalive_count),
+        # Data sent but never acknowledged (a blackhole) fails the socket too.
+        ("TCP_USER_TIMEOUT", int(timeouts.database_dead_after().total_seconds() * 1000)),
+    ):
         if hasattr(socket, name):
             options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
 
@@ -107,10 +108,14 @@ class _BoundedPool(asyncpg.Pool):
         return super().acquire(timeout=self._acquire_timeout if timeout is None else timeout)
 
 
-async def connect_pool(dsn: str, timeouts: TimeoutBudget, *, min_size: int = 1,
-                       max_size: int = 10,
-                       init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
-                       ) -> asyncpg.Pool:
+async def connect_pool(
+    dsn: str,
+    timeouts: TimeoutBudget,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    init: Callable[[asyncpg.Connection], Awaitable[None]] | None = None,
+) -> asyncpg.Pool:
     """An asyncpg pool whose every wait is bounded by the lease-derived ``timeouts``.
 
     A statement by ``statement_timeout`` (asyncpg's command timeout: the client
@@ -129,16 +134,22 @@ async def connect_pool(dsn: str, timeouts: TimeoutBudget, *, min_size: int = 1,
         "tcp_user_timeout": str(int(timeouts.database_dead_after().total_seconds() * 1000)),
     }
     pool = _BoundedPool(
-        dsn, min_size=min_size, max_size=max_size, max_queries=50_000,
-        max_inactive_connection_lifetime=300.0, loop=None, init=init,
+        dsn,
+        min_size=min_size,
+        max_size=max_size,
+        max_queries=50_000,
+        max_inactive_connection_lifetime=300.0,
+        loop=None,
+        init=init,
         connect=_HostByHost(dsn, timeouts.connect_timeout),
-        connection_class=_keepalive_connection_class(timeouts), record_class=asyncpg.Record,
+        connection_class=_keepalive_connection_class(timeouts),
+        record_class=asyncpg.Record,
         acquire_timeout=timeouts.acquire_timeout.total_seconds(),
         command_timeout=timeouts.statement_timeout.total_seconds(),
-        server_settings=server_keepalive)
+        server_settings=server_keepalive,
+    )
     await pool
     return pool
-
 
 
 async def init_connection(conn: asyncpg.Connection) -> None:

@@ -70,8 +70,9 @@ log = get_logger("postgres")
 class PostgresRunStore(PostgresJobCatalog):
     """RunStore on PostgreSQL through an asyncpg pool."""
 
-    def __init__(self, pool: asyncpg.Pool,
-                 close_timeout: timedelta = DEFAULT_TIMEOUTS.close_timeout) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, close_timeout: timedelta = DEFAULT_TIMEOUTS.close_timeout
+    ) -> None:
         super().__init__(pool)
         self._close_timeout = close_timeout
         # Always COMPLETE_RUNS; only the chaos harness's broken build (installed
@@ -81,11 +82,18 @@ class PostgresRunStore(PostgresJobCatalog):
         self._decoded = DecodedJobs()
 
     @classmethod
-    async def connect(cls, dsn: str, *, min_size: int = 1, max_size: int = 10,
-                      timeouts: TimeoutBudget = DEFAULT_TIMEOUTS) -> Self:
+    async def connect(
+        cls,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeouts: TimeoutBudget = DEFAULT_TIMEOUTS,
+    ) -> Self:
         """A pool whose every call has a deadline from ``timeouts`` (see connect_pool)."""
-        pool = await connect_pool(dsn, timeouts, min_size=min_size, max_size=max_size,
-                                  init=init_connection)
+        pool = await connect_pool(
+            dsn, timeouts, min_size=min_size, max_size=max_size, init=init_connection
+        )
         POSTGRES_HEALTH.reached()
         return cls(pool, timeouts.close_timeout)
 
@@ -101,10 +109,17 @@ class PostgresRunStore(PostgresJobCatalog):
         """
         try:
             await asyncio.wait_for(self._pool.close(), self._close_timeout.total_seconds())
-        except (TimeoutError, OSError, asyncpg.PostgresError,
-                asyncpg.exceptions.InterfaceError) as exc:
-            log.warning("database pool did not close in time; terminated",
-                        waited_s=self._close_timeout.total_seconds(), error=repr(exc))
+        except (
+            TimeoutError,
+            OSError,
+            asyncpg.PostgresError,
+            asyncpg.exceptions.InterfaceError,
+        ) as exc:
+            log.warning(
+                "database pool did not close in time; terminated",
+                waited_s=self._close_timeout.total_seconds(),
+                error=repr(exc),
+            )
             self._pool.terminate()
 
     async def migrate(self) -> list[str]:
@@ -119,8 +134,9 @@ class PostgresRunStore(PostgresJobCatalog):
         rows = await self._pool.fetch(SKIP_UNRUNNABLE, limit)
         return [(r["id"], r["reason"]) for r in rows]
 
-    async def claim_due_runs(self, owner: str, limit: int, lease: timedelta,
-                             max_claimed: int) -> list[ClaimedRun]:
+    async def claim_due_runs(
+        self, owner: str, limit: int, lease: timedelta, max_claimed: int
+    ) -> list[ClaimedRun]:
         # No lock around the claim: replicas race, and SKIP LOCKED keeps their
         # batches disjoint. The in-flight bound is counted just before, so R
         # replicas claiming at the same instant can overshoot it by at most
@@ -129,10 +145,12 @@ class PostgresRunStore(PostgresJobCatalog):
         # replica holding it stop every claim.)
         room = min(limit, max(0, max_claimed - await self._pool.fetchval(COUNT_CLAIMED)))
         claimed = _claimed_or_skipped(
-            await self._pool.fetch(CLAIM_DUE_RUNS, owner, room, lease) if room else [])
+            await self._pool.fetch(CLAIM_DUE_RUNS, owner, room, lease) if room else []
+        )
         try:
             claimed += _claimed_or_skipped(
-                await self._pool.fetch(CLAIM_EXCLUSIVE_RUNS, owner, limit, lease))
+                await self._pool.fetch(CLAIM_EXCLUSIVE_RUNS, owner, limit, lease)
+            )
         except asyncpg.UniqueViolationError:
             # Another replica claimed a run of the same exclusive job first; the
             # index refused ours and this statement claimed nothing this time.
@@ -146,24 +164,37 @@ class PostgresRunStore(PostgresJobCatalog):
             # first statement's claims are committed, so hand them on now.
             if not claimed or not is_outage(exc):
                 raise
-            log.warning("exclusive claim failed (database unavailable); passing on the "
-                        "other claims", error=repr(exc))
+            log.warning(
+                "exclusive claim failed (database unavailable); passing on the other claims",
+                error=repr(exc),
+            )
         return claimed
 
     async def release_unpublished(self, owner: str, runs: Sequence[ClaimedRun]) -> int:
-        rows = await self._pool.fetch(RELEASE_UNPUBLISHED, owner, [r.run_id for r in runs],
-                                      [r.epoch for r in runs])
+        rows = await self._pool.fetch(
+            RELEASE_UNPUBLISHED, owner, [r.run_id for r in runs], [r.epoch for r in runs]
+        )
         return len(rows)
 
-    async def start_runs(self, worker: str, messages: Sequence[DispatchMessage],
-                         lease: timedelta, *, retake: Collection[tuple[str, int]] = (),
-                         ) -> tuple[list[StartedRun], list[NotStarted]]:
+    async def start_runs(
+        self,
+        worker: str,
+        messages: Sequence[DispatchMessage],
+        lease: timedelta,
+        *,
+        retake: Collection[tuple[str, int]] = (),
+    ) -> tuple[list[StartedRun], list[NotStarted]]:
         if not messages:
             return [], []
         ids = [m.run_id for m in messages]
-        rows = await self._pool.fetch(START_RUNS, ids, [m.epoch for m in messages],
-                                      worker, lease,
-                                      [(m.run_id, m.epoch) in retake for m in messages])
+        rows = await self._pool.fetch(
+            START_RUNS,
+            ids,
+            [m.epoch for m in messages],
+            worker,
+            lease,
+            [(m.run_id, m.epoch) in retake for m in messages],
+        )
         started: list[StartedRun] = []
         refused: list[NotStarted] = []
         for row in rows:
@@ -172,8 +203,9 @@ class PostgresRunStore(PostgresJobCatalog):
                 # the stream past its deadline, or was superseded): recorded
                 # skipped; the delivery changed nothing.
                 _record_skip(row["id"], row["name"], row["skipped"], "start")
-                refused.append(NotStarted(row["id"], row["claim_epoch"], "skipped",
-                                          RunState.SKIPPED))
+                refused.append(
+                    NotStarted(row["id"], row["claim_epoch"], "skipped", RunState.SKIPPED)
+                )
                 continue
             try:
                 job = self._decoded.job(row["name"], row["fingerprint"], row["definition"])
@@ -183,14 +215,16 @@ class PostgresRunStore(PostgresJobCatalog):
                 # fail this attempt on the record, retry it if attempts remain,
                 # and let the rest of the batch run.
                 await self._fail_unreadable(row, worker, exc)
-                refused.append(NotStarted(row["id"], row["claim_epoch"], "unreadable",
-                                          RunState.RUNNING))
+                refused.append(
+                    NotStarted(row["id"], row["claim_epoch"], "unreadable", RunState.RUNNING)
+                )
         got = {(s.run_id, s.epoch) for s in started} | {(u.run_id, u.epoch) for u in refused}
         missing = [m for m in messages if (m.run_id, m.epoch) not in got]
         if not missing:
             return started, refused
-        states = {r["id"]: r for r in await self._pool.fetch(
-            RUN_STATES, [m.run_id for m in missing])}
+        states = {
+            r["id"]: r for r in await self._pool.fetch(RUN_STATES, [m.run_id for m in missing])
+        }
         not_started = []
         for m in missing:
             row = states.get(m.run_id)
@@ -209,33 +243,52 @@ class PostgresRunStore(PostgresJobCatalog):
             not_started.append(NotStarted(m.run_id, m.epoch, reason, state))
         return started, refused + not_started
 
-    async def _fail_unreadable(self, row: asyncpg.Record, worker: str,
-                               exc: Exception) -> None:
+    async def _fail_unreadable(self, row: asyncpg.Record, worker: str, exc: Exception) -> None:
         # No policy to follow (it is in the definition that cannot be read).
-        verdict = decide_attempt(Outcome.FAILED, state=RunState.RUNNING, attempt=row["attempt"],
-                                 max_attempts=row["max_attempts"], policy=None,
-                                 run_id=row["id"])
+        verdict = decide_attempt(
+            Outcome.FAILED,
+            state=RunState.RUNNING,
+            attempt=row["attempt"],
+            max_attempts=row["max_attempts"],
+            policy=None,
+            run_id=row["id"],
+        )
         error = f"stored job definition unreadable by this worker: {exc!r}"[:1000]
-        log.error("job definition unreadable; attempt failed", run_id=row["id"],
-                  job=row["name"], error=error)
-        await self.complete_runs([Completion(
-            row["id"], row["claim_epoch"], ExecutionResult(Outcome.FAILED, error=error),
-            verdict, worker)])
+        log.error(
+            "job definition unreadable; attempt failed",
+            run_id=row["id"],
+            job=row["name"],
+            error=error,
+        )
+        await self.complete_runs(
+            [
+                Completion(
+                    row["id"],
+                    row["claim_epoch"],
+                    ExecutionResult(Outcome.FAILED, error=error),
+                    verdict,
+                    worker,
+                )
+            ]
+        )
 
     async def interrupt_runs(self, worker: str, runs: Sequence[tuple[str, int]]) -> int:
         """Hand runs this worker could not finish back to pending (clean shutdown)."""
         if not runs:
             return 0
-        rows = await self._pool.fetch(INTERRUPT_RUNS, worker, [r for r, _ in runs],
-                                      [e for _, e in runs])
+        rows = await self._pool.fetch(
+            INTERRUPT_RUNS, worker, [r for r, _ in runs], [e for _, e in runs]
+        )
         return len(rows)
 
-    async def extend_leases(self, worker: str, runs: Sequence[tuple[str, int]],
-                            lease: timedelta) -> set[tuple[str, int]]:
+    async def extend_leases(
+        self, worker: str, runs: Sequence[tuple[str, int]], lease: timedelta
+    ) -> set[tuple[str, int]]:
         if not runs:
             return set()
-        rows = await self._pool.fetch(EXTEND_LEASES, worker, [r for r, _ in runs],
-                                      [e for _, e in runs], lease)
+        rows = await self._pool.fetch(
+            EXTEND_LEASES, worker, [r for r, _ in runs], [e for _, e in runs], lease
+        )
         return {(r["id"], r["claim_epoch"]) for r in rows}
 
     async def complete_runs(self, completions: Sequence[Completion]) -> set[tuple[str, int]]:
@@ -273,18 +326,33 @@ class PostgresRunStore(PostgresJobCatalog):
             rows = await conn.fetch(LOCK_EXPIRED_LEASES, limit)
             if not rows:
                 return []
-            verdicts = [decide_attempt(
-                Outcome.LEASE_EXPIRED, state=RunState(r["state"]), attempt=r["attempt"],
-                max_attempts=r["max_attempts"], policy=None, run_id=r["id"]) for r in rows]
+            verdicts = [
+                decide_attempt(
+                    Outcome.LEASE_EXPIRED,
+                    state=RunState(r["state"]),
+                    attempt=r["attempt"],
+                    max_attempts=r["max_attempts"],
+                    policy=None,
+                    run_id=r["id"],
+                )
+                for r in rows
+            ]
             await conn.execute(
-                APPLY_REAPED, [r["id"] for r in rows], [v.state.value for v in verdicts],
+                APPLY_REAPED,
+                [r["id"] for r in rows],
+                [v.state.value for v in verdicts],
                 [v.attempt for v in verdicts],
                 [None if v.due_in is None else v.due_in.total_seconds() for v in verdicts],
-                [r["state"] == RunState.RUNNING for r in rows], [r["attempt"] for r in rows],
-                [r["claim_epoch"] for r in rows], [r["lease_owner"] for r in rows],
-                [r["started_at"] for r in rows])
-        return [(r["id"], r["name"], f"{r['state']}->{v.state}") for r, v in zip(
-            rows, verdicts, strict=True)]
+                [r["state"] == RunState.RUNNING for r in rows],
+                [r["attempt"] for r in rows],
+                [r["claim_epoch"] for r in rows],
+                [r["lease_owner"] for r in rows],
+                [r["started_at"] for r in rows],
+            )
+        return [
+            (r["id"], r["name"], f"{r['state']}->{v.state}")
+            for r, v in zip(rows, verdicts, strict=True)
+        ]
 
     async def cluster_figures(self, timeout: float) -> ClusterReading:
         """The cluster-wide figures /metrics reports (every replica reads the same)."""
@@ -293,15 +361,24 @@ class PostgresRunStore(PostgresJobCatalog):
             leases = await conn.fetchrow(CLUSTER_LEASE_FIGURES, timeout=timeout)
         assert leases is not None
         return ClusterReading(
-            jobs=tuple(JobReading(
-                name=r["name"], paused=r["paused"], fingerprint=r["fingerprint"],
-                definition=r["definition"], last_success=r["last_success"],
-                last_failure=r["last_failure"], overdue=r["overdue"],
-                overdue_oldest_age=r["overdue_oldest_age"],
-                materialized_behind=r["materialized_behind"]) for r in jobs),
-            claimed=leases["claimed"], running=leases["running"],
-            past_lease=leases["past_lease"])
-
+            jobs=tuple(
+                JobReading(
+                    name=r["name"],
+                    paused=r["paused"],
+                    fingerprint=r["fingerprint"],
+                    definition=r["definition"],
+                    last_success=r["last_success"],
+                    last_failure=r["last_failure"],
+                    overdue=r["overdue"],
+                    overdue_oldest_age=r["overdue_oldest_age"],
+                    materialized_behind=r["materialized_behind"],
+                )
+                for r in jobs
+            ),
+            claimed=leases["claimed"],
+            running=leases["running"],
+            past_lease=leases["past_lease"],
+        )
 
 
 def _record_skip(run_id: str, job: str, reason: str, where: str) -> None:
@@ -316,8 +393,15 @@ def _claimed_or_skipped(rows: Sequence[asyncpg.Record]) -> list[ClaimedRun]:
         if r["skip"] is not None:
             _record_skip(r["id"], r["name"], r["skip"], "claim")
             continue
-        claimed.append(ClaimedRun(run_id=r["id"], job=r["name"], scheduled_at=r["scheduled_at"],
-                                  attempt=r["attempt"], epoch=r["claim_epoch"]))
+        claimed.append(
+            ClaimedRun(
+                run_id=r["id"],
+                job=r["name"],
+                scheduled_at=r["scheduled_at"],
+                attempt=r["attempt"],
+                epoch=r["claim_epoch"],
+            )
+        )
     return claimed
 
 
@@ -332,11 +416,15 @@ def _pg_text(value: str | None) -> str | None:
 
 def _started_run(row: asyncpg.Record, job: Job) -> StartedRun:
     return StartedRun(
-        run_id=row["id"], epoch=row["claim_epoch"], job=row["name"],
-        scheduled_at=row["scheduled_at"], attempt=row["attempt"],
+        run_id=row["id"],
+        epoch=row["claim_epoch"],
+        job=row["name"],
+        scheduled_at=row["scheduled_at"],
+        attempt=row["attempt"],
         max_attempts=row["max_attempts"],
         executor=job.executor,
         timeout=job.timeout,
         retry=job.retry,
-        trigger=row["trigger"], due_at=row["due_at"],
+        trigger=row["trigger"],
+        due_at=row["due_at"],
     )

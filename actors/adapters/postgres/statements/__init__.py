@@ -28,7 +28,6 @@ together. Never build SQL from input: the only splicing is of constants.
 # UPDATE must join the CTE: a row it changes is then always one the CTE
 # locked first, in order.
 
-
 from actors.adapters.postgres.statements.claim import (
     CANCEL_ORPHANED_RUNS,
     CLAIM_DUE_RUNS,

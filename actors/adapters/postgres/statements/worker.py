@@ -1,5 +1,9 @@
 """The worker's statements: start, heartbeat, complete, interrupt."""
 
+# fmt: off
+# SQL keeps its hand layout here: the formatter would split the spliced
+# constants across lines and separate each noqa from the line it covers.
+
 from actors.adapters.postgres.statements.claim import MUST_NOT_RUN
 
 # A run already running under this worker and epoch is taken up again only
