@@ -11,7 +11,7 @@ Also prints whether any run was claimed twice (SKIP LOCKED keeps concurrent
 claims disjoint) and how a claim's latency grows with the number of runs
 already claimed (the in-flight bound counts them on every claim).
 
-    /work/venv/bin/python -m bench.bench_claim [--per-job 200 --jobs 100 --claimers 4]
+    python -m bench.bench_claim [--per-job 200 --jobs 100 --claimers 4]
 """
 
 from __future__ import annotations

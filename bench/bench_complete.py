@@ -11,7 +11,7 @@ task). Baselines stop after ``--baseline-seconds``.
 Every variant also reports how many completions were recorded and how many
 attempt rows exist, which must both equal the completions sent.
 
-    /work/venv/bin/python -m bench.bench_complete [--per-job 200 --batch 256]
+    python -m bench.bench_complete [--per-job 200 --batch 256]
 """
 
 from __future__ import annotations

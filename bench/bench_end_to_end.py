@@ -18,7 +18,7 @@ Each configuration runs in a subprocess of its own, so its peak RSS is its own:
 the shipped batching (``claim_batch`` 500, ``worker_concurrency`` 256) against
 the naive baseline (``claim_batch`` 1, ``worker_concurrency`` 1).
 
-    /work/venv/bin/python -m bench.bench_end_to_end [--jobs 200 --duration 18]
+    python -m bench.bench_end_to_end [--jobs 200 --duration 18]
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ body and ``Nats-Msg-Id`` header). The baseline stops after
 Afterwards the stream's message count must equal the acked publishes (the
 message ids are unique, so deduplication must drop nothing).
 
-    /work/venv/bin/python -m bench.bench_publish [--messages 20000 --batch 500]
+    python -m bench.bench_publish [--messages 20000 --batch 500]
 """
 
 from __future__ import annotations
