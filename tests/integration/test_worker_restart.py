@@ -26,6 +26,7 @@ from actors.adapters.postgres import PostgresRunStore
 from actors.domain import ClaimedRun, ExecutionResult, ExecutorSpec, Outcome, RunContext
 from actors.ports import DispatchMessage, NotStarted, StartedRun, StoreUnavailable
 from actors.worker import Worker, WorkerFaults
+from tests.fakes import RecordingDelivery as Delivery
 from tests.integration.helpers import (
     LONG_LEASE,
     add_job,
@@ -38,26 +39,6 @@ from tests.integration.helpers import (
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 WORKER = "replica-1"
-
-
-class Delivery:
-    """A broker message that records how the worker settled it."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.settled: list[str] = []
-
-    async def ack(self) -> None:
-        self.settled.append("ack")
-
-    async def term(self) -> None:
-        self.settled.append("term")
-
-    async def nak(self, delay: float | None = None) -> None:
-        self.settled.append("nak")
-
-    async def in_progress(self) -> None:
-        pass
 
 
 class Deliveries:

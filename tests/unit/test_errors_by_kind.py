@@ -19,26 +19,7 @@ from actors.domain import ClaimedRun, ExecutionResult, Outcome
 from actors.heartbeat import Heartbeat, InFlight
 from actors.ports import Completion, DispatchMessage, RunStore, StoreUnavailable
 from actors.worker import Worker, _Pending
-
-
-class Delivery:
-    """A broker message that records how it was settled."""
-
-    def __init__(self, data: bytes = b"m") -> None:
-        self.data = data
-        self.settled: list[str] = []
-
-    async def ack(self) -> None:
-        self.settled.append("ack")
-
-    async def term(self) -> None:
-        self.settled.append("term")
-
-    async def nak(self, delay: float | None = None) -> None:
-        self.settled.append("nak")
-
-    async def in_progress(self) -> None:
-        self.settled.append("in_progress")
+from tests.fakes import RecordingDelivery as Delivery
 
 
 async def _beats_until(heartbeat: Heartbeat, calls: list[int], count: int) -> None:

@@ -21,6 +21,7 @@ from actors.flow import Backoff, BrokerGate, ClaimedBatch, Probe
 from actors.heartbeat import COMPLETIONS, HEARTBEAT, STARTS, Keeping
 from actors.ports import Broker, DispatchMessage, RunStore, StartedRun, StoreUnavailable
 from actors.worker import Worker
+from tests.fakes import RecordingDelivery as Delivery
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -195,24 +196,6 @@ async def test_while_the_gate_is_closed_claimed_batches_go_back_unpublished() ->
 
 
 # -- Worker -------------------------------------------------------------------------------
-
-
-class Delivery:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.settled: list[str] = []
-
-    async def ack(self) -> None:
-        self.settled.append("ack")
-
-    async def term(self) -> None:
-        self.settled.append("term")
-
-    async def nak(self, delay: float | None = None) -> None:
-        self.settled.append("nak")
-
-    async def in_progress(self) -> None:
-        self.settled.append("in_progress")
 
 
 class Store:
