@@ -6,7 +6,8 @@ Exit status (the same for every command):
      not finished yet; the replica refused a reload
   2  usage or bad input: a bad time, run id, state, range, URL, token or config file
   3  nothing to do, or not found: no such job or run; the run is already finished;
-     the instant already has a run; the job is already paused
+     the instant already has a run (a backfill: every instant of the range); the
+     job is already paused
   4  claimd unreachable: the database or the API did not answer
 """
 
@@ -140,7 +141,10 @@ async def actions(backend: Backend, args: argparse.Namespace) -> Result:
 def _action(name: str, *fields: str) -> Command:
     async def act(backend: Backend, args: argparse.Namespace) -> Result:
         result = await backend.act(name, **{f: getattr(args, f) for f in fields})
-        return result, result["message"], 0
+        # A backfill whose every instant already had a run changed nothing: 3,
+        # as a trigger of an instant that already has a run is.
+        nothing = name == "backfill" and result.get("added") == 0
+        return result, result["message"], 3 if nothing else 0
 
     return act
 
