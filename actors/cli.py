@@ -136,8 +136,16 @@ def cmd_dev(args: argparse.Namespace) -> int:
             nats.url,
             f"http://{settings.http_host}:{settings.http_port}" if settings.http_port > 0 else None,
         )
+
+        def serving(host: str, port: int) -> None:
+            # The port actually bound (http_port 0 picks a free one), once it is known.
+            operator_cli.record_dev_endpoints(
+                data_dir, postgres.url, nats.url, f"http://{host}:{port}"
+            )
+            banner(host, port)
+
         try:
-            return _run_replica(config, loaded, Role.ALL, on_http=banner)
+            return _run_replica(config, loaded, Role.ALL, on_http=serving)
         finally:
             operator_cli.forget_dev_endpoints(endpoints)
     finally:

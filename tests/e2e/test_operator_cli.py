@@ -359,11 +359,13 @@ async def test_a_real_claimd_dev_is_found_through_its_data_folder(
     )
     data_dir = short_data_dir()
     seen: list[Result] = []
+    recorded: list[str | None] = []
 
     async def operate() -> None:
         # No URL, no config: what `claimd dev` wrote in its data folder is enough
         # (the folder is ./.claimd by default; the test's is elsewhere, named here).
         seen.append(await claimd("jobs", "--json", "--dev-dir", str(data_dir), cwd=tmp_path))
+        recorded.append(json.loads((data_dir / ENDPOINTS_FILE).read_text())["http_url"])
 
     try:
         await dev_session(
@@ -375,6 +377,10 @@ async def test_a_real_claimd_dev_is_found_through_its_data_folder(
     (job,) = json.loads(seen[0].out)
     assert job["name"] == "tick"
     assert job["last_success"] is not None
+    # http = 127.0.0.1:0: the port the replica bound is recorded, not 0.
+    assert recorded[0] is not None
+    assert recorded[0].startswith("http://127.0.0.1:"), recorded
+    assert not recorded[0].endswith(":0"), recorded
     assert not (data_dir / ENDPOINTS_FILE).exists()  # removed when claimd dev stopped
 
 
