@@ -89,6 +89,13 @@ async def test_actions_without_a_token_or_with_a_wrong_one_change_nothing(
     make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
 ) -> None:
     async with api(make_config(JOBS, **FAST), tmp_path) as base:
+
+        async def synced() -> bool:
+            # HTTP serves before the jobs are synced: the job must not appear
+            # after the state of things was read.
+            return bool(await store.pool.fetchval("SELECT count(*) FROM jobs"))
+
+        await eventually(synced, what="the replica's jobs in the database")
         before = await state_of_things(store)
         for method, path, body in ACTIONS:
             for token in (None, TOKEN):
