@@ -45,8 +45,8 @@ FAST = {
 
 
 @asynccontextmanager
-async def api(loaded: LoadedConfig, tmp_path: Path) -> AsyncIterator[str]:
-    """A replica serving HTTP on a free port; yields its base URL."""
+async def api(loaded: LoadedConfig, tmp_path: Path, store: PostgresRunStore) -> AsyncIterator[str]:
+    """A replica serving HTTP on a free port, its jobs synced; yields its base URL."""
     replica = Replica(tmp_path / "claimd.toml", loaded)
     async with running(replica):
 
@@ -54,6 +54,13 @@ async def api(loaded: LoadedConfig, tmp_path: Path) -> AsyncIterator[str]:
             return replica.http_port not in (None, 0)
 
         await eventually(serving, what="the replica's HTTP server")
+
+        async def synced() -> bool:
+            # HTTP serves before the jobs are synced (on a loaded machine, long
+            # enough for a test to read or seed before the job exists).
+            return bool(await store.pool.fetchval("SELECT count(*) FROM jobs"))
+
+        await eventually(synced, what="the replica's jobs in the database")
         yield f"http://127.0.0.1:{replica.http_port}"
 
 
@@ -88,14 +95,7 @@ ACTIONS = [
 async def test_actions_without_a_token_or_with_a_wrong_one_change_nothing(
     make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
 ) -> None:
-    async with api(make_config(JOBS, **FAST), tmp_path) as base:
-
-        async def synced() -> bool:
-            # HTTP serves before the jobs are synced: the job must not appear
-            # after the state of things was read.
-            return bool(await store.pool.fetchval("SELECT count(*) FROM jobs"))
-
-        await eventually(synced, what="the replica's jobs in the database")
+    async with api(make_config(JOBS, **FAST), tmp_path, store) as base:
         before = await state_of_things(store)
         for method, path, body in ACTIONS:
             for token in (None, TOKEN):
@@ -107,7 +107,9 @@ async def test_actions_without_a_token_or_with_a_wrong_one_change_nothing(
     tokens = tmp_path / "tokens"
     tokens.write_text(f"alice-token {TOKEN}\n")
     with capture_logs() as logs:
-        async with api(make_config(JOBS, api_token_file=str(tokens), **FAST), tmp_path) as base:
+        async with api(
+            make_config(JOBS, api_token_file=str(tokens), **FAST), tmp_path, store
+        ) as base:
             before = await state_of_things(store)
             for method, path, body in ACTIONS:
                 for token in (None, "wrong-" + TOKEN, TOKEN[:-1]):
@@ -152,7 +154,7 @@ async def test_actions_without_a_token_or_with_a_wrong_one_change_nothing(
 async def test_reads_runs_pages_one_run_and_json_errors(
     make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
 ) -> None:
-    async with api(make_config(JOBS, **FAST), tmp_path) as base:
+    async with api(make_config(JOBS, **FAST), tmp_path, store) as base:
         job_id = await store.pool.fetchval("SELECT id FROM jobs WHERE name = 'nightly'")
         await store.pool.execute(
             "INSERT INTO job_runs (job_id, scheduled_at, due_at, state, outcome, finished_at, "
@@ -215,7 +217,7 @@ async def test_every_route_conforms_to_the_openapi_document(
     tokens = tmp_path / "tokens"
     tokens.write_text(f"{TOKEN}\n")
     loaded = make_config(JOBS, api_token_file=str(tokens), **FAST)
-    async with api(loaded, tmp_path) as base:
+    async with api(loaded, tmp_path, store) as base:
         await call("POST", base + "/api/jobs/nightly/trigger", TOKEN)  # a run to find
         proc = await asyncio.create_subprocess_exec(
             *command,
