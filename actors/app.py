@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from actors.adapters import nats as nats_adapter
 from actors.adapters.executors import LocalExecutor
 from actors.adapters.history import Actor, record_action
 from actors.adapters.nats import NATS_HEALTH, JetStreamBroker
+from actors.adapters.nats_inbox import PROBE_TIMEOUT_S, JetStreamInbox, PullSubscription
 from actors.adapters.postgres import POSTGRES_HEALTH, PostgresRunStore, is_unreachable
 from actors.api import OperatorApi
 from actors.claimer import Claimer
@@ -46,8 +46,8 @@ from actors.operator import OperatorService, Unavailable
 from actors.ports import Outage
 from actors.reaper import Reaper
 from actors.supervisor import supervise
-from actors.testing.faults import install_store_faults
-from actors.worker import Worker
+from actors.testing.faults import install_store_faults, install_worker_faults
+from actors.worker import Worker, WorkerSettings
 
 log = get_logger("replica")
 
@@ -525,27 +525,27 @@ class Replica:
                     tasks[name] = group.create_task(supervise(name, start), name=name)
             if working:
 
-                async def resubscribe() -> Any:
+                async def resubscribe() -> PullSubscription:
                     await self._ensure_channel(broker)
                     return await broker.pull_subscription()
 
-                subscription = await broker.pull_subscription()
+                worker_settings = WorkerSettings.from_config(settings, self.replica_id)
+                inbox = JetStreamInbox(
+                    await broker.pull_subscription(),
+                    settings.deployment,
+                    rebind=resubscribe,
+                    probe=probe_broker,
+                    probe_timeout=min(
+                        PROBE_TIMEOUT_S, worker_settings.stall_threshold.total_seconds()
+                    ),
+                )
                 worker = Worker(
-                    store,
-                    subscription,
+                    install_worker_faults(store),
+                    inbox,
                     LocalExecutor(),
-                    worker_id=self.replica_id,
-                    deployment=settings.deployment,
-                    lease=settings.lease,
-                    heartbeat_interval=settings.lease_settings.heartbeat_interval(),
-                    concurrency=settings.worker_concurrency,
-                    decode=nats_adapter.decode,
-                    delivery_count=nats_adapter.delivery_count,
+                    worker_settings,
                     stop=stop_working,
-                    grace=settings.shutdown_grace,
-                    resubscribe=resubscribe,
                     clock=clock,
-                    probe_broker=probe_broker,
                 )
                 tasks["worker"] = group.create_task(supervise("worker", worker.run), name="worker")
             if not scheduling:

@@ -8,12 +8,20 @@ protection removed. The environment is read once, when the replica starts
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 from actors.adapters.postgres import COMPLETE_RUNS, PostgresRunStore
 from actors.observability import get_logger
+from actors.ports import Completion, RunStore
 
 log = get_logger("faults")
+
+# CLAIMD_FAULT_EXIT_AFTER_COMPLETE=N: the process exits (status 97) right
+# after the Nth batch of completions was recorded, before any of it is
+# acked: the crash between record and ack, with a real process.
+EXIT_AFTER_COMPLETE = "CLAIMD_FAULT_EXIT_AFTER_COMPLETE"
+EXIT_STATUS = 97
 
 # CLAIMD_FAULT_SKIP_EPOCH_GUARD=1: completions without their epoch guard, so
 # the harness can show that it catches a zombie's late completion
@@ -36,3 +44,41 @@ def install_store_faults(
         )
         store.complete_statement = COMPLETE_RUNS_UNFENCED
     return store
+
+
+class ExitAfterComplete:
+    """The worker's store, except that the process exits after the Nth recorded batch."""
+
+    def __init__(
+        self, store: RunStore, after: int, exit: Callable[[int], object] = os._exit
+    ) -> None:
+        self._store = store
+        self._after = after
+        self._exit = exit
+        self.recorded_batches = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def complete_runs(self, completions: Sequence[Completion]) -> set[tuple[str, int]]:
+        recorded = await self._store.complete_runs(completions)
+        self.recorded_batches += 1
+        if self.recorded_batches >= self._after:
+            log.warning(
+                "fault injection: exiting after complete, before ack", fault=EXIT_AFTER_COMPLETE
+            )
+            self._exit(EXIT_STATUS)
+        return recorded
+
+
+def install_worker_faults(store: RunStore, environ: Mapping[str, str] = os.environ) -> RunStore:
+    """The store the worker records through, with the faults the environment asks for."""
+    after = int(environ.get(EXIT_AFTER_COMPLETE, "0") or 0)
+    if after <= 0:
+        return store
+    log.warning(
+        "test fault installed: the process exits after recording, before acking",
+        fault=EXIT_AFTER_COMPLETE,
+        after_batches=after,
+    )
+    return cast(RunStore, ExitAfterComplete(store, after))

@@ -1,0 +1,156 @@
+"""Completing: verdicts recorded in batches, each message acked only after its run was.
+
+Order is the guarantee. The run is recorded (complete, committed) before the
+message is acked: a crash between the two means a redelivery, and the
+redelivered message finds the run terminal and changes nothing. Acking first
+would lose the run if the process died before recording it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from actors.domain import AttemptVerdict, RunState
+from actors.flow import Backoff
+from actors.observability import (
+    COMPLETIONS_REJECTED,
+    FENCED_COMPLETIONS,
+    RUNS_COMPLETED,
+    RUNS_FAILED_FINALLY,
+    get_logger,
+)
+from actors.ports import Outage, RecordRejected, RunStore
+from actors.worker.heartbeat import COMPLETIONS, Keeping
+from actors.worker.holding import Holding, Key, Pending, quietly
+
+log = get_logger("worker")
+COMPLETION_BATCH = 256
+
+
+class Completer:
+    def __init__(self, store: RunStore, holding: Holding, keeping: Keeping) -> None:
+        self.store = store
+        self.holding = holding
+        self.keeping = keeping
+
+    async def run(self) -> None:
+        """Record verdicts in batches, then ack each message whose run was recorded.
+
+        Errors by kind: an outage is waited out (``_record`` retries; the lease
+        has slack, and while the database is away the heartbeat cannot renew it
+        either). Anything else is about some runs of the batch: the batch is
+        recorded one by one, and the runs that still fail are abandoned to their
+        leases. A refusal of the data (RecordRejected) is that run's alone; any
+        other error is a bug, re-raised once the rest is settled, so that the
+        supervisor counts it against the worker's crash budget.
+        """
+        queue = self.holding.completions
+        done = False
+        while not done:
+            first = await queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < COMPLETION_BATCH and not queue.empty():
+                item = queue.get_nowait()
+                if item is None:
+                    done = True
+                    break
+                batch.append(item)
+            bug: Exception | None = None
+            try:
+                recorded = await self._record(batch)
+            except Exception:  # noqa: BLE001 - not an outage: find the runs it is about
+                recorded = set()
+                kept = []
+                for pending in batch:
+                    try:
+                        recorded |= await self._record([pending])
+                        kept.append(pending)
+                    except Exception as exc:  # noqa: BLE001 - abandoned; bugs re-raised below
+                        await self._abandon(pending, exc)
+                        if bug is None and not isinstance(exc, RecordRejected):
+                            bug = exc
+                batch = kept
+            await self._settle(batch, recorded)
+            if bug is not None:
+                raise bug
+
+    async def _record(self, batch: list[Pending]) -> set[Key]:
+        """complete_runs, retried while the database is unreachable; other errors raise.
+
+        While it fails, the worker fetches nothing (``keeping``). The backoff
+        stays short: once the database is back, this batch holds every later
+        verdict and the worker's intake.
+        """
+        backoff = Backoff(initial=0.1, maximum=2.0)
+        while True:
+            try:
+                with self.keeping.call(COMPLETIONS):
+                    # Shielded: a completion that reached the database must be acted on.
+                    recorded = await asyncio.shield(
+                        self.store.complete_runs([p.completion for p in batch])
+                    )
+                self.keeping.succeeded(COMPLETIONS)
+                return recorded
+            except Outage as exc:
+                self.keeping.failed(COMPLETIONS, repr(exc)[:200])
+                delay = backoff.next_delay()
+                log.warning(
+                    "complete failed; retrying",
+                    runs=len(batch),
+                    error=repr(exc),
+                    delay_s=round(delay, 3),
+                )
+                await self.keeping.rest(delay)
+
+    async def _abandon(self, pending: Pending, exc: Exception) -> None:
+        """Give up recording one attempt; its lease lapses and the reaper recovers the run.
+
+        The run leaves the in-flight set, so the heartbeat no longer extends its
+        lease. Its message is terminated, not acked (nothing was recorded), and
+        not left to be redelivered: a redelivery would change nothing anyway
+        (START_RUNS does not take up again a run this worker began), and the
+        run's recovery never depended on the message: the reaper returns it to
+        pending and the next claim dispatches it under a new epoch.
+        """
+        c = pending.completion
+        COMPLETIONS_REJECTED.inc()
+        refused = isinstance(exc, RecordRejected)
+        log.error(
+            "completion rejected by the database; the lease will recover the run"
+            if refused
+            else "completion could not be recorded (unexpected error); "
+            "the lease will recover the run",
+            run_id=c.run_id,
+            job=pending.job,
+            epoch=c.epoch,
+            error=repr(exc)[:500],
+        )
+        entry = self.holding.in_flight.get((c.run_id, c.epoch))
+        if entry is not None:
+            self.holding.forget(entry)  # stop heartbeating it, so its lease can expire
+        await quietly(pending.delivery.term())
+
+    async def _settle(self, batch: list[Pending], recorded: set[Key]) -> None:
+        for pending in batch:
+            c = pending.completion
+            key = (c.run_id, c.epoch)
+            if key in recorded:
+                RUNS_COMPLETED.labels(pending.job, c.result.outcome.value).inc()
+                verdict = c.verdict or AttemptVerdict.final(c.result.outcome)
+                if verdict.state is RunState.FAILED:
+                    RUNS_FAILED_FINALLY.labels(pending.job).inc()
+            else:
+                # The epoch moved on (reaped, cancelled): this execution was a duplicate.
+                FENCED_COMPLETIONS.inc()
+                log.warning(
+                    "completion fenced: the run moved on",
+                    run_id=c.run_id,
+                    job=pending.job,
+                    epoch=c.epoch,
+                )
+            await quietly(pending.delivery.ack())
+            entry = self.holding.in_flight.get(key)
+            if entry is not None:
+                self.holding.forget(entry)

@@ -1,0 +1,85 @@
+"""Executing: one attempt, its verdict decided (actors.domain.decide_attempt) and queued."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+from actors.domain import ExecutionResult, Outcome, RunState, decide_attempt
+from actors.observability import RUN_DURATION, RUNS_STARTED, SCHEDULE_LAG, get_logger
+from actors.ports import Clock, Completion, Executor, StartedRun
+from actors.worker.heartbeat import InFlight
+from actors.worker.holding import Holding, Pending, quietly
+
+log = get_logger("worker")
+
+
+class Execution:
+    def __init__(
+        self, executor: Executor, worker_id: str, holding: Holding, clock: Clock | None
+    ) -> None:
+        self.executor = executor
+        self.worker_id = worker_id
+        self.holding = holding
+        # Lag is measured on the database's clock (estimated locally), not the host's.
+        self.clock = clock
+
+    async def __call__(self, run: StartedRun, entry: InFlight) -> None:
+        """Execute ``run``; queue its verdict for the completer (which acks after recording)."""
+        RUNS_STARTED.labels(run.job).inc()
+        if run.trigger == "schedule":
+            # Triggered and backfilled runs are due when asked for, often long
+            # ago: they would fill the top bucket and swamp the sum.
+            now = self.clock.now() if self.clock is not None else datetime.now(UTC)
+            lag = (now - (run.due_at or run.scheduled_at)).total_seconds()
+            SCHEDULE_LAG.labels(run.job).observe(max(0.0, lag))
+        bound = log.bind(run_id=run.run_id, job=run.job, attempt=run.attempt, epoch=run.epoch)
+        bound.info("run started")
+        try:
+            result = await self.executor.execute(run.executor, run.context(), run.timeout)
+        except asyncio.CancelledError:
+            if entry.lease_lost:
+                # Another attempt may own the run now; record nothing, settle the message.
+                self.holding.forget(entry)
+                await quietly(entry.message.ack())
+                return
+            self.holding.forget(entry)
+            raise
+        except Exception as exc:  # noqa: BLE001 - an executor bug fails the run, not the worker
+            bound.error("executor raised", error=repr(exc), exc_info=True)
+            result = ExecutionResult(Outcome.FAILED, error=f"executor error: {exc!r}"[:1000])
+        verdict = decide_attempt(
+            result.outcome,
+            state=RunState.RUNNING,
+            attempt=run.attempt,
+            max_attempts=run.max_attempts,
+            policy=run.retry,
+            run_id=run.run_id,
+        )
+        RUN_DURATION.labels(run.job).observe(result.duration.total_seconds())
+        fields: dict[str, Any] = {
+            "outcome": result.outcome.value,
+            "exit_code": result.exit_code,
+            "duration_s": round(result.duration.total_seconds(), 3),
+        }
+        if result.outcome is Outcome.SUCCEEDED:
+            bound.info("run finished", **fields)
+        elif verdict.retry:
+            bound.warning(
+                "run attempt failed; will retry",
+                **fields,
+                error=result.error,
+                retry_in_s=None if verdict.due_in is None else verdict.due_in.total_seconds(),
+                max_attempts=run.max_attempts,
+            )
+        else:
+            # The last attempt: the run fails for good. What failed is in the line.
+            bound.error(
+                "run failed; no attempts left",
+                **fields,
+                error=result.error,
+                max_attempts=run.max_attempts,
+            )
+        completion = Completion(run.run_id, run.epoch, result, verdict, self.worker_id)
+        await self.holding.completions.put(Pending(completion, entry.message, run.job))

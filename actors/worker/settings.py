@@ -1,0 +1,38 @@
+"""What a worker is told: its identity and its bounds, read from the config in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from actors.config import Settings
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    worker_id: str  # the lease owner its runs are recorded under
+    deployment: str
+    lease: timedelta
+    heartbeat_interval: timedelta
+    concurrency: int  # runs executing at once, at most
+    grace: timedelta  # at a stop, how long in-flight runs may finish
+    # A database call unanswered this long is failing (None: a quarter of the
+    # lease, a second at least): the leases it would extend are running out.
+    stall_after: timedelta | None = None
+
+    @property
+    def stall_threshold(self) -> timedelta:
+        if self.stall_after is not None:
+            return self.stall_after
+        return max(self.lease / 4, timedelta(seconds=1))
+
+    @classmethod
+    def from_config(cls, settings: Settings, worker_id: str) -> WorkerSettings:
+        return cls(
+            worker_id=worker_id,
+            deployment=settings.deployment,
+            lease=settings.lease,
+            heartbeat_interval=settings.lease_settings.heartbeat_interval(),
+            concurrency=settings.worker_concurrency,
+            grace=settings.shutdown_grace,
+        )

@@ -1,0 +1,119 @@
+"""Starting: a fetched batch becomes runs executing here, in one statement.
+
+The start path is :meth:`Starter.start`: the deliveries (decoded by the
+inbox) -> ``start_runs`` -> one execution spawned per started run; what cannot
+start is settled here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+
+from actors.observability import DELIVERIES_SKIPPED, REDELIVERIES, get_logger
+from actors.ports import Delivery, DispatchMessage, Outage, RunStore, StartedRun
+from actors.worker.heartbeat import STARTS, InFlight, Keeping
+from actors.worker.holding import Holding, Key, quietly
+from actors.worker.settings import WorkerSettings
+
+log = get_logger("worker")
+START_UNKNOWN_KEPT = 10_000  # (run, epoch) keys whose start reply was lost, remembered
+
+Execute = Callable[[StartedRun, InFlight], Awaitable[None]]
+
+
+class Starter:
+    def __init__(
+        self,
+        store: RunStore,
+        settings: WorkerSettings,
+        holding: Holding,
+        keeping: Keeping,
+        execute: Execute,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.holding = holding
+        self.keeping = keeping
+        self.execute = execute
+        # Attempts whose start may have committed without the reply reaching us
+        # (start_runs raised or was cancelled): never begun here, so their redelivery may take up
+        # again a run left `running` under this worker and epoch. Nothing else
+        # may: an attempt this worker began (and whose actor then crashed, or
+        # whose completion could not be recorded) is left to its lease, never
+        # run twice under one fencing token. Kept across restarts of the actor
+        # (the supervisor reruns the same worker, with the same worker id).
+        self.start_unknown: OrderedDict[Key, None] = OrderedDict()
+
+    async def start(self, deliveries: Sequence[Delivery], group: asyncio.TaskGroup) -> None:
+        """Start in one statement, spawn executions; settle what cannot start."""
+        batch: list[tuple[DispatchMessage, Delivery]] = []
+        for delivery in deliveries:
+            message = delivery.message
+            if delivery.delivery_count > 1:
+                REDELIVERIES.inc()
+            if (message.run_id, message.epoch) in self.holding.in_flight:
+                # Executing here already (the broker redelivered while it ran):
+                # settle this copy; the running one records and acks.
+                DELIVERIES_SKIPPED.labels(reason="executing_here").inc()
+                await quietly(delivery.ack())
+                continue
+            batch.append((message, delivery))
+        if not batch:
+            return
+        keys = [(m.run_id, m.epoch) for m, _ in batch]
+        retake = {k for k in keys if k in self.start_unknown}
+        # Until its reply is in hand, a start may commit unseen (the connection
+        # drops, or this task is cancelled while it waits): remembered first.
+        self._remember_start_unknown(keys)
+        try:
+            with self.keeping.call(STARTS):
+                started, not_started = await self.store.start_runs(
+                    self.settings.worker_id,
+                    [m for m, _ in batch],
+                    self.settings.lease,
+                    retake=retake,
+                )
+        except Exception as exc:
+            # Nothing began here: the broker redelivers, and these runs may be
+            # taken up again then. An outage is waited out here (no fetch until
+            # the database answers); anything else is a bug the supervisor must see.
+            for _, delivery in batch:
+                await quietly(delivery.nak(delay=1.0))
+            if not isinstance(exc, Outage):
+                raise
+            self.keeping.failed(STARTS, repr(exc)[:200])
+            log.warning(
+                "start failed; messages will be redelivered", error=repr(exc), runs=len(batch)
+            )
+            return
+        self.keeping.succeeded(STARTS)
+        by_key = {(m.run_id, m.epoch): d for m, d in batch}
+        # The started runs enter the in-flight set before anything else is
+        # awaited: from here on they are begun, never to be taken up again.
+        for run in started:
+            entry = InFlight(run.run_id, run.epoch, run.job, by_key[(run.run_id, run.epoch)])
+            self.holding.hold(entry)
+            entry.task = group.create_task(self.execute(run, entry))
+        for key in keys:
+            self.start_unknown.pop(key, None)  # answered: started now, or never will be
+        for skipped in not_started:
+            DELIVERIES_SKIPPED.labels(reason=skipped.reason).inc()
+            delivery = by_key[(skipped.run_id, skipped.epoch)]
+            log.info(
+                "delivery changed nothing",
+                run_id=skipped.run_id,
+                epoch=skipped.epoch,
+                reason=skipped.reason,
+                state=skipped.state,
+            )
+            # Unknown: not a run of this database; terminate so it is never redelivered.
+            await quietly(delivery.term() if skipped.reason == "unknown" else delivery.ack())
+
+    def _remember_start_unknown(self, keys: Sequence[Key]) -> None:
+        for key in keys:
+            self.start_unknown[key] = None
+            self.start_unknown.move_to_end(key)
+        while len(self.start_unknown) > START_UNKNOWN_KEPT:
+            self.start_unknown.popitem(last=False)
