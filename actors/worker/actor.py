@@ -62,7 +62,7 @@ class Worker:
         self.intake = Intake(
             inbox,
             self.keeping,
-            Probe(store.ping, self.keeping.stall_after),
+            Probe(lambda: store.ping(), self.keeping.stall_after),
             stop,
             lambda: len(self.holding.in_flight),
         )

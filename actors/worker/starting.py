@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from actors.observability import DELIVERIES_SKIPPED, REDELIVERIES, get_logger
 from actors.ports import Delivery, DispatchMessage, Outage, RunStore, StartedRun
@@ -20,7 +21,7 @@ from actors.worker.settings import WorkerSettings
 log = get_logger("worker")
 START_UNKNOWN_KEPT = 10_000  # (run, epoch) keys whose start reply was lost, remembered
 
-Execute = Callable[[StartedRun, InFlight], Awaitable[None]]
+Execute = Callable[[StartedRun, InFlight], Coroutine[Any, Any, None]]
 
 
 class Starter:

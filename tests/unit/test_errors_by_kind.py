@@ -16,9 +16,10 @@ import pytest
 
 from actors.compensator import Compensator
 from actors.domain import ClaimedRun, ExecutionResult, Outcome
-from actors.heartbeat import Heartbeat, InFlight
 from actors.ports import Completion, DispatchMessage, RunStore, StoreUnavailable
-from actors.worker import Worker, _Pending
+from actors.worker import Worker, WorkerSettings
+from actors.worker.heartbeat import Heartbeat, InFlight
+from actors.worker.holding import Pending
 from tests.fakes import RecordingDelivery as Delivery
 
 
@@ -132,20 +133,17 @@ def _message(run_id: str = "r", epoch: int = 1) -> DispatchMessage:
     )
 
 
-def _worker(store: StartingStore, messages: dict[bytes, DispatchMessage]) -> Worker:
-    return Worker(
-        cast(RunStore, store),
-        cast(Any, None),
-        cast(Any, None),
+def _worker(store: StartingStore) -> Worker:
+    settings = WorkerSettings(
         worker_id="w",
         deployment="d",
         lease=timedelta(seconds=30),
         heartbeat_interval=timedelta(seconds=1),
         concurrency=4,
-        decode=lambda data, _: messages[data],
-        delivery_count=lambda _: 1,
-        stop=asyncio.Event(),
         grace=timedelta(seconds=1),
+    )
+    return Worker(
+        cast(RunStore, store), cast(Any, None), cast(Any, None), settings, stop=asyncio.Event()
     )
 
 
@@ -153,20 +151,20 @@ async def test_only_a_start_whose_reply_was_lost_is_offered_to_be_taken_up_again
     # The rule itself (START_RUNS) is proved on PostgreSQL in
     # tests/integration/test_worker_restart.py; here, what the worker asks for.
     store = StartingStore(StoreUnavailable("reply lost"))
-    worker = _worker(store, {b"lost": _message("lost", 1), b"other": _message("other", 1)})
+    worker = _worker(store)
     async with asyncio.TaskGroup() as group:
-        await worker.handle([Delivery(b"lost")], group)
+        await worker.handle([Delivery(_message("lost"))], group)
         store.error = None
-        await worker.handle([Delivery(b"lost"), Delivery(b"other")], group)
-        await worker.handle([Delivery(b"lost")], group)
+        await worker.handle([Delivery(_message("lost")), Delivery(_message("other"))], group)
+        await worker.handle([Delivery(_message("lost"))], group)
     # Once answered, never again: an attempt begun here is not run twice.
     assert store.retake == [set(), {("lost", 1)}, set()]
 
 
 async def test_a_start_that_fails_in_an_outage_naks_and_goes_on() -> None:
     store = StartingStore(StoreUnavailable("down"))
-    worker = _worker(store, {b"m": _message()})
-    delivery = Delivery(b"m")
+    worker = _worker(store)
+    delivery = Delivery(_message())
     async with asyncio.TaskGroup() as group:
         await worker.handle([delivery], group)
     assert delivery.settled == ["nak"]
@@ -174,8 +172,8 @@ async def test_a_start_that_fails_in_an_outage_naks_and_goes_on() -> None:
 
 async def test_a_start_that_fails_for_another_reason_naks_and_raises() -> None:
     store = StartingStore(RuntimeError("bug in start"))
-    worker = _worker(store, {b"m": _message()})
-    delivery = Delivery(b"m")
+    worker = _worker(store)
+    delivery = Delivery(_message())
     with pytest.raises(RuntimeError, match="bug in start"):
         # No group: nothing starts, so nothing is spawned into one.
         await worker.handle([delivery], cast(asyncio.TaskGroup, None))
@@ -183,7 +181,7 @@ async def test_a_start_that_fails_for_another_reason_naks_and_raises() -> None:
 
 
 async def test_after_a_crash_only_the_runs_with_a_verdict_waiting_stay_heartbeated() -> None:
-    worker = _worker(StartingStore(), {})
+    worker = _worker(StartingStore())
     never_began = asyncio.create_task(asyncio.sleep(0))
     never_began.cancel()  # cancelled before its first step: its cleanup never ran
     finished = asyncio.create_task(asyncio.sleep(0))
@@ -195,7 +193,7 @@ async def test_after_a_crash_only_the_runs_with_a_verdict_waiting_stay_heartbeat
     ):
         worker.in_flight[(run_id, 1)] = InFlight(run_id, 1, "job", Delivery(), task)
     verdict = Completion("recorded-later", 1, ExecutionResult(Outcome.SUCCEEDED), None, "w")
-    worker.completions.put_nowait(_Pending(verdict, Delivery(), "job"))
+    worker.completions.put_nowait(Pending(verdict, Delivery(), "job"))
 
     worker._after_crash()
 

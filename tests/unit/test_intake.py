@@ -18,10 +18,18 @@ import pytest
 from actors.dispatcher import Dispatcher
 from actors.domain import ClaimedRun, ExecutionResult, Outcome, RetryPolicy
 from actors.flow import Backoff, BrokerGate, ClaimedBatch, Probe
-from actors.heartbeat import COMPLETIONS, HEARTBEAT, STARTS, Keeping
-from actors.ports import Broker, DispatchMessage, RunStore, StartedRun, StoreUnavailable
-from actors.worker import Worker
+from actors.ports import (
+    Broker,
+    DispatchMessage,
+    InboxSilent,
+    RunStore,
+    StartedRun,
+    StoreUnavailable,
+)
+from actors.worker import Worker, WorkerSettings
+from actors.worker.heartbeat import COMPLETIONS, HEARTBEAT, STARTS, Keeping
 from tests.fakes import RecordingDelivery as Delivery
+from tests.fakes import dispatch
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -262,11 +270,12 @@ class Executor:
         return ExecutionResult(Outcome.SUCCEEDED)
 
 
-class Subscription:
+class Inbox:
     """One message per fetch while ``messages`` lasts, then empty fetches.
 
     Each fetch records ``judge()`` at the moment it was made (whether the
-    worker should not have fetched then).
+    worker should not have fetched then). While ``broker_up`` is false a
+    fetch says the broker is silent, and ``reconnect`` that it still is.
     """
 
     def __init__(self, messages: int, judge: Callable[[], bool]) -> None:
@@ -275,48 +284,36 @@ class Subscription:
         self.fetches = 0
         self.fetched_when_it_should_not = 0
         self.broker_up = True
+        self.reconnects = 0
 
-    async def fetch(self, batch: int = 1, timeout: float | None = 5) -> list[Any]:
+    async def fetch(self, batch: int, timeout: float) -> list[Delivery]:
         self.fetches += 1
         if self.judge():
             self.fetched_when_it_should_not += 1
         await asyncio.sleep(0.001)  # the fake's latency, not a synchronisation
-        if self.left > 0 and self.broker_up:
+        if not self.broker_up:
+            raise InboxSilent("no answer to a ping after empty fetches")
+        if self.left > 0:
             self.left -= 1
-            return [Delivery(f"run-{self.left}".encode())]
-        raise TimeoutError
+            return [Delivery(dispatch(f"run-{self.left}"))]
+        return []
+
+    async def reconnect(self) -> bool:
+        self.reconnects += 1
+        return self.broker_up
 
 
-def _message(data: bytes, _: str) -> DispatchMessage:
-    return DispatchMessage(
-        run_id=data.decode(),
-        epoch=1,
-        job="job",
-        scheduled_at=datetime.now(UTC),
-        attempt=1,
-        deployment="d",
-    )
-
-
-def _worker(
-    store: Store, sub: Subscription, executor: Executor, stop: asyncio.Event, **kwargs: Any
-) -> Worker:
-    return Worker(
-        cast(RunStore, store),
-        sub,
-        executor,
+def _worker(store: Store, inbox: Inbox, executor: Executor, stop: asyncio.Event) -> Worker:
+    settings = WorkerSettings(
         worker_id="w",
         deployment="d",
         lease=timedelta(seconds=30),
         heartbeat_interval=timedelta(milliseconds=5),
         concurrency=8,
-        decode=_message,
-        delivery_count=lambda _: 1,
-        stop=stop,
         grace=timedelta(seconds=5),
         stall_after=timedelta(seconds=5),
-        **kwargs,
     )
+    return Worker(cast(RunStore, store), inbox, executor, settings, stop=stop)
 
 
 async def _stopped(worker: Worker, task: asyncio.Task[None], executor: Executor) -> None:
@@ -327,30 +324,26 @@ async def _stopped(worker: Worker, task: asyncio.Task[None], executor: Executor)
 
 async def test_a_worker_whose_leases_cannot_be_extended_fetches_nothing_until_they_can() -> None:
     store, executor, stop = Store(), Executor(), asyncio.Event()
-    sub = Subscription(
-        messages=2, judge=lambda: store.extend_failures > 0 and not store.leases_extend
-    )
-    worker = _worker(store, sub, executor, stop)
+    inbox = Inbox(messages=2, judge=lambda: store.extend_failures > 0 and not store.leases_extend)
+    worker = _worker(store, inbox, executor, stop)
     store.leases_extend = False
     store.pings_answer = False
     task = asyncio.create_task(worker.run())
     await _until(lambda: store.extend_failures >= 3, "heartbeats to fail")
-    fetches = sub.fetches
+    fetches = inbox.fetches
     await _until(lambda: worker.keeping.trouble() is not None, "the worker to see it")
     # The database comes back: the probe answers, beats go through, fetching resumes.
     store.pings_answer = store.leases_extend = True
-    await _until(lambda: sub.fetches > fetches, "fetching to resume")
+    await _until(lambda: inbox.fetches > fetches, "fetching to resume")
     await _stopped(worker, task, executor)
-    assert sub.fetched_when_it_should_not == 0
+    assert inbox.fetched_when_it_should_not == 0
     assert executor.started == 2
 
 
 async def test_unrecorded_verdicts_hold_the_worker_even_when_the_database_answers_pings() -> None:
     store, executor, stop = Store(), Executor(), asyncio.Event()
-    sub = Subscription(
-        messages=3, judge=lambda: store.record_failures > 0 and not store.verdicts_record
-    )
-    worker = _worker(store, sub, executor, stop)
+    inbox = Inbox(messages=3, judge=lambda: store.record_failures > 0 and not store.verdicts_record)
+    worker = _worker(store, inbox, executor, stop)
     store.verdicts_record = False
     executor.finish.set()  # runs finish at once; their verdicts cannot be recorded
     task = asyncio.create_task(worker.run())
@@ -358,34 +351,18 @@ async def test_unrecorded_verdicts_hold_the_worker_even_when_the_database_answer
     store.verdicts_record = True
     await _until(lambda: len(store.recorded) == 3, "every verdict recorded")
     await _stopped(worker, task, executor)
-    assert sub.fetched_when_it_should_not == 0
+    assert inbox.fetched_when_it_should_not == 0
 
 
-async def test_empty_fetches_from_a_broker_that_does_not_answer_pause_until_it_does() -> None:
+async def test_a_silent_broker_pauses_the_intake_until_it_answers_again() -> None:
     store, executor, stop = Store(), Executor(), asyncio.Event()
-    probes = 0
-    resubscribed = 0
-
-    async def probe_broker() -> None:
-        nonlocal probes
-        probes += 1
-        if not sub.broker_up:
-            raise ConnectionError("no pong")
-
-    sub = Subscription(messages=1, judge=lambda: probes > 0 and not sub.broker_up)
-
-    async def resubscribe() -> Subscription:
-        nonlocal resubscribed
-        resubscribed += 1
-        return sub
-
-    sub.broker_up = False
-    worker = _worker(store, sub, executor, stop, probe_broker=probe_broker, resubscribe=resubscribe)
+    inbox = Inbox(messages=1, judge=lambda: inbox.reconnects > 0 and not inbox.broker_up)
+    inbox.broker_up = False
+    worker = _worker(store, inbox, executor, stop)
     task = asyncio.create_task(worker.run())
-    await _until(lambda: probes >= 3, "pings to go unanswered")
-    assert sub.fetches == 3  # three empty fetches, then only pings
-    sub.broker_up = True
+    await _until(lambda: inbox.reconnects >= 3, "the broker asked again and again")
+    assert inbox.fetches == 1  # one silent fetch, then only reconnects
+    inbox.broker_up = True
     await _until(lambda: executor.started == 1, "the run to be fetched once the broker is back")
     await _stopped(worker, task, executor)
-    assert sub.fetched_when_it_should_not == 0
-    assert resubscribed == 1
+    assert inbox.fetched_when_it_should_not == 0
