@@ -18,6 +18,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from actors.adapters.nats import CONSUMER, JetStreamBroker
+from actors.adapters.nats_inbox import JetStreamInbox
 from actors.adapters.postgres import PostgresRunStore
 from actors.app import Replica
 from actors.domain import ClaimedRun, CronSchedule, ExecutorSpec, Job, PythonSpec, RunContext
@@ -230,3 +231,17 @@ async def running(*replicas: Replica, stop_timeout: float = 40.0) -> AsyncIterat
 
 async def succeeded_runs(store: PostgresRunStore) -> int:
     return int(await store.pool.fetchval("SELECT count(*) FROM job_runs WHERE state = 'succeeded'"))
+
+
+async def inbox_of(broker: JetStreamBroker, deployment: str) -> JetStreamInbox:
+    """The worker's inbox on ``broker``'s consumer, bound anew as the replica would."""
+
+    async def probe() -> None:
+        await broker.probe(broker.publish_timeout)
+
+    return JetStreamInbox(
+        await broker.pull_subscription(),
+        deployment,
+        rebind=broker.pull_subscription,
+        probe=probe,
+    )

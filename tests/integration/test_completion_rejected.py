@@ -11,12 +11,12 @@ import asyncpg
 import pytest
 
 from actors.adapters.executors import LocalExecutor
-from actors.adapters.nats import JetStreamBroker, decode, delivery_count
+from actors.adapters.nats import JetStreamBroker
 from actors.adapters.postgres import PostgresRunStore
 from actors.app import Replica
 from actors.config import LoadedConfig
 from actors.ports import Completion, RecordRejected
-from actors.worker import Worker
+from actors.worker import Worker, WorkerSettings
 from tests.integration.helpers import (
     RARE_CRON,
     add_job,
@@ -24,6 +24,7 @@ from tests.integration.helpers import (
     consumer_counts,
     counter,
     eventually,
+    inbox_of,
     insert_due_runs,
     make_job,
     message_for,
@@ -59,17 +60,17 @@ async def test_a_rejected_completion_is_abandoned_to_the_lease_and_the_rest_reco
     stop = asyncio.Event()
     worker = Worker(
         refusing,
-        await broker.pull_subscription(),
+        await inbox_of(broker, deployment),
         LocalExecutor(),
-        worker_id="w",
-        deployment=deployment,
-        lease=timedelta(seconds=30),
-        heartbeat_interval=timedelta(milliseconds=200),
-        concurrency=16,
-        decode=decode,
-        delivery_count=delivery_count,
+        WorkerSettings(
+            worker_id="w",
+            deployment=deployment,
+            lease=timedelta(seconds=30),
+            heartbeat_interval=timedelta(milliseconds=200),
+            concurrency=16,
+            grace=timedelta(seconds=5),
+        ),
         stop=stop,
-        grace=timedelta(seconds=5),
     )
     task = asyncio.create_task(worker.run())
     try:

@@ -10,13 +10,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import REGISTRY
 
-from actors.adapters import nats as nats_adapter
 from actors.adapters.executors import LocalExecutor
-from actors.adapters.nats import CONSUMER, JetStreamBroker, encode
+from actors.adapters.nats import CONSUMER, MAX_MESSAGE_BYTES, JetStreamBroker, encode
 from actors.adapters.postgres import PostgresRunStore
 from actors.domain import CronSchedule, Job, PythonSpec
 from actors.ports import DispatchMessage
-from actors.worker import Worker
+from actors.worker import Worker, WorkerSettings
+from tests.integration.helpers import inbox_of
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +61,7 @@ async def test_poison_messages_are_settled_and_counted_and_the_worker_goes_on(
         "not_json": b"\xff\x00 not json",
         "wrong_schema": json.dumps({"v": 1, "run_id": "not-a-uuid"}).encode(),
         "other_deployment": encode(dispatch("someone-else")),
-        "oversized": b"{" + b" " * (nats_adapter.MAX_MESSAGE_BYTES + 10) + b"}",
+        "oversized": b"{" + b" " * (MAX_MESSAGE_BYTES + 10) + b"}",
     }
     before = {reason: poison_count(reason) for reason in poison}
     unknown_before = skipped_count("unknown")
@@ -82,17 +82,17 @@ async def test_poison_messages_are_settled_and_counted_and_the_worker_goes_on(
     stop = asyncio.Event()
     worker = Worker(
         store,
-        await broker.pull_subscription(),
+        await inbox_of(broker, deployment),
         LocalExecutor(),
-        worker_id="w1",
-        deployment=deployment,
-        lease=timedelta(minutes=1),
-        heartbeat_interval=timedelta(seconds=1),
-        concurrency=4,
-        decode=nats_adapter.decode,
-        delivery_count=nats_adapter.delivery_count,
+        WorkerSettings(
+            worker_id="w1",
+            deployment=deployment,
+            lease=timedelta(minutes=1),
+            heartbeat_interval=timedelta(seconds=1),
+            concurrency=4,
+            grace=timedelta(seconds=5),
+        ),
         stop=stop,
-        grace=timedelta(seconds=5),
     )
     task = asyncio.create_task(worker.run())
     try:

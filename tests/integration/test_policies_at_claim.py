@@ -16,11 +16,11 @@ from datetime import timedelta
 import pytest
 
 from actors.adapters.executors import LocalExecutor
-from actors.adapters.nats import JetStreamBroker, decode, delivery_count
+from actors.adapters.nats import JetStreamBroker
 from actors.adapters.postgres import PostgresRunStore
 from actors.domain import Catchup, ClaimedRun, CronSchedule, Job, Overlap, PythonSpec, RunState
 from actors.ports import NotStarted
-from actors.worker import Worker, WorkerFaults
+from actors.worker import Worker, WorkerSettings
 from tests.integration.helpers import (
     LONG_LEASE,
     RARE_CRON,
@@ -29,6 +29,7 @@ from tests.integration.helpers import (
     consumer_counts,
     counter,
     eventually,
+    inbox_of,
     message_for,
 )
 
@@ -252,18 +253,17 @@ async def test_worker_acks_a_delivery_skipped_at_start_and_executes_nothing(
     stop = asyncio.Event()
     worker = Worker(
         store,
-        await connection.pull_subscription(),
+        await inbox_of(connection, deployment),
         LocalExecutor(),
-        worker_id="worker-1",
-        deployment=deployment,
-        lease=timedelta(seconds=30),
-        heartbeat_interval=timedelta(milliseconds=500),
-        concurrency=4,
-        decode=decode,
-        delivery_count=delivery_count,
+        WorkerSettings(
+            worker_id="worker-1",
+            deployment=deployment,
+            lease=timedelta(seconds=30),
+            heartbeat_interval=timedelta(milliseconds=500),
+            concurrency=4,
+            grace=timedelta(seconds=5),
+        ),
         stop=stop,
-        grace=timedelta(seconds=5),
-        faults=WorkerFaults(),
     )
     task = asyncio.create_task(worker.run())
     try:

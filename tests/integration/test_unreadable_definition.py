@@ -8,12 +8,13 @@ from datetime import timedelta
 import pytest
 
 from actors.adapters.executors import LocalExecutor
-from actors.adapters.nats import JetStreamBroker, decode, delivery_count
+from actors.adapters.nats import JetStreamBroker
 from actors.adapters.postgres import PostgresRunStore
-from actors.worker import Worker
+from actors.worker import Worker, WorkerSettings
 from tests.integration.helpers import (
     consumer_counts,
     eventually,
+    inbox_of,
     insert_due_runs,
     make_job,
     message_for,
@@ -42,17 +43,17 @@ async def test_unreadable_definition_fails_that_run_and_the_others_run(
     stop = asyncio.Event()
     worker = Worker(
         store,
-        await broker.pull_subscription(),
+        await inbox_of(broker, deployment),
         LocalExecutor(),
-        worker_id="w",
-        deployment=deployment,
-        lease=timedelta(seconds=30),
-        heartbeat_interval=timedelta(seconds=1),
-        concurrency=8,
-        decode=decode,
-        delivery_count=delivery_count,
+        WorkerSettings(
+            worker_id="w",
+            deployment=deployment,
+            lease=timedelta(seconds=30),
+            heartbeat_interval=timedelta(seconds=1),
+            concurrency=8,
+            grace=timedelta(seconds=5),
+        ),
         stop=stop,
-        grace=timedelta(seconds=5),
     )
     task = asyncio.create_task(worker.run())
     try:

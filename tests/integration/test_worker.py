@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 import pytest
 
 from actors.adapters.executors import LocalExecutor
-from actors.adapters.nats import JetStreamBroker, decode, delivery_count, encode
+from actors.adapters.nats import JetStreamBroker, encode
 from actors.adapters.postgres import PostgresRunStore
 from actors.config import LoadedConfig
 from actors.domain import ClaimedRun, ShellSpec
-from actors.worker import Worker, WorkerFaults
+from actors.ports import Completion
+from actors.worker import Worker, WorkerSettings
 from tests.integration.helpers import (
     LONG_LEASE,
     RARE_CRON,
@@ -29,6 +30,7 @@ from tests.integration.helpers import (
     counter,
     eventually,
     free_port,
+    inbox_of,
     insert_due_runs,
     make_job,
     message_for,
@@ -40,8 +42,16 @@ pytestmark = pytest.mark.integration
 SKIPPED = "claimd_deliveries_skipped_total"
 
 
-class SimulatedCrash(Exception):
-    """Raised by the after_record hook: the process 'dies' between record and ack."""
+class SimulatedCrash(BaseException):
+    """The process 'dies' between record and ack (no handler of the worker's catches it)."""
+
+
+class CrashesAfterRecording(PostgresRunStore):
+    """The real store; each completion is committed, then the worker 'dies' before its ack."""
+
+    async def complete_runs(self, completions: Sequence[Completion]) -> set[tuple[str, int]]:
+        await super().complete_runs(completions)
+        raise SimulatedCrash("worker died after recording, before acking")
 
 
 @dataclass
@@ -53,14 +63,15 @@ class RunningWorker:
 
     async def shutdown(self) -> None:
         self.stop.set()
-        with contextlib.suppress(Exception):
+        # BaseExceptionGroup: a worker that 'died' (SimulatedCrash) ended with it.
+        with contextlib.suppress(Exception, BaseExceptionGroup):
             await asyncio.wait_for(self.task, 15)
         await self.connection.close()
 
 
 class StartWorker(Protocol):
     async def __call__(
-        self, worker_id: str, after_record: Callable[[list[Any]], None] | None = None
+        self, worker_id: str, through: PostgresRunStore | None = None
     ) -> RunningWorker: ...
 
 
@@ -71,28 +82,24 @@ async def workers(
     """Start in-process workers, each on its own NATS connection; stopped afterwards."""
     started: list[RunningWorker] = []
 
-    async def start(
-        worker_id: str, after_record: Callable[[list[Any]], None] | None = None
-    ) -> RunningWorker:
+    async def start(worker_id: str, through: PostgresRunStore | None = None) -> RunningWorker:
         connection = await JetStreamBroker.connect(
             nats_url, broker.stream, broker.subject, name=worker_id
         )
         stop = asyncio.Event()
         worker = Worker(
-            store,
-            await connection.pull_subscription(),
+            through or store,
+            await inbox_of(connection, deployment),
             LocalExecutor(),
-            worker_id=worker_id,
-            deployment=deployment,
-            lease=timedelta(seconds=30),
-            heartbeat_interval=timedelta(milliseconds=500),
-            concurrency=4,
-            decode=decode,
-            delivery_count=delivery_count,
+            WorkerSettings(
+                worker_id=worker_id,
+                deployment=deployment,
+                lease=timedelta(seconds=30),
+                heartbeat_interval=timedelta(milliseconds=500),
+                concurrency=4,
+                grace=timedelta(seconds=5),
+            ),
             stop=stop,
-            grace=timedelta(seconds=5),
-            faults=WorkerFaults(),
-            after_record=after_record,
         )
         running = RunningWorker(worker, asyncio.create_task(worker.run()), connection, stop)
         started.append(running)
@@ -163,11 +170,8 @@ async def test_crash_between_record_and_ack_is_redelivered_and_not_executed_agai
 ) -> None:
     run = await _dispatch_one(store, broker, deployment)
 
-    def crash(batch: list[Any]) -> None:
-        raise SimulatedCrash("worker died after recording, before acking")
-
-    first = await workers("worker-1", after_record=crash)
-    with pytest.raises(ExceptionGroup) as died:
+    first = await workers("worker-1", through=CrashesAfterRecording(store.pool))
+    with pytest.raises(BaseExceptionGroup) as died:
         await asyncio.wait_for(first.task, 20)
     assert died.group_contains(SimulatedCrash)
     await first.connection.close()  # the process is gone: so is its connection

@@ -25,7 +25,7 @@ import pytest
 from actors.adapters.postgres import PostgresRunStore
 from actors.domain import ClaimedRun, ExecutionResult, ExecutorSpec, Outcome, RunContext
 from actors.ports import DispatchMessage, NotStarted, StartedRun, StoreUnavailable
-from actors.worker import Worker, WorkerFaults
+from actors.worker import Worker, WorkerSettings
 from tests.fakes import RecordingDelivery as Delivery
 from tests.integration.helpers import (
     LONG_LEASE,
@@ -47,12 +47,18 @@ class Deliveries:
     def __init__(self) -> None:
         self.queue: asyncio.Queue[Delivery] = asyncio.Queue()
 
-    async def fetch(self, batch: int = 1, timeout: float | None = 5) -> list[Any]:
-        first = await asyncio.wait_for(self.queue.get(), timeout)  # TimeoutError: none
+    async def fetch(self, batch: int, timeout: float) -> list[Delivery]:
+        try:
+            first = await asyncio.wait_for(self.queue.get(), timeout)
+        except TimeoutError:
+            return []  # none
         out = [first]
         while len(out) < batch and not self.queue.empty():
             out.append(self.queue.get_nowait())
         return out
+
+    async def reconnect(self) -> bool:
+        return True
 
 
 class Executions:
@@ -115,23 +121,21 @@ def _worker(
     store: PostgresRunStore,
     subscription: Deliveries,
     executor: Executions,
-    messages: dict[bytes, DispatchMessage],
     stop: asyncio.Event,
 ) -> Worker:
     return Worker(
         store,
         subscription,
         executor,
-        worker_id=WORKER,
-        deployment="d",
-        lease=timedelta(seconds=30),
-        heartbeat_interval=timedelta(milliseconds=50),
-        concurrency=4,
-        decode=lambda data, _: messages[data],
-        delivery_count=lambda _: 1,
+        WorkerSettings(
+            worker_id=WORKER,
+            deployment="d",
+            lease=timedelta(seconds=30),
+            heartbeat_interval=timedelta(milliseconds=50),
+            concurrency=4,
+            grace=timedelta(seconds=5),
+        ),
         stop=stop,
-        grace=timedelta(seconds=5),
-        faults=WorkerFaults(),
     )
 
 
@@ -151,10 +155,10 @@ async def test_a_restarted_worker_does_not_run_again_what_it_was_running_when_it
         await store.migrate()
         run, data, messages = await _one_claimed_run(store)
         deliveries, executions, stop = Deliveries(), Executions(), asyncio.Event()
-        worker = _worker(store, deliveries, executions, messages, stop)
+        worker = _worker(store, deliveries, executions, stop)
 
         first = asyncio.create_task(worker.run())
-        deliveries.queue.put_nowait(Delivery(data))
+        deliveries.queue.put_nowait(Delivery(messages[data]))
         await asyncio.wait_for(executions.began.wait(), 20)
         # The actor crashes mid-execution: its execution is cancelled, the run
         # stays `running` under this worker id and epoch, its message unacked.
@@ -168,7 +172,7 @@ async def test_a_restarted_worker_does_not_run_again_what_it_was_running_when_it
         store.heartbeat_broken = False
         again = asyncio.create_task(worker.run())
         try:
-            redelivered = Delivery(data)
+            redelivered = Delivery(messages[data])
             deliveries.queue.put_nowait(redelivered)
 
             async def settled_or_run_again() -> bool:
@@ -195,7 +199,7 @@ async def test_a_restarted_worker_does_not_run_again_what_it_was_running_when_it
             next_data = f"{next_claim.run_id}:{next_claim.epoch}".encode()
             messages[next_data] = message_for(next_claim, "d")
             executions.release.set()
-            deliveries.queue.put_nowait(Delivery(next_data))
+            deliveries.queue.put_nowait(Delivery(messages[next_data]))
 
             async def succeeded() -> bool:
                 return (await _row(store, run.run_id))[0] == "succeeded"
@@ -218,11 +222,11 @@ async def test_a_start_whose_reply_was_lost_is_taken_up_again_by_its_worker(
         run, data, messages = await _one_claimed_run(store)
         deliveries, executions, stop = Deliveries(), Executions(), asyncio.Event()
         executions.release.set()
-        worker = _worker(store, deliveries, executions, messages, stop)
+        worker = _worker(store, deliveries, executions, stop)
         store.lose_start_reply = True
         task = asyncio.create_task(worker.run())
         try:
-            lost = Delivery(data)
+            lost = Delivery(messages[data])
             deliveries.queue.put_nowait(lost)
 
             async def naked() -> bool:
@@ -234,7 +238,7 @@ async def test_a_start_whose_reply_was_lost_is_taken_up_again_by_its_worker(
             assert await _row(store, run.run_id) == ("running", run.epoch, WORKER)
             assert executions.calls == []
 
-            redelivered = Delivery(data)
+            redelivered = Delivery(messages[data])
             deliveries.queue.put_nowait(redelivered)
 
             async def succeeded() -> bool:
