@@ -11,6 +11,7 @@ assertions. Time is ``clock`` (seconds, monotonic), injectable.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,6 +73,7 @@ class MemoryInbox:
         self.naked: list[DispatchMessage] = []
         self.termed: list[DispatchMessage] = []
         self.fetches = 0
+        self._interrupted = False
 
     def put(self, message: DispatchMessage) -> None:
         """A message published to the stream: delivered at the next fetch."""
@@ -96,17 +98,21 @@ class MemoryInbox:
                     self._ready.remove(item)
                 return [self._deliver(message, count + 1) for _, message, count in due]
             left = end - loop.time()
-            if left <= 0:
+            if left <= 0 or self._interrupted:
+                self._interrupted = False
                 return []
             self._changed.clear()
-            try:
-                # Woken by a put or a nak; a delayed or expiring one is looked at again soon.
+            # Woken by a put or a nak; a delayed or expiring one is looked at again soon.
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), min(left, 0.01))
-            except TimeoutError:
-                pass
 
     async def reconnect(self) -> bool:
         return True
+
+    def interrupt(self) -> None:
+        """The fetch in progress returns now, empty (a test stopping the worker waits less)."""
+        self._interrupted = True
+        self._changed.set()
 
     # -- the deliveries' side ------------------------------------------------------------
 
