@@ -131,8 +131,7 @@ class Heartbeat:
     """Extends the leases of ``in_flight`` every ``interval`` until ``stop``.
 
     ``outage`` is the exception type that means "the server is away" (the
-    worker passes ``ports.Outage``; this module sits beside the ports and does
-    not import them).
+    worker passes ``ports.Outage``).
     """
 
     def __init__(

@@ -54,7 +54,8 @@ class Intake:
             log.warning("fetch failed", error=repr(exc), delay_s=round(delay, 3))
             await asyncio.sleep(delay)
             return ()
-        self.backoff.reset()
+        if deliveries:
+            self.backoff.reset()  # an empty fetch says nothing of the broker's health
         return deliveries
 
     async def until_kept(self) -> None:
