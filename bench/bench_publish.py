@@ -1,12 +1,15 @@
-"""Publish: ``JetStreamBroker.publish_many`` against awaiting one ``js.publish`` at a time.
+"""Publish: ``JetStreamBroker.publish_many`` against gathered and serial ``js.publish``.
 
 Publishes ``--messages`` dispatch messages to a stream of the benchmark's own:
 with ``publish_many`` in batches of ``--batch`` (500 is the shipped
-``claim_batch``, the size of the batches the dispatcher hands it; all
-publishes of a batch in flight, acks awaited together), and, as the naive
-baseline, with one ``js.publish`` awaited before the next (same subject,
-body and ``Nats-Msg-Id`` header). The baseline stops after
-``--baseline-seconds``.
+``claim_batch``, the size of the batches the dispatcher hands it; the batch
+pipelined under one reply inbox, acks collected together); with the
+previous ``publish_many``, one ``js.publish`` request per message, all of a
+batch gathered at once (its own inbox, future, timer and task each); and, as
+the naive baseline, with one ``js.publish`` awaited before the next (same
+subject, body and ``Nats-Msg-Id`` header). The serial baseline stops after
+``--baseline-seconds``. CPU is this process's (the client's) per 1000 acked
+messages; the server runs on the same host.
 
 Afterwards the stream's message count must equal the acked publishes (the
 message ids are unique, so deduplication must drop nothing).
@@ -18,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -66,6 +71,33 @@ async def batched(
     return acked, failed, time.perf_counter() - start
 
 
+async def gathered(
+    broker: JetStreamBroker, msgs: list[DispatchMessage], batch: int, budget: float
+) -> tuple[int, int, float]:
+    """(acked, failed, seconds) with one js.publish request per message, a batch gathered."""
+
+    async def one(m: DispatchMessage) -> None:
+        await broker.js.publish(
+            broker.subject,
+            encode(m),
+            timeout=broker.publish_timeout,
+            stream=broker.stream,
+            headers={"Nats-Msg-Id": m.msg_id},
+        )
+
+    acked = failed = 0
+    start = time.perf_counter()
+    for i in range(0, len(msgs), batch):
+        if time.perf_counter() - start >= budget:
+            break
+        results = await asyncio.gather(
+            *(one(m) for m in msgs[i : i + batch]), return_exceptions=True
+        )
+        failed += sum(1 for r in results if r is not None)
+        acked += sum(1 for r in results if r is None)
+    return acked, failed, time.perf_counter() - start
+
+
 async def one_at_a_time(
     broker: JetStreamBroker, msgs: list[DispatchMessage], budget: float
 ) -> tuple[int, int, float]:
@@ -89,47 +121,87 @@ async def one_at_a_time(
     return acked, failed, time.perf_counter() - start
 
 
+async def _timed(
+    run: Callable[[], Awaitable[tuple[int, int, float]]],
+) -> tuple[int, int, float, float]:
+    """(acked, failed, seconds, CPU seconds of this process)."""
+    cpu = time.process_time()
+    acked, failed, seconds = await run()
+    return acked, failed, seconds, time.process_time() - cpu
+
+
 async def main(args: argparse.Namespace) -> None:
     async with bench_stream() as broker:
         print(await environment(broker=broker))
         deployment = broker.stream.removeprefix("CLAIMD_")
         print(
-            f"{args.messages} messages; publish_many batches of {args.batch} vs one "
-            f"publish at a time (budget {args.baseline_seconds}s)"
+            f"{args.messages} messages; publish_many batches of {args.batch} vs the "
+            f"previous publish_many (gathered js.publish) and one publish at a time "
+            f"(budget {args.baseline_seconds}s); load {os.getloadavg()[0]:.2f}"
         )
-        # A few publishes first so connection set-up is in neither figure.
+        # A few publishes first so connection set-up is in no figure.
         await broker.publish_many(messages(10, deployment))
-        before = await stream_count(broker)
-        b_acked, b_failed, b_seconds = await batched(
-            broker, messages(args.messages, deployment), args.batch, args.max_seconds
+        results: dict[str, tuple[int, int, float, float]] = {}
+        grew: dict[str, int] = {}
+        variants: dict[str, Callable[[], Awaitable[tuple[int, int, float]]]] = {
+            "publish_many": lambda: batched(
+                broker, messages(args.messages, deployment), args.batch, args.max_seconds
+            ),
+            "gathered js.publish": lambda: gathered(
+                broker, messages(args.messages, deployment), args.batch, args.max_seconds
+            ),
+            "one at a time": lambda: one_at_a_time(
+                broker, messages(args.messages, deployment), args.baseline_seconds
+            ),
+        }
+        for name, run in variants.items():
+            before = await stream_count(broker)
+            results[name] = await _timed(run)
+            grew[name] = await stream_count(broker) - before
+    for name, (acked, failed, seconds, _) in results.items():
+        print(
+            f"  {name + ':':<21} {acked:>6} acked, {failed} failed in {seconds:5.2f}s; "
+            f"stream grew by {grew[name]}"
         )
-        after_batched = await stream_count(broker)
-        s_acked, s_failed, s_seconds = await one_at_a_time(
-            broker, messages(args.messages, deployment), args.baseline_seconds
-        )
-        after_serial = await stream_count(broker)
-    print(
-        f"  publish_many:    {b_acked:>6} acked, {b_failed} failed in {b_seconds:5.2f}s; "
-        f"stream grew by {after_batched - before}"
-    )
-    print(
-        f"  one at a time:   {s_acked:>6} acked, {s_failed} failed in {s_seconds:5.2f}s; "
-        f"stream grew by {after_serial - after_batched}"
-    )
+
+    def rate(name: str) -> float:
+        return results[name][0] / results[name][2]
+
+    def cpu_per_1000(name: str) -> float:
+        return 1e6 * results[name][3] / max(1, results[name][0])
+
+    figure = f"publish_many (batch {args.batch})"
     rows = [
         Row(
-            f"publish_many (batch {args.batch}) vs serial publish",
-            b_acked / b_seconds,
-            s_acked / s_seconds,
+            f"{figure} vs gathered js.publish",
+            rate("publish_many"),
+            rate("gathered js.publish"),
             "msgs/s",
-        )
+        ),
+        Row(f"{figure} vs serial publish", rate("publish_many"), rate("one at a time"), "msgs/s"),
+        Row(
+            "client CPU vs gathered js.publish",
+            cpu_per_1000("publish_many"),
+            cpu_per_1000("gathered js.publish"),
+            "ms/1000 msgs",
+            higher_is_better=False,
+        ),
+        Row(
+            "client CPU vs serial publish",
+            cpu_per_1000("publish_many"),
+            cpu_per_1000("one at a time"),
+            "ms/1000 msgs",
+            higher_is_better=False,
+        ),
     ]
-    lost = (b_acked - (after_batched - before)) + (s_acked - (after_serial - after_batched))
+    lost = sum(results[name][0] - grew[name] for name in results)
     print_table(
         "JetStream publish",
         rows,
         [
-            "figure = publish_many, baseline = await js.publish one message at a time",
+            "figure = publish_many (pipelined, one inbox); baselines = the previous "
+            "publish_many (one js.publish request per message, gathered) and await "
+            "js.publish one message at a time",
             f"acked publishes missing from the stream: {lost}",
         ],
     )

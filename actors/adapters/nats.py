@@ -40,6 +40,9 @@ MESSAGE_VERSION = 1
 # A dispatch message is ~200 bytes; anything far larger is not ours.
 MAX_MESSAGE_BYTES = 4096
 CONSUMER = "workers"
+# Publishes in flight on one connection, acks not yet back: above the largest
+# claim_batch, so a batch goes out whole. nats-py's own default is 4000.
+PUBLISH_WINDOW = 10_000
 
 
 class PoisonMessage(ValueError):
@@ -244,6 +247,7 @@ class JetStreamBroker:
         publish_timeout: float = DEFAULT_TIMEOUTS.publish_timeout.total_seconds(),
         faults: PublishFaults | None = None,
         close_timeout: float = DEFAULT_TIMEOUTS.close_timeout.total_seconds(),
+        publish_window: int = 4000,
     ) -> None:
         self.nc = nc
         self.js = js
@@ -251,6 +255,9 @@ class JetStreamBroker:
         self.subject = subject
         self.publish_timeout = publish_timeout
         self.close_timeout = close_timeout
+        # The JetStream context's publish_async_max_pending (nats-py's default
+        # unless connect() made the context).
+        self.publish_window = publish_window
         self.faults = faults or PublishFaults.from_env()
         self._stream_settings: tuple[timedelta, timedelta | None, int] | None = None
         self._consumer_settings: tuple[timedelta, int, int] | None = None
@@ -297,11 +304,15 @@ class JetStreamBroker:
         NATS_HEALTH.reached(server=events.server())
         return cls(
             nc,
-            nc.jetstream(timeout=timeouts.api_timeout.total_seconds()),
+            nc.jetstream(
+                timeout=timeouts.api_timeout.total_seconds(),
+                publish_async_max_pending=PUBLISH_WINDOW,
+            ),
             stream,
             subject,
             publish_timeout=timeouts.publish_timeout.total_seconds(),
             close_timeout=timeouts.close_timeout.total_seconds(),
+            publish_window=PUBLISH_WINDOW,
         )
 
     async def ensure_stream(
@@ -426,27 +437,38 @@ class JetStreamBroker:
         await self.nc.flush(timeout=max(1, math.ceil(timeout)))
 
     async def publish_many(self, messages: Sequence[DispatchMessage]) -> list[BaseException | None]:
-        """Publish all messages with their acks awaited together.
+        """Publish all messages pipelined, their acks collected together.
 
         Returns, per message, None when JetStream acknowledged it or the error.
+        Every publish goes out at once with a reply subject under one inbox
+        (nats-py's ``publish_async``): no request, timer and task per message.
+        The whole batch shares one deadline, the publish timeout; a message
+        whose ack has not come by then counts as a timed-out publish.
         """
-
-        async def one(message: DispatchMessage) -> None:
-            self.faults.check()
-            await self.js.publish(
-                self.subject,
-                encode(message),
-                timeout=self.publish_timeout,
-                stream=self.stream,
-                headers={"Nats-Msg-Id": message.msg_id},
-            )
-
-        results = await asyncio.gather(*(one(m) for m in messages), return_exceptions=True)
-        out: list[BaseException | None] = []
-        for r in results:
-            if isinstance(r, asyncio.CancelledError):
-                raise r
-            out.append(r if isinstance(r, BaseException) else None)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.publish_timeout
+        out: list[BaseException | None] = [None] * len(messages)
+        acks: dict[asyncio.Future[api.PubAck], int] = {}
+        try:
+            for i, message in enumerate(messages):
+                try:
+                    self.faults.check()
+                    await self._within_window(acks, deadline)
+                    acks[await self._publish_async(message)] = i
+                except Exception as exc:  # noqa: BLE001 - that message's result
+                    out[i] = exc
+            if acks:
+                await asyncio.wait(acks, timeout=max(0.0, deadline - loop.time()))
+            for future, i in acks.items():
+                if not future.done() or future.cancelled():
+                    out[i] = nats.errors.TimeoutError()
+                elif (error := future.exception()) is not None:
+                    out[i] = error
+        finally:
+            for future in acks:
+                # Unanswered by the deadline (or the call was cancelled): forget
+                # the ack, which frees its place in the window.
+                future.cancel()
         if self._stream_settings is not None and any(
             isinstance(r, NoStreamResponseError | NotFoundError) for r in out
         ):
@@ -460,6 +482,36 @@ class JetStreamBroker:
                 if self._consumer_settings is not None:
                     await self.ensure_consumer(*self._consumer_settings)
         return out
+
+    async def _publish_async(self, message: DispatchMessage) -> asyncio.Future[api.PubAck]:
+        # Nats-Msg-Id: JetStream drops a second publish of one claim (same run
+        # and epoch) within the duplicate window, never a later re-dispatch.
+        return await self.js.publish_async(
+            self.subject,
+            encode(message),
+            stream=self.stream,
+            headers={"Nats-Msg-Id": message.msg_id},
+        )
+
+    async def _within_window(
+        self, acks: dict[asyncio.Future[api.PubAck], int], deadline: float
+    ) -> None:
+        """Wait, up to the deadline, until one more publish fits under the pending bound.
+
+        nats-py's ``publish_async`` would otherwise wait for a free place
+        without any deadline (its own stall timeout costs a task per message).
+        """
+        loop = asyncio.get_running_loop()
+        while self.js.publish_async_pending() >= self.publish_window:
+            left = deadline - loop.time()
+            ours = [f for f in acks if not f.done()]
+            if left <= 0:
+                raise nats.errors.TimeoutError()
+            if ours:
+                await asyncio.wait(ours, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            else:  # the window is held by another batch's publishes
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.js.publish_async_completed(), left)
 
     async def close(self) -> None:
         """Flush what is buffered (acks are fire-and-forget publishes), then close.
