@@ -117,8 +117,8 @@ def jobs_toml(
     )
 
 
-def make_config(schema_url: str, deployment: str, jobs: str, **settings: object) -> LoadedConfig:
-    """A LoadedConfig for the benchmark's schema and stream (the tests' make_config)."""
+def config_toml(schema_url: str, deployment: str, jobs: str, **settings: object) -> str:
+    """The config file's text for the benchmark's schema and stream."""
     lines = [
         f'database_url = "{schema_url}"',
         f'nats_url = "{nats_url()}"',
@@ -127,7 +127,12 @@ def make_config(schema_url: str, deployment: str, jobs: str, **settings: object)
     ]
     for key, value in settings.items():
         lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value!r}")
-    return parse_config("[claimd]\n" + "\n".join(lines) + "\n" + jobs, "<bench>", env={})
+    return "[claimd]\n" + "\n".join(lines) + "\n" + jobs
+
+
+def make_config(schema_url: str, deployment: str, jobs: str, **settings: object) -> LoadedConfig:
+    """A LoadedConfig for the benchmark's schema and stream (the tests' make_config)."""
+    return parse_config(config_toml(schema_url, deployment, jobs, **settings), "<bench>", env={})
 
 
 async def seed_jobs(store: PostgresRunStore, n_jobs: int) -> list[int]:
