@@ -311,24 +311,47 @@ def resolve_callable(target: str) -> Callable[..., Any]:
     return func
 
 
+_RESOLVED: dict[str, tuple[Callable[..., Any], bool]] = {}
+_RESOLVED_KEPT = 1024
+
+
+def _resolved(target: str) -> tuple[Callable[..., Any], bool]:
+    """The target's callable and whether it is a coroutine function, looked up once.
+
+    Only what resolved is kept: a target that failed to import is tried again
+    on its next run (the module may have been installed meanwhile).
+    """
+    found = _RESOLVED.get(target)
+    if found is None:
+        func = resolve_callable(target)
+        found = (func, inspect.iscoroutinefunction(func))
+        if len(_RESOLVED) >= _RESOLVED_KEPT:
+            _RESOLVED.clear()
+        _RESOLVED[target] = found
+    return found
+
+
 async def run_python(spec: PythonSpec, context: RunContext, timeout: timedelta) -> ExecutionResult:
     """Call ``module:function(ctx)``; async functions are cancelled at the timeout.
 
     A sync function runs in a thread; at the timeout its result is abandoned
     (Python cannot kill a thread) and the attempt is recorded as timed out.
+    The timeout is a deadline on the calling task (``asyncio.timeout``), not
+    ``wait_for``: that would run every job in a task of its own, with a timer.
     """
     start = time.monotonic()
     try:
-        func = resolve_callable(spec.target)
+        func, is_async = _resolved(spec.target)
     except Exception as exc:  # noqa: BLE001 - a bad target fails the run, not the worker
         return ExecutionResult(
             Outcome.FAILED, error=f"cannot load {spec.target}: {exc!r}", duration=_elapsed(start)
         )
     try:
-        if inspect.iscoroutinefunction(func):
-            await asyncio.wait_for(func(context), timeout.total_seconds())
-        else:
-            await asyncio.wait_for(_in_daemon_thread(func, context), timeout.total_seconds())
+        async with asyncio.timeout(timeout.total_seconds()):
+            if is_async:
+                await func(context)
+            else:
+                await _in_daemon_thread(func, context)
     except TimeoutError:
         return ExecutionResult(
             Outcome.TIMED_OUT, error=f"timed out after {timeout}", duration=_elapsed(start)
