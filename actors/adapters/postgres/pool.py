@@ -108,6 +108,19 @@ class _BoundedPool(asyncpg.Pool):
         return super().acquire(timeout=self._acquire_timeout if timeout is None else timeout)
 
 
+async def keep_session(conn: asyncpg.Connection) -> None:
+    """What the pool does to a connection it takes back: nothing more than asyncpg must.
+
+    asyncpg's default reset is a second round trip after every statement
+    (``SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL``),
+    about 0.3 ms and 0.15 ms of client CPU each time. claimd's pooled
+    connections keep no session state: no SET outside a transaction, no
+    LISTEN, no cursor, and the one advisory lock (migrations) is released by
+    the migration and reset there in full. asyncpg still rolls back a
+    transaction left open and drops listeners before calling this.
+    """
+
+
 async def connect_pool(
     dsn: str,
     timeouts: TimeoutBudget,
@@ -147,6 +160,7 @@ async def connect_pool(
         acquire_timeout=timeouts.acquire_timeout.total_seconds(),
         command_timeout=timeouts.statement_timeout.total_seconds(),
         server_settings=server_keepalive,
+        reset=keep_session,
     )
     await pool
     return pool

@@ -8,6 +8,7 @@ clocks still agree on leases and due times.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Collection, Sequence
 from datetime import timedelta
 from typing import Self
@@ -124,7 +125,14 @@ class PostgresRunStore(PostgresJobCatalog):
 
     async def migrate(self) -> list[str]:
         async with self._pool.acquire() as conn:
-            return await migrate(conn)
+            try:
+                return await migrate(conn)
+            finally:
+                # The migration lock is the one session state a pooled
+                # connection ever holds, and the pool does not reset sessions
+                # (pool.keep_session): this one is reset in full.
+                with contextlib.suppress(Exception):
+                    await conn.reset()
 
     async def ping(self) -> None:
         await self._pool.fetchval("SELECT 1")
