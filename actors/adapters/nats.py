@@ -15,7 +15,7 @@ import ssl
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import nats
 from nats.aio.client import Client as NATS
@@ -424,7 +424,9 @@ class JetStreamBroker:
         )
 
     async def pull_subscription(self) -> JetStreamContext.PullSubscription:
-        return await self.js.pull_subscribe_bind(durable=CONSUMER, stream=self.stream)
+        psub = await self.js.pull_subscribe_bind(durable=CONSUMER, stream=self.stream)
+        _take_waiting_at_once(getattr(psub, "_sub", None))
+        return psub
 
     async def probe(self, timeout: float) -> None:
         """A round trip to the server (PING, PONG) within about ``timeout``; raises if none.
@@ -530,9 +532,43 @@ class JetStreamBroker:
             )
 
 
+def _take_waiting_at_once(sub: Any) -> None:
+    """Let a fetch take a message already waiting without a task and a timer for it.
+
+    nats-py's fetch reads each message of a batch with ``next_msg``, which
+    starts a task (with a uuid for a name) running ``wait_for`` on the
+    subscription's queue: two tasks and a timer per message, even when the
+    message is already there. Here a waiting message is handed over at once,
+    with nats-py's own bookkeeping; only an empty queue waits the nats-py way.
+    Left as it is if this nats-py keeps its messages elsewhere.
+    """
+    queue = getattr(sub, "_pending_queue", None)
+    if not isinstance(queue, asyncio.Queue) or not hasattr(sub, "_pending_size"):
+        return
+    waiting = sub.next_msg
+
+    async def next_msg(timeout: float | None = 1.0) -> Msg:
+        if queue.empty() or sub._conn.is_closed:
+            return cast(Msg, await waiting(timeout))
+        msg = cast(Msg, queue.get_nowait())
+        sub._pending_size -= len(msg.data)
+        queue.task_done()
+        return msg
+
+    sub.next_msg = next_msg
+
+
 def delivery_count(msg: Msg) -> int:
-    """How many times JetStream has delivered this message (1 on first delivery)."""
+    """How many times JetStream has delivered this message (1 on first delivery).
+
+    Read from the ack subject (``$JS.ACK.<stream>.<consumer>.<delivered>...``,
+    or with domain and account before the stream) rather than through
+    ``msg.metadata``, which builds a dataclass and a datetime per message.
+    """
+    tokens = (msg.reply or "").split(".")
+    if tokens[:2] != ["$JS", "ACK"] or len(tokens) not in (9, *range(11, 64)):
+        return 1  # not a JetStream delivery: counts as the first
     try:
-        return int(msg.metadata.num_delivered)
-    except Exception:  # noqa: BLE001 - a message without metadata counts as first
+        return int(tokens[4] if len(tokens) == 9 else tokens[6])
+    except ValueError:
         return 1
