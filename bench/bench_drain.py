@@ -32,7 +32,8 @@ Correctness line: runs not recorded succeeded (lost), runs with more than one
 attempt row (recorded twice), (job, instant) with more than one row (doubled),
 runs claimed twice by the claim measure.
 
-    python -m bench.bench_drain [--runs 50000 --jobs 100]
+    python -m bench.bench_drain [--runs 20000 --jobs 100]
+    python -m bench.bench_drain --against TREE   # each claimd config also from TREE
     python -m bench.bench_drain --configs pipeline,one,split-2w --runs 20000
 """
 
@@ -126,6 +127,7 @@ SELECT j.id, now() - interval '5 minutes' + g * $2::float8 * interval '1 millise
 STATS = """
 SELECT count(*) AS total,
        count(*) FILTER (WHERE state = 'succeeded') AS succeeded,
+       count(*) FILTER (WHERE state IN ('pending', 'claimed', 'running')) AS unfinished,
        min(started_at) FILTER (WHERE state = 'succeeded') AS first_start,
        max(finished_at) FILTER (WHERE state = 'succeeded') AS last_finish
   FROM job_runs
@@ -177,7 +179,9 @@ class Drained:
 
     name: str
     seeded: int
+    tree: str = ""  # "" for this checkout, else the label of the --against tree
     succeeded: int = 0
+    unfinished: int = 0  # still pending, claimed or running when the config was stopped
     seconds: float = float("nan")  # first start to last finish
     cpu_s: float = float("nan")  # the processes', from the first recorded run
     cpu_runs: int = 0  # runs recorded over that CPU
@@ -193,7 +197,12 @@ class Drained:
 
     @property
     def lost(self) -> int:
-        return self.seeded - self.succeeded
+        """Runs that ended in another state than succeeded (a no-op job always succeeds)."""
+        return self.seeded - self.succeeded - self.unfinished
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} [{self.tree}]" if self.tree else self.name
 
     @property
     def cpu_per_1000(self) -> float:
@@ -218,6 +227,7 @@ async def seed(store: PostgresRunStore, n_jobs: int, runs: int) -> int:
 async def _finish(store: PostgresRunStore, result: Drained) -> None:
     row = await store.pool.fetchrow(STATS)
     result.succeeded = row["succeeded"]
+    result.unfinished = row["unfinished"]
     if row["first_start"] is not None:
         result.seconds = (row["last_finish"] - row["first_start"]).total_seconds()
     result.doubled = await store.pool.fetchval(DOUBLED)
@@ -371,9 +381,13 @@ def _child_env() -> dict[str, str]:
 
 
 def _spawn(
-    config: Path, roles: Sequence[str], logs: Sequence[Path], log_level: str
+    config: Path, roles: Sequence[str], logs: Sequence[Path], log_level: str, tree: Path
 ) -> list[subprocess.Popen[bytes]]:
-    """One real `claimd run --role ROLE` per role, its log in a file of its own."""
+    """One real `claimd run --role ROLE` per role, its log in a file of its own.
+
+    ``python -m`` puts the working directory first on the path: the processes
+    run the ``actors`` package of ``tree`` (this checkout, or --against).
+    """
     return [
         subprocess.Popen(
             [
@@ -388,7 +402,7 @@ def _spawn(
                 "--log-level",
                 log_level,
             ],
-            cwd=REPO,
+            cwd=tree,
             env=_child_env(),
             stdout=subprocess.DEVNULL,
             stderr=log.open("wb"),
@@ -406,19 +420,20 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def claimd(name: str, args: argparse.Namespace) -> Drained:
+async def claimd(name: str, args: argparse.Namespace, tree: Path = REPO) -> Drained:
     """Start the configuration's `claimd run` processes on a seeded backlog; drain it."""
     roles = LAYOUTS[name]
     deployment = unique_name("bench")
     try:
         async with bench_schema() as url, migrated_store(url, max_size=2) as store:
             seeded = await seed(store, args.jobs, args.runs)
-            result = Drained(name, seeded, load=(os.getloadavg()[0], 0.0))
+            label = "" if tree == REPO else args.against_label
+            result = Drained(name, seeded, label, load=(os.getloadavg()[0], 0.0))
             with tempfile.TemporaryDirectory(prefix="claimd-drain-") as tmp:
                 config = Path(tmp) / "claimd.toml"
                 config.write_text(config_toml(url, deployment, jobs_toml(args.jobs)))
                 logs = [Path(tmp) / f"{i}-{role}.log" for i, role in enumerate(roles)]
-                procs = _spawn(config, roles, logs, args.log_level)
+                procs = _spawn(config, roles, logs, args.log_level, tree)
                 spies: list[subprocess.Popen[bytes]] = []
                 try:
                     await _until_drained(
@@ -426,7 +441,9 @@ async def claimd(name: str, args: argparse.Namespace) -> Drained:
                         procs,
                         result,
                         args.max_seconds,
-                        lambda: spies.extend(_spy(procs, roles, name, args.py_spy)),
+                        lambda: spies.extend(
+                            _spy(procs, roles, result.label.replace(" ", ""), args.py_spy)
+                        ),
                     )
                 finally:
                     _stop(spies, signal.SIGINT)
@@ -492,10 +509,12 @@ async def _until_drained(
                 on_first_run()
             continue
         if await store.pool.fetchval(NOT_DONE) == 0:
-            result.cpu_s = sum(_cpu_seconds(p.pid) for p in procs) - sum(cpu0)
-            result.cpu_runs = await store.pool.fetchval(SUCCEEDED) - recorded0
-            return
-    result.notes.append(f"not drained within {limit:.0f}s")
+            break
+    else:
+        result.notes.append(f"not drained within {limit:.0f}s: stopped")
+    if cpu0 is not None:
+        result.cpu_s = sum(_cpu_seconds(p.pid) for p in procs) - sum(cpu0)
+        result.cpu_runs = await store.pool.fetchval(SUCCEEDED) - recorded0
 
 
 def _stop(procs: Sequence[subprocess.Popen[bytes]], sig: int = signal.SIGTERM) -> None:
@@ -586,24 +605,24 @@ def report(results: dict[str, Drained], claims: list[Claimed], args: argparse.Na
     base = results.get("pipeline")
     rows = [
         Row(
-            DESCRIBED[name],
+            DESCRIBED[r.name] + (f" [{r.tree}]" if r.tree else ""),
             r.rate,
-            None if base is None or name == "pipeline" else base.rate,
+            None if base is None or r.name == "pipeline" else base.rate,
             "runs/s",
-            compared=name != "pipeline",
+            compared=r.name != "pipeline",
         )
-        for name, r in results.items()
+        for r in results.values()
     ]
     rows += [
         Row(
-            f"  CPU per 1000 runs: {name}",
+            f"  CPU per 1000 runs: {r.label}",
             r.cpu_per_1000,
-            None if base is None or name == "pipeline" else base.cpu_per_1000,
+            None if base is None or r.name == "pipeline" else base.cpu_per_1000,
             "s",
             higher_is_better=False,
-            compared=name != "pipeline",
+            compared=r.name != "pipeline",
         )
-        for name, r in results.items()
+        for r in results.values()
     ]
     notes = [
         "figure = drain rate (runs recorded succeeded / first start to last finish); "
@@ -612,19 +631,26 @@ def report(results: dict[str, Drained], claims: list[Claimed], args: argparse.Na
         "goals: one claimd run >= 0.9x; best multi-process layout >= 1.3x; "
         "1 -> 2 -> 4 replicas not falling",
     ]
-    for name, r in results.items():
+    for r in results.values():
         notes.append(
-            f"{name}: {r.succeeded} of {r.seeded} succeeded in {r.seconds:.2f}s; "
+            f"{r.label}: {r.succeeded} of {r.seeded} succeeded in {r.seconds:.2f}s; "
             f"load {r.load[0]:.2f} -> {r.load[1]:.2f}; CPU {r.cpu_s:.1f}s over {r.cpu_runs} runs"
         )
         notes.extend(f"  {n}" for n in r.notes)
     replicas = [results[n].rate for n in ("one", "replicas-2", "replicas-4") if n in results]
+    before = [
+        results[f"{n} [{args.against_label}]"].rate
+        for n in ("one", "replicas-2", "replicas-4")
+        if f"{n} [{args.against_label}]" in results
+    ]
     if len(replicas) > 1:
         steady = all(b >= a * 0.95 for a, b in itertools.pairwise(replicas))
         notes.append(
             "replicas 1 -> 2 -> 4: "
             + " -> ".join(f"{x:,.0f}" for x in replicas)
             + f" runs/s ({'not falling' if steady else 'FALLS'}, 5% noise allowed)"
+            + (f"; [{args.against_label}] " + " -> ".join(f"{x:,.0f}" for x in before))
+            * bool(before)
         )
     if claims:
         skip, plain = claims
@@ -637,7 +663,8 @@ def report(results: dict[str, Drained], claims: list[Claimed], args: argparse.Na
         )
     notes.append(
         "correctness: lost "
-        f"{sum(r.lost for r in results.values())}, recorded twice "
+        f"{sum(r.lost for r in results.values())} (unfinished when stopped at the time limit: "
+        f"{sum(r.unfinished for r in results.values())}), recorded twice "
         f"{sum(r.recorded_twice for r in results.values())}, doubled "
         f"{sum(r.doubled for r in results.values())}, claimed twice "
         f"{sum(c.twice for c in claims)}; redelivered (pipeline) "
@@ -659,13 +686,19 @@ async def main(args: argparse.Namespace) -> None:
     async with bench_schema() as url, migrated_store(url, max_size=1) as store:
         print(await environment(store.pool), f"load {os.getloadavg()[0]:.2f}", datetime.now())
     results: dict[str, Drained] = {}
+    runs: list[tuple[str, Path]] = []
     for name in names:
+        if args.against and name != "pipeline":
+            runs.append((name, Path(args.against)))  # the other tree first, then this one
+        runs.append((name, REPO))
+    for name, tree in runs:
         began = time.monotonic()
-        result = await (pipeline(args) if name == "pipeline" else claimd(name, args))
-        results[name] = result
+        result = await (pipeline(args) if name == "pipeline" else claimd(name, args, tree))
+        results[result.label] = result
         print(
-            f"  {name}: {result.rate:,.0f} runs/s, {result.succeeded}/{result.seeded} in "
-            f"{result.seconds:.2f}s (config took {time.monotonic() - began:.0f}s)",
+            f"  {result.label}: {result.rate:,.0f} runs/s, {result.succeeded}/{result.seeded} "
+            f"in {result.seconds:.2f}s (config took {time.monotonic() - began:.0f}s, load "
+            f"{result.load[0]:.2f} -> {result.load[1]:.2f})",
             flush=True,
         )
     claims = await claim_measure(args) if args.claimers > 0 else []
@@ -674,7 +707,7 @@ async def main(args: argparse.Namespace) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=50_000, help="due runs seeded per config")
+    parser.add_argument("--runs", type=int, default=20_000, help="due runs seeded per config")
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument(
         "--configs",
@@ -689,6 +722,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--claimers", type=int, default=4, help="concurrent claimers of the claim measure (0: off)"
     )
     parser.add_argument("--claim-runs", type=int, default=20_000)
+    parser.add_argument(
+        "--against",
+        metavar="TREE",
+        help="also run each claimd configuration from this source tree (e.g. an export of "
+        "main: git archive main | tar -x -C TREE), just before this checkout's",
+    )
+    parser.add_argument("--against-label", default="before", help="its label in the table")
     parser.add_argument(
         "--py-spy",
         metavar="DIR",
