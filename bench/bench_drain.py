@@ -369,6 +369,15 @@ async def _pipeline(
 # --- (b)-(d) claimd processes --------------------------------------------------------------
 
 
+def _settings(pairs: Sequence[str]) -> dict[str, object]:
+    """``--set key=value`` pairs as claimd settings (integers as integers)."""
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        out[key.strip()] = int(value) if value.strip().isdigit() else value.strip()
+    return out
+
+
 def _child_env() -> dict[str, str]:
     """No server overrides or test faults leaking into the replicas from ours."""
     env = {
@@ -431,7 +440,9 @@ async def claimd(name: str, args: argparse.Namespace, tree: Path = REPO) -> Drai
             result = Drained(name, seeded, label, load=(os.getloadavg()[0], 0.0))
             with tempfile.TemporaryDirectory(prefix="claimd-drain-") as tmp:
                 config = Path(tmp) / "claimd.toml"
-                config.write_text(config_toml(url, deployment, jobs_toml(args.jobs)))
+                config.write_text(
+                    config_toml(url, deployment, jobs_toml(args.jobs), **_settings(args.set))
+                )
                 logs = [Path(tmp) / f"{i}-{role}.log" for i, role in enumerate(roles)]
                 procs = _spawn(config, roles, logs, args.log_level, tree)
                 spies: list[subprocess.Popen[bytes]] = []
@@ -671,8 +682,8 @@ def report(results: dict[str, Drained], claims: list[Claimed], args: argparse.Na
         f"{base.redelivered if base is not None else 0}"
     )
     print_table(
-        f"drain: {args.runs:,} due runs over {args.jobs} jobs (async no-op), claimd defaults, "
-        f"log level {args.log_level}",
+        f"drain: {args.runs:,} due runs over {args.jobs} jobs (async no-op), "
+        f"{', '.join(args.set) or 'claimd defaults'}, log level {args.log_level}",
         rows,
         notes,
     )
@@ -715,6 +726,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"comma-separated: pipeline, {', '.join(LAYOUTS)} (default {DEFAULT_CONFIGS})",
     )
     parser.add_argument("--log-level", default="warning", help="the claimd processes' log level")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a claimd setting for every claimd process (e.g. worker_concurrency=256); "
+        "default: claimd's defaults",
+    )
     parser.add_argument(
         "--max-seconds", type=float, default=120.0, help="give up on a config after this long"
     )
