@@ -565,10 +565,12 @@ def delivery_count(msg: Msg) -> int:
     or with domain and account before the stream) rather than through
     ``msg.metadata``, which builds a dataclass and a datetime per message.
     """
-    tokens = (msg.reply or "").split(".")
-    if tokens[:2] != ["$JS", "ACK"] or len(tokens) not in (9, *range(11, 64)):
-        return 1  # not a JetStream delivery: counts as the first
+    reply = getattr(msg, "reply", None)
+    tokens = reply.split(".") if isinstance(reply, str) else []
+    if tokens[:2] == ["$JS", "ACK"] and len(tokens) in (9, *range(11, 64)):
+        with contextlib.suppress(ValueError):
+            return int(tokens[4] if len(tokens) == 9 else tokens[6])
     try:
-        return int(tokens[4] if len(tokens) == 9 else tokens[6])
-    except ValueError:
+        return int(msg.metadata.num_delivered)
+    except Exception:  # noqa: BLE001 - a message without metadata counts as first
         return 1
