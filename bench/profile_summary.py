@@ -22,11 +22,15 @@ from pathlib import Path
 # loop) is counted as itself.
 STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("worker: fetch", ("JetStreamContext.PullSubscription.fetch",)),
-    ("worker: decode + start + spawn (handle)", ("Worker.handle",)),
-    ("worker: per-run task (execute)", ("Worker._execute",)),
-    ("worker: complete (record)", ("Worker._record", "PostgresRunStore.complete_runs")),
-    ("worker: settle + ack", ("Worker._settle",)),
-    ("worker: loop, other", ("Worker.run", "Worker._complete_loop")),
+    ("worker: decode (inbox)", ("JetStreamInbox._decoded",)),
+    ("worker: start + spawn", ("Worker.handle", "Starter.start")),
+    ("worker: per-run task (execute)", ("Worker._execute", "Execution.__call__")),
+    (
+        "worker: complete (record)",
+        ("Worker._record", "Completer._record", "PostgresRunStore.complete_runs"),
+    ),
+    ("worker: settle + ack", ("Worker._settle", "Completer._settle")),
+    ("worker: loop, other", ("Worker.run", "Worker._complete_loop", "Completer.run")),
     ("heartbeat", ("Heartbeat.run",)),
     ("dispatcher: publish", ("Dispatcher.run",)),
     ("publish acks (nats-py callback)", ("JetStreamContext._handle_async_reply",)),
