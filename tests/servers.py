@@ -260,6 +260,25 @@ def _unprivileged_user() -> tuple[int, int] | None:
     raise RuntimeError("running as root and no postgres or nobody user to run PostgreSQL as")
 
 
+def _run_pg_tool(
+    root: Path, bindir: Path, user: tuple[int, int] | None, tool: str, *args: str
+) -> None:
+    """One PostgreSQL tool as the unprivileged user; its output in the root's log."""
+    with open(root / "tools.log", "ab") as log:
+        kwargs: dict[str, Any] = {}
+        if user is not None:
+            kwargs = {"user": user[0], "group": user[1], "extra_groups": []}
+        subprocess.run(
+            [str(bindir / tool), *args],
+            stdout=log,
+            stderr=log,
+            check=True,
+            timeout=120,
+            cwd=root,
+            **kwargs,
+        )
+
+
 @dataclass
 class PostgresPair:
     """A primary and a streaming standby (pg_basebackup -R) in ``root``, on free ports.
@@ -300,20 +319,7 @@ class PostgresPair:
         )
 
     def _run(self, tool: str, *args: str) -> None:
-        """One PostgreSQL tool as the unprivileged user; its output in the root's log."""
-        with open(self.root / "tools.log", "ab") as log:
-            kwargs: dict[str, Any] = {}
-            if self._user is not None:
-                kwargs = {"user": self._user[0], "group": self._user[1], "extra_groups": []}
-            subprocess.run(
-                [str(self.bindir / tool), *args],
-                stdout=log,
-                stderr=log,
-                check=True,
-                timeout=120,
-                cwd=self.root,
-                **kwargs,
-            )
+        _run_pg_tool(self.root, self.bindir, self._user, tool, *args)
 
     def _configure(self, data: Path, port: int, extra: str) -> None:
         with open(data / "postgresql.conf", "a") as conf:
@@ -383,4 +389,70 @@ class PostgresPair:
             if (data / "postmaster.pid").exists():
                 with contextlib.suppress(subprocess.SubprocessError, OSError):
                     self._run("pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@dataclass
+class PrivatePostgres:
+    """One throwaway PostgreSQL in ``root`` on a free loopback port, with extra settings.
+
+    For what the shared server must not be asked (``shared_preload_libraries``,
+    statistics reset): the benchmarks' pg_stat_statements readings.
+    ``pid`` is the postmaster's; ``stop`` stops that server and removes ``root``.
+    """
+
+    root: Path
+    bindir: Path
+    settings: str = ""
+    port: int = 0
+
+    def __post_init__(self) -> None:
+        from actors.adapters.embedded import free_port
+
+        self.port = self.port or free_port()
+        self._user = _unprivileged_user()
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def pid(self) -> int:
+        return int((self.data / "postmaster.pid").read_text().split()[0])
+
+    def _run(self, tool: str, *args: str) -> None:
+        _run_pg_tool(self.root, self.bindir, self._user, tool, *args)
+
+    def start(self) -> PrivatePostgres:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self._user is not None:
+            os.chown(self.root, *self._user)
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "-A",
+            "trust",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        )
+        with open(self.data / "postgresql.conf", "a") as conf:
+            conf.write(
+                f"\nlisten_addresses = '127.0.0.1'\nport = {self.port}\n"
+                f"unix_socket_directories = '{self.root}'\nmax_connections = 100\n" + self.settings
+            )
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "pg.log"), "-w", "start")
+        return self
+
+    def stop(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            with contextlib.suppress(subprocess.SubprocessError, OSError):
+                self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
         shutil.rmtree(self.root, ignore_errors=True)
