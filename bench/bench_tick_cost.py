@@ -82,7 +82,9 @@ PER_TICK = (
 )
 
 STATEMENTS = """
-SELECT query, calls, total_exec_time, rows, shared_blks_hit + shared_blks_read AS blocks
+SELECT query, calls, total_exec_time, rows, shared_blks_hit + shared_blks_read AS blocks,
+       jit_generation_time + jit_inlining_time + jit_optimization_time + jit_emission_time
+           AS jit_ms
   FROM public.pg_stat_statements
  WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
 """
@@ -112,7 +114,18 @@ def _name(query: str, known: dict[str, str]) -> str:
     shape = _normalize(query)
     if shape in known:
         return known[shape]
-    return "? " + shape[:60]
+    # pg_stat_statements keeps the text of the statement's first call; a
+    # statement assembled at run time (a variant of a constant) matches by
+    # its longest common start with one.
+    best, length = "", 0
+    for text, name in known.items():
+        n = next(
+            (i for i, (a, b) in enumerate(zip(text, shape, strict=False)) if a != b),
+            min(len(text), len(shape)),
+        )
+        if n > length:
+            best, length = name, n
+    return best if length >= 60 else "? " + shape[:60]
 
 
 def _pg_cpu_seconds(postmaster: int) -> float:
@@ -240,6 +253,16 @@ async def _measure(
         if total >= args.jobs and behind == 0:
             break
         await asyncio.sleep(0.5)
+    # Then until the first ticks' due runs are claimed: the window measures a
+    # replica that keeps up, not its catch-up.
+    while time.monotonic() < deadline:
+        overdue = await pool.fetchval(
+            "SELECT count(*) FROM job_runs WHERE state = 'pending'"
+            " AND due_at < now() - interval '2 seconds'"
+        )
+        if overdue == 0:
+            break
+        await asyncio.sleep(0.5)
     await asyncio.sleep(args.warmup)
     pending = await pool.fetchval("SELECT count(*) FROM job_runs WHERE state = 'pending'")
     terminal = await pool.fetchval(
@@ -269,7 +292,8 @@ async def _measure(
         name = _name(r["query"], known)
         if name.startswith("?") and "pg_stat_statements" in r["query"]:
             continue
-        s = per.setdefault(name, {"calls": 0, "ms": 0.0, "rows": 0, "blocks": 0})
+        s = per.setdefault(name, {"calls": 0, "ms": 0.0, "rows": 0, "blocks": 0, "jit_ms": 0.0})
+        s["jit_ms"] += r["jit_ms"]
         s["calls"] += r["calls"]
         s["ms"] += r["total_exec_time"]
         s["rows"] += r["rows"]
@@ -316,7 +340,9 @@ def run_child(args: argparse.Namespace, url: str, postmaster: int, jobs: int, bi
         str(args.duration),
         "--warmup",
         str(args.warmup),
-    ] + ["--big", "1" if big else "0"]
+        "--big",
+        "1" if big else "0",
+    ]
     proc = subprocess.run(
         cmd,
         cwd=REPO,
@@ -345,7 +371,7 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
             key=lambda n: (n not in PER_TICK, PER_TICK.index(n) if n in PER_TICK else 0, n),
         )
         head = "statement".ljust(28) + "".join(
-            f"  {r['jobs']:>6} jobs: calls/s  mean ms  ms/s  blk/call" for r in small
+            f"  {r['jobs']:>6} jobs: calls/s  mean ms  ms/s  blk/call  jit ms" for r in small
         )
         print(head)
         print("-" * len(head))
@@ -354,20 +380,21 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
             for r in small:
                 s = r["statements"].get(n)
                 if not s:
-                    cells.append(" " * 44)
+                    cells.append(" " * 52)
                     continue
                 calls = s["calls"] / r["window_s"]
                 mean = s["ms"] / s["calls"] if s["calls"] else 0.0
                 cells.append(
                     f"  {'':>11}{calls:8.1f} {mean:8.3f} {s['ms'] / r['window_s']:5.1f}"
                     f" {s['blocks'] / max(1, s['calls']):9.0f}"
+                    f" {s['jit_ms'] / max(1, s['calls']):7.2f}"
                 )
             print(("* " if n in PER_TICK else "  ") + n[:26].ljust(26) + "".join(cells))
         print("  * = runs on a timer whatever the work (its cost should be flat across job counts)")
         for r in small:
-            tick_ms = sum(
-                s["ms"] for n, s in r["statements"].items() if n in PER_TICK
-            ) / r["window_s"]
+            tick_ms = (
+                sum(s["ms"] for n, s in r["statements"].items() if n in PER_TICK) / r["window_s"]
+            )
             all_ms = sum(s["ms"] for s in r["statements"].values()) / r["window_s"]
             runs = max(1, r["recorded"])
             print(

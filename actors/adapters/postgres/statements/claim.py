@@ -70,16 +70,21 @@ RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch, due.skip
 # from when its job was forbid/queue must not count against the overlap index.
 # The scan stays on the pending index in due order; the policy verdict is
 # computed on each locked row (re-evaluated on its latest version when it
-# changed since the statement's snapshot).
+# changed since the statement's snapshot). The job is looked up per due row
+# (OFFSET 0 keeps the planner from turning the join around): driven from the
+# jobs, the planner read each job's whole pending range, the horizon, to find
+# the few due rows, and with a due backlog it read all of it and sorted.
 # SKIP LOCKED: the claim never waits for a row lock, so it cannot deadlock
 # with the statements that lock rows in id order.
 CLAIM_DUE_RUNS = """
 WITH due AS (
     SELECT r.id, """ + MUST_NOT_RUN + """ AS skip
       FROM job_runs r
-      JOIN jobs j ON j.id = r.job_id
-     WHERE r.state = 'pending' AND r.due_at <= now() AND j.enabled AND NOT j.paused
-       AND j.overlap = 'allow'
+     CROSS JOIN LATERAL (
+           SELECT j.start_deadline, j.catchup FROM jobs j
+            WHERE j.id = r.job_id AND j.enabled AND NOT j.paused AND j.overlap = 'allow'
+           OFFSET 0) j
+     WHERE r.state = 'pending' AND r.due_at <= now()
      ORDER BY r.due_at
        FOR UPDATE OF r SKIP LOCKED
      LIMIT $2
@@ -122,40 +127,45 @@ due AS (
 # with overlap = forbid, a due run while another run of the job is active.
 # The claims and the start judge the first two again, on the row as they lock
 # it; this pass records the bulk (a backlog after an outage) a bounded number
-# per job at a time, so that the claims rarely meet such a run.
+# at a time, so that the claims rarely meet such a run.
+#
+# Each branch nominates candidates from the rows that can be skipped now, so
+# the pass costs what there is to skip, not the number of jobs nor the
+# horizon of future runs (sql/0006_tick_cost_indexes.sql). It runs every
+# claim_interval, mostly finding nothing:
+# - overlap = forbid: the forbid jobs (a partial index of jobs; usually none)
+#   that have a run active, one index range of due runs each;
+# - the start deadline: first scheduled attempts in instant order, from the
+#   oldest up to now() - the shortest deadline of any job
+#   (job_runs_pending_first_scheduled), each judged against its own job's
+#   deadline: never the future part of the horizon;
+# - catchup = latest: the latest jobs (a partial index), one index range each.
 SKIP_UNRUNNABLE = """
-WITH policy AS (
-    SELECT j.id, j.overlap, j.catchup, j.start_deadline,
-           EXISTS (SELECT 1 FROM job_runs a
-                    WHERE a.job_id = j.id AND a.state IN ('claimed', 'running')) AS active
-      FROM jobs j
-     WHERE j.enabled AND NOT j.paused
-),
--- Each branch nominates candidates from one index range per job
--- (job_runs_pending_by_job, job_runs_job_scheduled), so the cost follows the
--- number of jobs, not the backlog or the horizon.
-nominated AS (
+WITH nominated AS (
     SELECT x.id, 'overlap forbidden: an earlier run was still active' AS reason
-      FROM policy p
+      FROM jobs p
      CROSS JOIN LATERAL (
            SELECT r.id FROM job_runs r
             WHERE r.job_id = p.id AND r.state = 'pending' AND r.scheduled_at <= now()
               AND r.due_at <= now()
             ORDER BY r.scheduled_at LIMIT $1) x
-     WHERE p.overlap = 'forbid' AND p.active
+     WHERE p.enabled AND NOT p.paused AND p.overlap = 'forbid'
+       AND EXISTS (SELECT 1 FROM job_runs a
+                    WHERE a.job_id = p.id AND a.state IN ('claimed', 'running'))
     UNION ALL
     SELECT x.id, NULL
-      FROM policy p
-     CROSS JOIN LATERAL (
-           SELECT r.id FROM job_runs r
-            WHERE r.job_id = p.id AND r.state = 'pending'
-              AND r.scheduled_at < now() - p.start_deadline
-              AND r.trigger = 'schedule' AND r.attempt = 1
-            ORDER BY r.scheduled_at LIMIT $1) x
-     WHERE p.start_deadline IS NOT NULL
+      FROM (SELECT r.id FROM job_runs r
+              JOIN jobs p ON p.id = r.job_id
+             WHERE r.state = 'pending' AND r.trigger = 'schedule' AND r.attempt = 1
+               AND r.scheduled_at < now() - (SELECT min(d.start_deadline) FROM jobs d
+                                              WHERE d.enabled AND NOT d.paused
+                                                AND d.start_deadline IS NOT NULL)
+               AND r.scheduled_at < now() - p.start_deadline
+               AND p.enabled AND NOT p.paused
+             ORDER BY r.scheduled_at LIMIT $1) x
     UNION ALL
     SELECT x.id, NULL
-      FROM policy p
+      FROM jobs p
      CROSS JOIN LATERAL (
            SELECT max(n.scheduled_at) AS newest FROM job_runs n
             WHERE n.job_id = p.id AND n.trigger = 'schedule' AND n.scheduled_at <= now()
@@ -166,7 +176,7 @@ nominated AS (
             WHERE r.job_id = p.id AND r.state = 'pending' AND r.scheduled_at < m.newest
               AND r.trigger = 'schedule' AND r.due_at <= now()
             ORDER BY r.scheduled_at LIMIT $1) x
-     WHERE p.catchup = 'latest'
+     WHERE p.enabled AND NOT p.paused AND p.catchup = 'latest'
 ),
 -- The verdict is given on the row as locked (its current version), so a run
 -- another replica claimed, or that came back as a retry, meanwhile is judged
@@ -193,11 +203,14 @@ RETURNING r.id::text, v.reason
 # Runs of a job removed from the config that came back to pending after the
 # removal (a retry, a reaped lease, a released publish) would wait forever:
 # nothing claims runs of a disabled job. They are cancelled like the others.
+# Driven from the disabled jobs (jobs_disabled), one index range of pending
+# runs each (job_runs_pending_by_job): the reaper runs it every second, and a
+# join let the planner read every pending row of the horizon to find none.
 CANCEL_ORPHANED_RUNS = """
 WITH orphaned AS MATERIALIZED (
     SELECT r.id FROM job_runs r
-      JOIN jobs j ON j.id = r.job_id
-     WHERE NOT j.enabled AND r.state = 'pending'
+     WHERE r.job_id = ANY (ARRAY(SELECT j.id FROM jobs j WHERE NOT j.enabled))
+       AND r.state = 'pending'
      ORDER BY r.id
        FOR NO KEY UPDATE OF r
 )
