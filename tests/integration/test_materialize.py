@@ -124,3 +124,58 @@ async def test_a_plan_from_a_superseded_definition_writes_nothing(store: Postgre
         " AS d FROM job_runs) x"
     )
     assert spacing == timedelta(seconds=2)
+
+
+class MovableClock:
+    """The database's clock, faked, moved by the test."""
+
+    def __init__(self, now: datetime) -> None:
+        self.current = now
+
+    async def read(self) -> datetime:
+        return self.current
+
+
+async def test_a_tick_with_nothing_new_to_plan_leaves_the_job_row_alone(
+    store: PostgresRunStore,
+) -> None:
+    """The mark moves when an instant enters the horizon (or it falls within half a
+    horizon of now), not every tick; the rows are every instant all the same."""
+    every_10s = Job(
+        name="ten",
+        schedule=IntervalSchedule(timedelta(seconds=10)),
+        executor=PythonSpec("tests.integration.helpers:record_call"),
+    )
+    daily = Job(
+        name="daily",
+        schedule=IntervalSchedule(timedelta(days=1)),
+        executor=PythonSpec("tests.integration.helpers:record_call"),
+    )
+    await store.sync_jobs([every_10s, daily])
+    await store.pool.execute("UPDATE jobs SET created_at = $1", NOW)
+    clock = MovableClock(NOW)
+    materializer = Materializer(
+        store, clock, HORIZON, timedelta(seconds=1), asyncio.Event(), guard_stale_plans=False
+    )
+    marks: dict[str, set[datetime]] = {"ten": set(), "daily": set()}
+    for second in range(120):
+        clock.current = NOW + timedelta(seconds=second)
+        await materializer.tick()
+        for r in await store.pool.fetch("SELECT name, materialized_until FROM jobs"):
+            marks[r["name"]].add(r["materialized_until"])
+            # Never behind now: the gauge materialized_behind stays 0.
+            assert r["materialized_until"] >= clock.current + HORIZON / 2, r["name"]
+    rows = await store.pool.fetch(
+        "SELECT j.name, r.scheduled_at FROM job_runs r JOIN jobs j ON j.id = r.job_id"
+        " ORDER BY r.scheduled_at"
+    )
+    end = NOW + timedelta(seconds=119) + HORIZON
+    ten = [r["scheduled_at"] for r in rows if r["name"] == "ten"]
+    assert ten == list(every_10s.schedule.fire_times(NOW, end))
+    assert [r["scheduled_at"] for r in rows if r["name"] == "daily"] == list(
+        daily.schedule.fire_times(NOW, end)
+    )
+    # 120 ticks: the 10-second job's row written once per instant, the daily one's
+    # once per half horizon, not 120 times each.
+    assert len(marks["ten"]) <= 13
+    assert len(marks["daily"]) <= 9
