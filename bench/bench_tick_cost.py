@@ -264,6 +264,11 @@ async def _measure(
         if overdue == 0:
             break
         await asyncio.sleep(0.5)
+    # Statistics as autovacuum keeps them in a replica that has run a while
+    # (its first ANALYZE of a just-filled table can be a minute away): the
+    # window measures the steady state, not plans made over an empty table.
+    await pool.execute("ANALYZE jobs")
+    await pool.execute("ANALYZE job_runs")
     await asyncio.sleep(args.warmup)
     pending = await pool.fetchval("SELECT count(*) FROM job_runs WHERE state = 'pending'")
     terminal = await pool.fetchval(
