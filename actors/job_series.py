@@ -1,0 +1,121 @@
+"""Per-job series kept in plain numbers, exposed by one collector at scrape time.
+
+prometheus_client gives every labelled series an object of its own (a lock, a
+value object, the names and labels again): about 650 bytes a counter and
+4-5 KB a histogram. claimd creates every per-job series at start (an absent
+series cannot be alerted on), so 10,000 jobs cost 150 MB of such objects
+before a run started. Here a counter series is one float and a histogram one
+list of bucket counts and its sum; the exposition (names, HELP, labels,
+buckets) is the one prometheus_client writes for the same metric, without the
+``_created`` samples, and the unit tests check it against prometheus_client's
+own output.
+
+Counters and histograms are only touched from the event loop (the worker,
+reaper and materializer) and collected there (``/metrics`` renders in the
+loop), so there is no lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterator, Sequence
+
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+
+class _CounterChild:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        if amount < 0:
+            raise ValueError("counters can only be incremented by non-negative amounts")
+        self.value += amount
+
+
+class _HistogramChild:
+    __slots__ = ("counts", "sum", "upper")
+
+    def __init__(self, upper: tuple[float, ...]) -> None:
+        self.upper = upper
+        self.counts = [0] * (len(upper) + 1)  # the last is +Inf
+        self.sum = 0.0
+
+    def observe(self, amount: float) -> None:
+        self.sum += amount
+        # The first bucket whose bound is >= amount (le is inclusive).
+        self.counts[bisect.bisect_left(self.upper, amount)] += 1
+
+
+class JobCounter(Collector):
+    """A counter family by label values, ``.labels(*values).inc()`` as prometheus_client's."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        self.name = name.removesuffix("_total")
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self._children: dict[tuple[str, ...], _CounterChild] = {}
+
+    def labels(self, *values: str) -> _CounterChild:
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name}: expected labels {self.labelnames}, got {values}")
+            child = self._children[tuple(str(v) for v in values)] = _CounterChild()
+        return child
+
+    def describe(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, child in list(self._children.items()):
+            family.add_metric(values, child.value)
+        yield family
+
+
+class JobHistogram(Collector):
+    """A histogram family by label values, ``.labels(*values).observe(x)``."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Sequence[str],
+        buckets: Sequence[float],
+    ) -> None:
+        upper = tuple(float(b) for b in buckets if not math.isinf(b))
+        if list(upper) != sorted(set(upper)):
+            raise ValueError(f"{name}: buckets must be increasing")
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = tuple(labelnames)
+        self.upper = upper
+        self._le = [floatToGoString(b) for b in upper] + ["+Inf"]
+        self._children: dict[tuple[str, ...], _HistogramChild] = {}
+
+    def labels(self, *values: str) -> _HistogramChild:
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name}: expected labels {self.labelnames}, got {values}")
+            child = self._children[tuple(str(v) for v in values)] = _HistogramChild(self.upper)
+        return child
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, child in list(self._children.items()):
+            cumulative, running = [], 0
+            for le, count in zip(self._le, child.counts, strict=True):
+                running += count
+                cumulative.append((le, float(running)))
+            family.add_metric(list(values), cumulative, child.sum)
+        yield family
