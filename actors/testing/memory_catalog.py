@@ -1,0 +1,247 @@
+"""The job catalog in memory: the jobs table, plans written, what a replica reads besides."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from actors.domain import DecodedJobs, Job, Plan, RunState, encode_job
+from actors.ports import Clock, ClusterReading, JobReading, JobState, StoreUnavailable
+from actors.testing.memory_rows import AttemptRow, JobRow, RunRow, must_not_run
+
+ACTIVE = (RunState.CLAIMED, RunState.RUNNING)
+
+
+@dataclass
+class InMemoryJobCatalog:
+    """The rows every in-memory statement reads and writes, on ``clock``'s time.
+
+    ``outage``: while set, every call raises it (a database that is away).
+    """
+
+    clock: Clock
+    jobs: dict[str, JobRow] = field(default_factory=dict)
+    runs: dict[str, RunRow] = field(default_factory=dict)
+    attempts: list[AttemptRow] = field(default_factory=list)
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    outage: Exception | None = None
+    closed: bool = False
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _decoded: DecodedJobs = field(default_factory=DecodedJobs)
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _now(self) -> datetime:
+        if self.outage is not None:
+            raise self.outage
+        if self.closed:
+            raise StoreUnavailable("store closed")
+        return self.clock.now()
+
+    def _job_of(self, run: RunRow) -> JobRow:
+        return self.jobs[run.job]
+
+    def _must_not_run(self, run: RunRow, now: datetime) -> str | None:
+        return must_not_run(run, self._job_of(run), self.runs.values(), now)
+
+    def _active(self, job: str) -> bool:
+        return any(r.job == job and r.state in ACTIVE for r in self.runs.values())
+
+    def add_run(
+        self,
+        job: str,
+        scheduled_at: datetime,
+        *,
+        due_at: datetime | None = None,
+        trigger: str = "schedule",
+    ) -> RunRow:
+        """A pending run, as the materializer, a trigger or a backfill writes it."""
+        run = RunRow(str(uuid.uuid4()), job, scheduled_at, due_at or scheduled_at, trigger=trigger)
+        self.runs[run.id] = run
+        return run
+
+    def in_state(self, *states: RunState) -> list[RunRow]:
+        return sorted(
+            (r for r in self.runs.values() if r.state in states), key=lambda r: r.scheduled_at
+        )
+
+    # -- what a replica needs beyond the port -----------------------------------------
+
+    async def migrate(self) -> list[str]:
+        self._now()
+        return []
+
+    async def close(self) -> None:
+        self.closed = True
+
+    async def ping(self) -> None:
+        self._now()
+
+    async def database_now(self) -> datetime:
+        return self._now()
+
+    async def jobs_summary(self) -> list[dict[str, Any]]:
+        """The status page's job list (JOBS_SUMMARY)."""
+        self._now()
+        out = []
+        for name in sorted(self.jobs):
+            job = self.jobs[name]
+            mine = [r for r in self.runs.values() if r.job == name]
+            done = [r.finished_at for r in mine if r.state is RunState.SUCCEEDED and r.finished_at]
+            out.append(
+                {
+                    "name": name,
+                    "enabled": job.enabled,
+                    "paused": job.paused,
+                    "pending": sum(r.state is RunState.PENDING for r in mine),
+                    "last_success": str(max(done)) if done else None,
+                }
+            )
+        return out
+
+    async def cluster_figures(self, timeout: float) -> ClusterReading:
+        """The cluster gauges' reading, simplified: job figures without overdue ages."""
+        now = self._now()
+        readings = []
+        for job in sorted(self.jobs.values(), key=lambda j: j.name):
+            if not job.enabled:
+                continue
+            mine = [r for r in self.runs.values() if r.job == job.name]
+            ok = [r.finished_at for r in mine if r.state is RunState.SUCCEEDED and r.finished_at]
+            bad = [r.finished_at for r in mine if r.state is RunState.FAILED and r.finished_at]
+            overdue = [r for r in mine if r.state is RunState.PENDING and r.due_at <= now]
+            readings.append(
+                JobReading(
+                    name=job.name,
+                    paused=job.paused,
+                    fingerprint=job.fingerprint,
+                    definition=job.definition,
+                    last_success=max(ok, default=None),
+                    last_failure=max(bad, default=None),
+                    overdue=0 if job.paused else len(overdue),
+                    overdue_oldest_age=max(
+                        ((now - r.due_at).total_seconds() for r in overdue), default=0.0
+                    ),
+                    materialized_behind=0.0,
+                )
+            )
+        return ClusterReading(
+            jobs=tuple(readings),
+            claimed=len(self.in_state(RunState.CLAIMED)),
+            running=len(self.in_state(RunState.RUNNING)),
+            past_lease=sum(
+                1
+                for r in self.runs.values()
+                if r.state in ACTIVE and r.lease_expires_at is not None and r.lease_expires_at < now
+            ),
+        )
+
+    async def record_reload(self, replica_id: str, path: str, ok: bool) -> None:
+        """The operator action a SIGHUP reload leaves (record_action)."""
+        self._now()
+        self.actions.append({"action": "reload", "by": replica_id, "path": path, "ok": ok})
+
+    # -- the job catalog --------------------------------------------------------------
+
+    async def sync_jobs(self, jobs: Sequence[Job], keep: Sequence[str] = ()) -> dict[str, str]:
+        """UPSERT_JOB, WITHDRAW_FUTURE_RUNS on a changed schedule, DISABLE_REMOVED_JOBS."""
+        now = self._now()
+        changes: dict[str, str] = {}
+        for job in sorted(jobs, key=lambda j: j.name):
+            definition = encode_job(job)
+            old = self.jobs.get(job.name)
+            if old is not None and (old.fingerprint, old.enabled) == (
+                job.fingerprint(),
+                job.enabled,
+            ):
+                continue
+            row = JobRow(
+                id=old.id if old else next(self._ids),
+                name=job.name,
+                definition=json.dumps(definition),
+                fingerprint=job.fingerprint(),
+                enabled=job.enabled,
+                max_attempts=job.max_attempts,
+                overlap=job.overlap,
+                catchup=job.catchup,
+                start_deadline=job.start_deadline(),
+                paused=old.paused if old else False,
+                materialized_until=old.materialized_until if old else None,
+                created_at=old.created_at if old else now,
+            )
+            self.jobs[job.name] = row
+            if old is None:
+                changes[job.name] = "added"
+                continue
+            changes[job.name] = "changed"
+            if json.loads(old.definition)["schedule"] != definition["schedule"]:
+                for run in list(self.runs.values()):
+                    if (
+                        run.job == job.name
+                        and run.state is RunState.PENDING
+                        and run.trigger == "schedule"
+                        and run.scheduled_at > now
+                    ):
+                        del self.runs[run.id]
+                row.materialized_until = now
+        names = {job.name for job in jobs} | set(keep)
+        for row in self.jobs.values():
+            if row.enabled and row.name not in names:
+                row.enabled = False
+                changes[row.name] = "removed"
+                for run in self.runs.values():
+                    if run.job == row.name and run.state is RunState.PENDING:
+                        run.finish(RunState.CANCELLED, now, "job removed from config")
+        return changes
+
+    async def active_jobs(self) -> dict[str, JobState]:
+        """ACTIVE_JOBS."""
+        self._now()
+        return {
+            j.name: JobState(
+                id=j.id,
+                name=j.name,
+                materialized_until=j.materialized_until,
+                paused=j.paused,
+                fingerprint=j.fingerprint,
+                definition=j.definition,
+                created_at=j.created_at,
+            )
+            for j in self.jobs.values()
+            if j.enabled
+        }
+
+    async def materialize_many(
+        self, plans: Sequence[tuple[JobState, Plan]], fresh_until: datetime | None = None
+    ) -> int:
+        """ADVANCE_HIGH_WATER (fenced by fingerprint and freshness), INSERT_PLANNED_RUNS."""
+        now = self._now()
+        if fresh_until is not None and now > fresh_until:
+            return 0
+        by_id = {j.id: j for j in self.jobs.values()}
+        taken = {(r.job, r.scheduled_at) for r in self.runs.values()}
+        inserted = 0
+        for state, plan in plans:
+            job = by_id.get(state.id)
+            if job is None or not job.enabled or job.fingerprint != state.fingerprint:
+                continue  # a plan from a superseded definition writes nothing
+            job.materialized_until = max(
+                job.materialized_until or plan.materialized_until, plan.materialized_until
+            )
+            for planned in plan.runs:
+                if (job.name, planned.scheduled_at) in taken:
+                    continue  # ON CONFLICT (job_id, scheduled_at) DO NOTHING
+                taken.add((job.name, planned.scheduled_at))
+                self.add_run(job.name, planned.scheduled_at, due_at=planned.due_at)
+                inserted += 1
+        return inserted
+
+    async def set_paused(self, job: str, paused: bool) -> None:
+        """What `claimd pause` / `resume` change (SET_PAUSED)."""
+        self._now()
+        self.jobs[job].paused = paused
