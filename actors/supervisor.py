@@ -41,13 +41,18 @@ async def supervise(
     window: float = 60.0,
     backoff: Backoff | None = None,
     outage_backoff: Backoff | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
 ) -> None:
-    """Run ``start()`` until it returns; restart it when it raises."""
+    """Run ``start()`` until it returns; restart it when it raises.
+
+    ``monotonic`` is the clock the crash window and the healthy run are
+    measured on (tests move a fake one).
+    """
     crashes: deque[float] = deque()
     backoff = backoff or Backoff(initial=0.2, maximum=10.0)
     outage_backoff = outage_backoff or Backoff(initial=0.1, maximum=5.0)
     while True:
-        started = time.monotonic()
+        started = monotonic()
         try:
             await start()
             return
@@ -55,7 +60,7 @@ async def supervise(
             raise
         except Outage as exc:
             # A server is away: wait and retry, as long as it takes. Not a crash.
-            if time.monotonic() - started > HEALTHY_AFTER:
+            if monotonic() - started > HEALTHY_AFTER:
                 outage_backoff.reset()
             delay = min(outage_backoff.next_delay(), 5.0)
             ACTOR_OUTAGES.labels(actor=name).inc()
@@ -68,7 +73,7 @@ async def supervise(
             await asyncio.sleep(delay)
             continue
         except Exception as exc:
-            now = time.monotonic()
+            now = monotonic()
             crashes.append(now)
             while crashes and crashes[0] < now - window:
                 crashes.popleft()
@@ -77,7 +82,7 @@ async def supervise(
                     "actor gave up", name=name, crashes=len(crashes), window_s=window, exc_info=True
                 )
                 raise ActorGaveUp(f"{name} crashed {len(crashes)} times in {window}s") from exc
-            if time.monotonic() - started > HEALTHY_AFTER:
+            if monotonic() - started > HEALTHY_AFTER:
                 backoff.reset()
             delay = backoff.next_delay()
             ACTOR_RESTARTS.labels(actor=name).inc()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from actors.flow import Backoff
@@ -55,3 +57,91 @@ async def test_outages_are_waited_out_however_many_and_never_give_up() -> None:
         outage_backoff=Backoff(initial=0.001, maximum=0.002),
     )
     assert calls == 21
+
+
+class SteppingClock:
+    """A monotonic clock that moves ``step`` seconds each time it is read."""
+
+    def __init__(self, step: float) -> None:
+        self.now = 0.0
+        self.step = step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+async def test_crashes_further_apart_than_the_window_never_exhaust_the_budget() -> None:
+    calls = 0
+
+    async def crashes_now_and_then() -> None:
+        nonlocal calls
+        calls += 1
+        if calls <= 20:
+            raise RuntimeError("rare bug")
+
+    # Each crash is 40 s after the previous one (two clock reads per run):
+    # never more than two in a 60 s window.
+    await supervise(
+        "x",
+        crashes_now_and_then,
+        max_restarts=2,
+        window=60,
+        backoff=FAST,
+        monotonic=SteppingClock(20.0),
+    )
+    assert calls == 21
+
+
+async def test_a_burst_inside_the_window_gives_up_at_the_budget_plus_one() -> None:
+    calls = 0
+
+    async def crashing() -> None:
+        nonlocal calls
+        calls += 1
+        raise RuntimeError("bug")
+
+    with pytest.raises(ActorGaveUp, match="3 times in 60"):
+        await supervise(
+            "x", crashing, max_restarts=2, window=60, backoff=FAST, monotonic=SteppingClock(1.0)
+        )
+    assert calls == 3
+
+
+async def test_a_long_healthy_run_starts_the_backoff_from_the_bottom() -> None:
+    backoff = Backoff(initial=0.001, maximum=0.002)
+    seen: list[int] = []
+
+    async def crashes_after_running_long() -> None:
+        seen.append(backoff.failures)
+        if len(seen) < 4:
+            raise RuntimeError("bug after a healthy hour")
+
+    await supervise(
+        "x",
+        crashes_after_running_long,
+        max_restarts=10,
+        window=1,
+        backoff=backoff,
+        monotonic=SteppingClock(3600.0),
+    )
+    # Reset before each delay: the count never grows past one.
+    assert seen == [0, 1, 1, 1]
+
+
+async def test_cancellation_goes_through_the_supervisor() -> None:
+    started = asyncio.Event()
+    calls = 0
+
+    async def waits_forever() -> None:
+        nonlocal calls
+        calls += 1
+        started.set()
+        await asyncio.Event().wait()
+
+    task = asyncio.create_task(supervise("x", waits_forever, backoff=FAST))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert calls == 1  # not restarted
