@@ -197,6 +197,26 @@ class RunStore(Protocol):
     async def cancel_orphaned_runs(self) -> int: ...
 
 
+class ReplicaStore(RunStore, Protocol):
+    """What a replica asks of its store besides the actors' port: start, status, stop."""
+
+    async def migrate(self) -> list[str]:
+        """Apply the migrations not applied yet; their names."""
+        ...
+
+    async def close(self) -> None: ...
+    async def jobs_summary(self) -> list[dict[str, Any]]:
+        """The status page's job list: name, enabled, paused, pending, last_success."""
+        ...
+
+    async def cluster_figures(self, timeout: float) -> ClusterReading: ...
+    async def record_reload(
+        self, replica_id: str, arguments: dict[str, Any], ok: bool, result: str
+    ) -> None:
+        """Record a SIGHUP reload as an operator action."""
+        ...
+
+
 class Broker(Protocol):
     """The dispatch channel (NATS JetStream in production)."""
 
@@ -254,6 +274,24 @@ class Inbox(Protocol):
         without its data has lost it).
         """
         ...
+
+
+class ReplicaBroker(Broker, Protocol):
+    """What a replica asks of its broker besides publishing: probes, readiness, stop."""
+
+    # A publish's deadline, in seconds: also the deadline of the probe that
+    # reopens claiming after publishes failed.
+    publish_timeout: float
+
+    async def probe(self, timeout: float) -> None:
+        """A round trip within about ``timeout``; raises if there is none."""
+        ...
+
+    async def ready(self, timeout: float) -> str:
+        """/readyz's verdict ("ok", or what is wrong); raises when the round trip fails."""
+        ...
+
+    async def close(self) -> None: ...
 
 
 class Executor(Protocol):

@@ -438,6 +438,14 @@ class JetStreamBroker:
             raise ConnectionError("not connected to NATS (reconnecting)")
         await self.nc.flush(timeout=max(1, math.ceil(timeout)))
 
+    async def ready(self, timeout: float) -> str:
+        """/readyz's verdict: "disconnected" while nats-py reconnects, "ok" once a PING
+        got its PONG (the caller's deadline bounds the wait)."""
+        if not self.nc.is_connected:
+            return "disconnected"
+        await self.nc.flush(timeout=math.ceil(timeout))
+        return "ok"
+
     async def publish_many(self, messages: Sequence[DispatchMessage]) -> list[BaseException | None]:
         """Publish all messages pipelined, their acks collected together.
 

@@ -141,10 +141,20 @@ class InMemoryJobCatalog:
             ),
         )
 
-    async def record_reload(self, replica_id: str, path: str, ok: bool) -> None:
+    async def record_reload(
+        self, replica_id: str, arguments: dict[str, Any], ok: bool, result: str
+    ) -> None:
         """The operator action a SIGHUP reload leaves (record_action)."""
         self._now()
-        self.actions.append({"action": "reload", "by": replica_id, "path": path, "ok": ok})
+        self.actions.append(
+            {
+                "action": "reload",
+                "by": replica_id,
+                "arguments": arguments,
+                "ok": ok,
+                "result": result,
+            }
+        )
 
     # -- the job catalog --------------------------------------------------------------
 

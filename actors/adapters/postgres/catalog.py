@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 
-from actors.adapters.history import record_gaps
+from actors.adapters.history import Actor, record_action, record_gaps
 from actors.adapters.postgres.errors import store_methods_report_outages
 from actors.adapters.postgres.statements import (
     ACTIVE_JOBS,
@@ -17,6 +18,7 @@ from actors.adapters.postgres.statements import (
     DATABASE_NOW,
     DISABLE_REMOVED_JOBS,
     INSERT_PLANNED_RUNS,
+    JOBS_SUMMARY,
     LOCK_JOBS_FOR_SYNC,
     REMOVED_JOBS,
     UPSERT_JOB,
@@ -75,6 +77,24 @@ class PostgresJobCatalog:
         """The database's clock (``now()``): what every decision about time is made on."""
         value: datetime = await self._pool.fetchval(DATABASE_NOW)
         return value
+
+    async def jobs_summary(self) -> list[dict[str, Any]]:
+        """The status page's job list, as JSON-ready values (instants as text)."""
+        rows = await self._pool.fetch(JOBS_SUMMARY)
+        return [json.loads(json.dumps(dict(r), default=str)) for r in rows]
+
+    async def record_reload(
+        self, replica_id: str, arguments: dict[str, Any], ok: bool, result: str
+    ) -> None:
+        """The operator action a SIGHUP reload leaves (what `claimd reload` waits for)."""
+        await record_action(
+            self._pool,
+            Actor("sighup", "signal", replica_id),
+            "reload",
+            arguments=arguments,
+            ok=ok,
+            result=result,
+        )
 
     async def active_jobs(self) -> dict[str, JobState]:
         rows = await self._pool.fetch(ACTIVE_JOBS)

@@ -1,0 +1,120 @@
+"""The production adapters: PostgreSQL (asyncpg) and NATS JetStream (nats-py).
+
+The one place a replica's drivers are named, and where the chaos harness's
+broken builds are installed (read from the environment once, at start-up).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from actors.adapters.executors import LocalExecutor
+from actors.adapters.nats import NATS_HEALTH, JetStreamBroker
+from actors.adapters.nats_inbox import PROBE_TIMEOUT_S, JetStreamInbox, PullSubscription
+from actors.adapters.postgres import POSTGRES_HEALTH, PostgresRunStore, is_unreachable
+from actors.clock import DatabaseClock
+from actors.config import Settings
+from actors.observability import DependencyHealth, get_logger
+from actors.operator import OperatorService
+from actors.ports import Executor, Inbox, Outage, ReplicaBroker, ReplicaStore, RunStore
+from actors.testing.faults import install_store_faults, install_worker_faults
+
+log = get_logger("replica")
+
+
+@dataclass
+class ProductionAdapters:
+    """The Adapters of `claimd run` and `claimd dev`, from the ``[claimd]`` settings."""
+
+    settings: Settings
+    replica_id: str
+    store_health: DependencyHealth = POSTGRES_HEALTH
+    broker_health: DependencyHealth = NATS_HEALTH
+
+    async def open_store(self) -> ReplicaStore:
+        settings = self.settings
+        store = install_store_faults(
+            await PostgresRunStore.connect(
+                settings.database_url,
+                max_size=min(20, 4 + settings.worker_concurrency),
+                timeouts=settings.timeouts,
+            )
+        )
+        try:
+            applied = await store.migrate()
+        except BaseException:
+            await store.close()
+            raise
+        if applied:
+            log.info("migrated", applied=applied)
+        return store
+
+    def store_unreachable(self, exc: BaseException) -> bool:
+        return isinstance(exc, Outage) or is_unreachable(exc)
+
+    async def open_broker(self) -> ReplicaBroker:
+        settings = self.settings
+        return await JetStreamBroker.connect(
+            settings.nats_servers,
+            settings.stream,
+            settings.subject,
+            name=self.replica_id,
+            tls_ca=settings.nats_tls_ca,
+            timeouts=settings.timeouts,
+        )
+
+    async def prepare_broker(self, broker: ReplicaBroker) -> None:
+        """The stream and the durable consumer, created or updated (idempotent)."""
+        settings = self.settings
+        jetstream = _jetstream(broker)
+        await jetstream.ensure_stream(
+            settings.duplicate_window,
+            max_age=max(settings.lease * 2, settings.duplicate_window),
+            replicas=settings.stream_replicas,
+        )
+        await jetstream.ensure_consumer(
+            settings.ack_wait,
+            settings.max_deliver,
+            max_ack_pending=max(10_000, settings.max_claimed * 2),
+        )
+
+    async def worker_inbox(
+        self, broker: ReplicaBroker, probe: Callable[[], Awaitable[None]], stall: timedelta
+    ) -> Inbox:
+        jetstream = _jetstream(broker)
+
+        async def resubscribe() -> PullSubscription:
+            await self.prepare_broker(broker)
+            return await jetstream.pull_subscription()
+
+        return JetStreamInbox(
+            await jetstream.pull_subscription(),
+            self.settings.deployment,
+            rebind=resubscribe,
+            probe=probe,
+            probe_timeout=min(PROBE_TIMEOUT_S, stall.total_seconds()),
+        )
+
+    def worker_store(self, store: ReplicaStore) -> RunStore:
+        return install_worker_faults(store)
+
+    def executor(self) -> Executor:
+        return LocalExecutor()
+
+    def database_clock(self, store: ReplicaStore) -> DatabaseClock:
+        return DatabaseClock(store)
+
+    def operator(self, store: ReplicaStore) -> OperatorService | None:
+        return OperatorService(_postgres(store).pool)
+
+
+def _jetstream(broker: ReplicaBroker) -> JetStreamBroker:
+    assert isinstance(broker, JetStreamBroker), "opened by ProductionAdapters.open_broker"
+    return broker
+
+
+def _postgres(store: ReplicaStore) -> PostgresRunStore:
+    assert isinstance(store, PostgresRunStore), "opened by ProductionAdapters.open_store"
+    return store

@@ -1,0 +1,238 @@
+"""One claimd replica: HTTP first, then its servers, then the actors of its role, supervised.
+
+Composed from ports (``Adapters``): ``actors.replica.production`` on
+PostgreSQL and NATS JetStream by default, or any other bundle (in memory, for
+a unit test of the whole replica).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from actors.api import OperatorApi
+from actors.config import LoadedConfig
+from actors.domain import Job
+from actors.http import build_app, serve
+from actors.observability import get_logger, init_job_series, init_series, redact
+from actors.operator import OperatorService, Unavailable
+from actors.ports import ReplicaStore
+from actors.replica.adapters import Adapters
+from actors.replica.lifecycle import (
+    EXIT_MARGIN_S,
+    STOP_MARGIN_S,
+    STOP_SIGNALS,
+    arm_exit_watchdog,
+    cancel_within,
+    off_signals,
+    on_signals,
+    stop_bound,
+    until_connected,
+)
+from actors.replica.reload import JobsConfig
+from actors.replica.status import ReplicaStatus
+from actors.replica.wiring import ReplicaPorts, Role, run_actors
+
+log = get_logger("replica")
+
+
+class _UntilConnected:
+    """The operator service's stand-in until PostgreSQL is connected: every call is a 503."""
+
+    def __getattr__(self, name: str) -> Callable[..., Awaitable[Any]]:
+        async def unavailable(*_: Any, **__: Any) -> Any:
+            raise Unavailable("not connected to PostgreSQL yet; try again")
+
+        return unavailable
+
+
+def _production(replica: Replica) -> Adapters:
+    from actors.replica.production import ProductionAdapters
+
+    return ProductionAdapters(replica.config.settings, replica.replica_id)
+
+
+@dataclass
+class Replica:
+    """Everything one process runs."""
+
+    config_path: Path
+    config: LoadedConfig
+    role: Role = Role.ALL
+    replica_id: str = field(
+        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+    )
+    stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    http_port: int | None = None
+    # Called with (host, port) once HTTP serves (`claimd dev` prints its banner).
+    on_http: Callable[[str, int], None] | None = None
+    # The ports; None: PostgreSQL and NATS as the settings name them.
+    adapters: Adapters | None = None
+
+    def __post_init__(self) -> None:
+        self.ports: Adapters = self.adapters if self.adapters is not None else _production(self)
+        self._jobs = JobsConfig(self.config_path, self.config, syncs_jobs=self.role.schedules)
+        self.forced_stop = False
+        # HTTP serves before the servers are connected (see run()).
+        self.status = ReplicaStatus(self.ports.store_health, self.ports.broker_health)
+        self.cluster_metrics = self.status.cluster_metrics
+        self._api: OperatorApi | None = None
+
+    @property
+    def jobs(self) -> dict[str, Job]:
+        return self._jobs.jobs
+
+    async def reload(self, store: ReplicaStore) -> bool:
+        """Reread the config file; a file with any error changes nothing."""
+        ok = await self._jobs.reload(store, self.replica_id)
+        self.config = self._jobs.loaded
+        return ok
+
+    async def run(self) -> None:
+        """Run until SIGTERM/SIGINT (or ``stop_requested``), then stop cleanly.
+
+        The stop is bounded: if in-flight work has not settled within the
+        shutdown grace plus a margin (say the database is down and completions
+        cannot be recorded), everything is cancelled; the leases recover what
+        was left. A second signal forces the stop at once. And whatever the
+        network does (a cancelled task still waiting on a silent connection,
+        say), a signalled process exits within :func:`stop_bound`: a watchdog
+        thread, armed by the signal, ends it then.
+
+        HTTP starts first, before PostgreSQL and NATS are connected: /healthz
+        and /metrics answer during an outage at start (the replica waits for
+        its servers), and /readyz says which one is missing.
+        """
+        init_series()
+        init_job_series(self.jobs)
+        runner = await self._serve_http()
+        main = asyncio.create_task(self._run())
+        grace = self.config.settings.shutdown_grace.total_seconds()
+
+        def on_signal() -> None:
+            if self.stop_requested.is_set():
+                log.warning("second signal: stopping now")
+                self.forced_stop = True
+                main.cancel()
+            else:
+                arm_exit_watchdog(stop_bound(grace))
+            self.stop_requested.set()
+
+        # Installed first: a signal during start-up stops the replica cleanly too.
+        on_signals(STOP_SIGNALS, on_signal)
+        stop = asyncio.create_task(self.stop_requested.wait())
+        try:
+            await asyncio.wait({main, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not main.done():
+                deadline = grace + STOP_MARGIN_S
+                _, pending = await asyncio.wait({main}, timeout=deadline)
+                if pending:
+                    log.error(
+                        "stop did not finish in time; cancelling what is left "
+                        "(leases will recover it)",
+                        waited_s=deadline,
+                    )
+                    self.forced_stop = True
+                    await cancel_within(main, EXIT_MARGIN_S)
+            if main.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await main
+        finally:
+            stop.cancel()
+            off_signals(STOP_SIGNALS)
+            if runner is not None:
+                # An HTTP request still open (a scrape waiting on a silent
+                # server) must not hold the exit either.
+                try:
+                    await asyncio.wait_for(runner.cleanup(), EXIT_MARGIN_S)
+                except TimeoutError:
+                    log.warning(
+                        "http server did not close in time; abandoned", waited_s=EXIT_MARGIN_S
+                    )
+
+    async def _serve_http(self) -> Any:
+        settings = self.config.settings
+        if settings.http_port < 0:
+            return None
+        # The operator API answers 503 until PostgreSQL is connected (see _run).
+        self._api = OperatorApi(cast(OperatorService, _UntilConnected()), settings.api_tokens)
+        status = self.status
+        runner, self.http_port = await serve(
+            build_app(status.ready, status.jobs_summary, self._api, refresh=status.refresh_metrics),
+            settings.http_host,
+            settings.http_port,
+        )
+        log.info("http serving", http=f"{settings.http_host}:{self.http_port}")
+        if self.on_http is not None:
+            self.on_http(settings.http_host, self.http_port)
+        return runner
+
+    async def _run(self) -> None:
+        store = await until_connected(
+            self.stop_requested, "PostgreSQL", self.ports.open_store, self.ports.store_unreachable
+        )
+        if store is None:
+            return
+        self.status.connected(store)
+        service = self.ports.operator(store)
+        if self._api is not None and service is not None:
+            self._api.service = service
+        try:
+            await self._run_with(store)
+        finally:
+            self.status.connected(None)
+            if self._api is not None:
+                self._api.service = cast(OperatorService, _UntilConnected())
+            await store.close()
+
+    async def _run_with(self, store: ReplicaStore) -> None:
+        await self._jobs.sync_at_start(store)
+        # Whatever fails while connecting to NATS is worth waiting out (an
+        # authorization error too is logged with every retry).
+        broker = await until_connected(
+            self.stop_requested, "NATS", self.ports.open_broker, lambda _: True
+        )
+        if broker is None:
+            return
+        self.status.broker = broker
+        try:
+            await self.ports.prepare_broker(broker)
+            await self._run_actors(ReplicaPorts(store, broker, self.ports))
+        finally:
+            self.status.broker = None
+            await broker.close()
+
+    async def _run_actors(self, ports: ReplicaPorts) -> None:
+        settings = self.config.settings
+        reload_tasks: set[asyncio.Task[bool]] = set()
+
+        def reload_done(task: asyncio.Task[bool]) -> None:
+            reload_tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                log.error("reload failed", error=repr(task.exception()))
+
+        def on_hup() -> None:
+            task = asyncio.ensure_future(self.reload(ports.store))
+            reload_tasks.add(task)
+            task.add_done_callback(reload_done)
+
+        on_signals((signal.SIGHUP,), on_hup)
+        log.info(
+            "replica started",
+            replica=self.replica_id,
+            role=self.role.value,
+            http=(f"{settings.http_host}:{self.http_port}" if settings.http_port >= 0 else "off"),
+            jobs=len(self.jobs),
+            database=redact(settings.database_url),
+            nats=redact(settings.nats_url),
+        )
+        await run_actors(ports, settings, self.role, self.replica_id, self.stop_requested)
+        log.info("replica stopped", replica=self.replica_id)

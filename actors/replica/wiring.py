@@ -1,0 +1,159 @@
+"""The actor set of one replica, wired to its ports and supervised, with the stop's order.
+
+Given a store, a broker and the rest of its ports (``Adapters``), whatever
+they are built on, :func:`run_actors` starts the actors of the replica's
+role, each under the supervisor, waits for the stop, and stops them in the
+order that loses nothing: claiming first, then publishing or releasing
+everything claimed, then the worker's drain beside the last releases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass
+
+from actors.claimer import Claimer
+from actors.compensator import Compensator
+from actors.config import Settings
+from actors.dispatcher import Dispatcher
+from actors.domain import ClaimedRun
+from actors.flow import BrokerGate, ClaimedBatch, Probe
+from actors.materializer import Materializer
+from actors.observability import get_logger
+from actors.ports import ReplicaBroker, ReplicaStore
+from actors.reaper import Reaper
+from actors.replica.adapters import Adapters
+from actors.replica.lifecycle import release_within
+from actors.supervisor import supervise
+from actors.worker import Worker, WorkerSettings
+
+log = get_logger("replica")
+
+# Claimed batches on their way to the dispatcher: a few, so a claim waits for
+# the dispatcher rather than holding leases that only wait in a queue.
+DISPATCH_QUEUE = 4
+# Unpublished runs on their way back to pending.
+RELEASE_QUEUE = 64
+
+
+class Role(enum.StrEnum):
+    ALL = "all"
+    SCHEDULER = "scheduler"
+    WORKER = "worker"
+
+    @property
+    def schedules(self) -> bool:
+        """Materializes, claims, dispatches, compensates and reaps."""
+        return self in (Role.ALL, Role.SCHEDULER)
+
+    @property
+    def works(self) -> bool:
+        """Executes dispatched runs."""
+        return self in (Role.ALL, Role.WORKER)
+
+
+@dataclass(frozen=True)
+class ReplicaPorts:
+    """What the actors of one replica speak to, once connected."""
+
+    store: ReplicaStore
+    broker: ReplicaBroker
+    adapters: Adapters
+
+
+async def run_actors(
+    ports: ReplicaPorts,
+    settings: Settings,
+    role: Role,
+    replica_id: str,
+    stop_requested: asyncio.Event,
+) -> None:
+    """Run the role's actors until ``stop_requested``, then stop them in order."""
+    store, broker, adapters = ports.store, ports.broker, ports.adapters
+    stop_claiming = asyncio.Event()
+    stop_working = asyncio.Event()
+    # A round trip to the broker within the deadline of a publish: what
+    # reopens claiming (and the worker's fetching) after the broker failed.
+    probe_timeout = broker.publish_timeout
+
+    async def probe_broker() -> None:
+        await broker.probe(probe_timeout)
+
+    gate = BrokerGate(probe=Probe(probe_broker, probe_timeout))
+    to_dispatch: asyncio.Queue[ClaimedBatch | None] = asyncio.Queue(maxsize=DISPATCH_QUEUE)
+    to_release: asyncio.Queue[tuple[ClaimedRun, ...] | None] = asyncio.Queue(maxsize=RELEASE_QUEUE)
+
+    # One clock, the database's: the materializer reads it every tick (and
+    # so measures this replica's skew); the worker's lag metrics use it.
+    clock = adapters.database_clock(store)
+
+    async with asyncio.TaskGroup() as group:
+        tasks: dict[str, asyncio.Task[None]] = {}
+        if role.schedules:
+            materializer = Materializer(
+                store, clock, settings.horizon, settings.materialize_interval, stop_claiming
+            )
+            claimer = Claimer(
+                store,
+                replica_id,
+                to_dispatch,
+                gate,
+                batch=settings.claim_batch,
+                lease=settings.lease,
+                max_claimed=settings.max_claimed,
+                interval=settings.claim_interval,
+                stop=stop_claiming,
+            )
+            dispatcher = Dispatcher(broker, settings.deployment, to_dispatch, to_release, gate)
+            compensator = Compensator(store, replica_id, to_release)
+            reaper = Reaper(
+                store, settings.reap_interval, stop_claiming, retention=settings.history_retention
+            )
+            for name, start in (
+                ("materializer", materializer.run),
+                ("claimer", claimer.run),
+                ("dispatcher", dispatcher.run),
+                ("compensator", compensator.run),
+                ("reaper", reaper.run),
+            ):
+                tasks[name] = group.create_task(supervise(name, start), name=name)
+        if role.works:
+            worker_settings = WorkerSettings.from_config(settings, replica_id)
+            inbox = await adapters.worker_inbox(
+                broker, probe_broker, worker_settings.stall_threshold
+            )
+            worker = Worker(
+                adapters.worker_store(store),
+                inbox,
+                adapters.executor(),
+                worker_settings,
+                stop=stop_working,
+                clock=clock,
+            )
+            tasks["worker"] = group.create_task(supervise("worker", worker.run), name="worker")
+        if not role.schedules:
+            # No materializer reads the database's clock here: measure the skew anyway.
+            async def measure_skew() -> None:
+                await clock.run(stop_working, settings.materialize_interval)
+
+            tasks["clock"] = group.create_task(supervise("clock", measure_skew), name="clock")
+
+        await stop_requested.wait()
+        log.info(
+            "stopping: no new claims; finishing in-flight work",
+            grace_s=settings.shutdown_grace.total_seconds(),
+        )
+        # Order matters: stop claiming, let the dispatcher publish or release
+        # everything claimed; then the worker drains while the compensator
+        # hands back what was not published.
+        stop_claiming.set()
+        if role.schedules:
+            await tasks["claimer"]
+            await to_dispatch.put(None)
+            await tasks["dispatcher"]
+        stop_working.set()
+        if role.schedules:
+            await release_within(
+                tasks["compensator"], to_release, settings.shutdown_grace.total_seconds()
+            )
