@@ -1,0 +1,72 @@
+"""A replica's Adapters in memory: the whole replica in a unit test, no server.
+
+The store, the broker, the worker's inbox and the executor are the test's
+(so it can look at them and move the store's clock); the inbox is subscribed
+to the broker when the worker asks for it. The operator API
+stays unavailable (503): its service reads PostgreSQL directly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from actors.clock import DatabaseClock
+from actors.observability import DependencyHealth
+from actors.operator import OperatorService
+from actors.ports import Clock, Executor, Inbox, ReplicaBroker, ReplicaStore, RunStore
+from actors.testing.memory import InMemoryBroker, InMemoryRunStore
+from actors.testing.memory_inbox import MemoryInbox
+
+MEMORY_HEALTH = DependencyHealth("memory")
+
+
+@dataclass
+class MemoryAdapters:
+    """Adapters on an InMemoryRunStore and an InMemoryBroker."""
+
+    store: InMemoryRunStore
+    broker: InMemoryBroker
+    executor_: Executor
+    inbox: MemoryInbox
+    local_clock: Clock | None = None  # the replica's own clock; default: the store's
+    store_health: DependencyHealth = field(default=MEMORY_HEALTH)
+    broker_health: DependencyHealth = field(default=MEMORY_HEALTH)
+    opened: int = 0
+
+    async def open_store(self) -> ReplicaStore:
+        await self.store.ping()  # raises the store's outage, if one is set
+        self.store.closed = False
+        self.opened += 1
+        return self.store
+
+    def store_unreachable(self, exc: BaseException) -> bool:
+        return True
+
+    async def open_broker(self) -> ReplicaBroker:
+        await self.broker.probe(1.0)
+        self.broker.closed = False
+        return self.broker
+
+    async def prepare_broker(self, broker: ReplicaBroker) -> None:
+        return None
+
+    async def worker_inbox(
+        self, broker: ReplicaBroker, probe: Callable[[], Awaitable[None]], stall: timedelta
+    ) -> Inbox:
+        if self.inbox not in self.broker.sinks:
+            self.broker.subscribe(self.inbox)
+        return self.inbox
+
+    def worker_store(self, store: ReplicaStore) -> RunStore:
+        return store
+
+    def executor(self) -> Executor:
+        return self.executor_
+
+    def database_clock(self, store: ReplicaStore) -> DatabaseClock:
+        return DatabaseClock(store, local=self.local_clock or self.store.clock)
+
+    def operator(self, store: ReplicaStore) -> OperatorService | None:
+        return None
