@@ -5,6 +5,7 @@
 - ``migrations``: the numbered migrations in sql/.
 - ``statements``: every statement claimd runs, as named constants, by area.
 - ``catalog``: the job catalog (sync the config's jobs, read the active ones, write plans).
+- ``verdicts``: attempt verdicts applied (completions, the reaper's pass, a stop's hand-back).
 - ``run_store``: the RunStore port (claim, start, heartbeat, complete, release, reap).
 - ``operations``: operator actions (pause, resume, trigger, backfill's inserts, cancel).
 

@@ -15,17 +15,16 @@ from typing import Self
 
 import asyncpg
 
+from actors.adapters.postgres import verdicts
 from actors.adapters.postgres.catalog import PostgresJobCatalog
 from actors.adapters.postgres.errors import (
     POSTGRES_HEALTH,
     is_outage,
-    rejections,
     store_methods_report_outages,
 )
 from actors.adapters.postgres.migrations import migrate
 from actors.adapters.postgres.pool import connect_pool, init_connection
 from actors.adapters.postgres.statements import (
-    APPLY_REAPED,
     CANCEL_ORPHANED_RUNS,
     CLAIM_DUE_RUNS,
     CLAIM_EXCLUSIVE_RUNS,
@@ -34,8 +33,6 @@ from actors.adapters.postgres.statements import (
     COMPLETE_RUNS,
     COUNT_CLAIMED,
     EXTEND_LEASES,
-    INTERRUPT_RUNS,
-    LOCK_EXPIRED_LEASES,
     PRUNE_HISTORY,
     RELEASE_UNPUBLISHED,
     RUN_STATES,
@@ -44,7 +41,6 @@ from actors.adapters.postgres.statements import (
 )
 from actors.domain import (
     DEFAULT_TIMEOUTS,
-    AttemptVerdict,
     ClaimedRun,
     DecodedJobs,
     ExecutionResult,
@@ -281,13 +277,8 @@ class PostgresRunStore(PostgresJobCatalog):
         )
 
     async def interrupt_runs(self, worker: str, runs: Sequence[tuple[str, int]]) -> int:
-        """Hand runs this worker could not finish back to pending (clean shutdown)."""
-        if not runs:
-            return 0
-        rows = await self._pool.fetch(
-            INTERRUPT_RUNS, worker, [r for r, _ in runs], [e for _, e in runs]
-        )
-        return len(rows)
+        """Hand runs this worker could not finish back (clean shutdown), as the domain says."""
+        return await verdicts.interrupt(self._pool, worker, runs)
 
     async def extend_leases(
         self, worker: str, runs: Sequence[tuple[str, int]], lease: timedelta
@@ -300,24 +291,7 @@ class PostgresRunStore(PostgresJobCatalog):
         return {(r["id"], r["claim_epoch"]) for r in rows}
 
     async def complete_runs(self, completions: Sequence[Completion]) -> set[tuple[str, int]]:
-        if not completions:
-            return set()
-        verdicts = [c.verdict or AttemptVerdict.final(c.result.outcome) for c in completions]
-        with rejections():
-            rows = await self._pool.fetch(
-                self.complete_statement,
-                [c.run_id for c in completions],
-                [c.epoch for c in completions],
-                [c.result.outcome.value for c in completions],
-                [c.result.exit_code for c in completions],
-                [_pg_text(c.result.error) for c in completions],
-                [_pg_text(c.result.output_tail) for c in completions],
-                [v.state.value for v in verdicts],
-                [v.attempt for v in verdicts],
-                [None if v.due_in is None else v.due_in.total_seconds() for v in verdicts],
-                [c.worker for c in completions],
-            )
-        return {(r["run_id"], r["claim_epoch"]) for r in rows}
+        return await verdicts.complete(self._pool, self.complete_statement, completions)
 
     async def cancel_orphaned_runs(self) -> int:
         """Cancel pending runs of jobs no longer in the config."""
@@ -329,38 +303,8 @@ class PostgresRunStore(PostgresJobCatalog):
         return int(status.split()[-1])
 
     async def reap_expired_leases(self, limit: int) -> list[tuple[str, str, str]]:
-        """Runs whose lease expired: each one's verdict decided here, applied in SQL."""
-        async with self._pool.acquire() as conn, conn.transaction():
-            rows = await conn.fetch(LOCK_EXPIRED_LEASES, limit)
-            if not rows:
-                return []
-            verdicts = [
-                decide_attempt(
-                    Outcome.LEASE_EXPIRED,
-                    state=RunState(r["state"]),
-                    attempt=r["attempt"],
-                    max_attempts=r["max_attempts"],
-                    policy=None,
-                    run_id=r["id"],
-                )
-                for r in rows
-            ]
-            await conn.execute(
-                APPLY_REAPED,
-                [r["id"] for r in rows],
-                [v.state.value for v in verdicts],
-                [v.attempt for v in verdicts],
-                [None if v.due_in is None else v.due_in.total_seconds() for v in verdicts],
-                [r["state"] == RunState.RUNNING for r in rows],
-                [r["attempt"] for r in rows],
-                [r["claim_epoch"] for r in rows],
-                [r["lease_owner"] for r in rows],
-                [r["started_at"] for r in rows],
-            )
-        return [
-            (r["id"], r["name"], f"{r['state']}->{v.state}")
-            for r, v in zip(rows, verdicts, strict=True)
-        ]
+        """Runs whose lease expired: each one's verdict decided by the domain, applied in SQL."""
+        return await verdicts.reap(self._pool, limit)
 
     async def cluster_figures(self, timeout: float) -> ClusterReading:
         """The cluster-wide figures /metrics reports (every replica reads the same)."""
@@ -411,15 +355,6 @@ def _claimed_or_skipped(rows: Sequence[asyncpg.Record]) -> list[ClaimedRun]:
             )
         )
     return claimed
-
-
-def _pg_text(value: str | None) -> str | None:
-    # PostgreSQL text cannot hold NUL, and UTF-8 cannot hold a lone surrogate
-    # (a Python exception message may): either would make the database refuse
-    # the completion on every retry.
-    if value is None:
-        return None
-    return value.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
 
 
 def _started_run(row: asyncpg.Record, job: Job) -> StartedRun:

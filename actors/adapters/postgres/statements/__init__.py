@@ -63,9 +63,10 @@ from actors.adapters.postgres.statements.operator import (
 )
 from actors.adapters.postgres.statements.reaper import APPLY_REAPED, LOCK_EXPIRED_LEASES
 from actors.adapters.postgres.statements.worker import (
+    APPLY_INTERRUPTED,
     COMPLETE_RUNS,
     EXTEND_LEASES,
-    INTERRUPT_RUNS,
+    LOCK_INTERRUPTED,
     RUN_STATES,
     START_RUNS,
 )
@@ -73,6 +74,7 @@ from actors.adapters.postgres.statements.worker import (
 __all__ = [
     "ACTIVE_JOBS",
     "ADVANCE_HIGH_WATER",
+    "APPLY_INTERRUPTED",
     "APPLY_REAPED",
     "CANCEL_ORPHANED_RUNS",
     "CANCEL_RUN",
@@ -87,10 +89,10 @@ __all__ = [
     "EXTEND_LEASES",
     "INSERT_PLANNED_RUNS",
     "INSERT_RUNS_AT",
-    "INTERRUPT_RUNS",
     "JOBS_SUMMARY",
     "JOB_BY_NAME",
     "LOCK_EXPIRED_LEASES",
+    "LOCK_INTERRUPTED",
     "LOCK_JOBS_FOR_SYNC",
     "PRUNE_HISTORY",
     "RELEASE_UNPUBLISHED",

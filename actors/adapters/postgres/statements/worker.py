@@ -54,32 +54,47 @@ SELECT s.id::text AS id, s.claim_epoch, j.name, s.scheduled_at, s.attempt, j.max
        j.definition, j.fingerprint, s.skip AS skipped, s.trigger, s.due_at
   FROM moved s JOIN jobs j ON j.id = s.job_id
 """  # noqa: S608 - spliced from a constant, never from input
-# A clean shutdown whose grace ran out hands its unfinished runs back: pending
-# again at once, the attempt number not used up (a deploy must not turn a
-# max_attempts = 1 run into a failure), the interruption kept in the history.
-# `prior` locks the rows (in id order) and keeps the attempt and start time
-# as they were before the update.
-INTERRUPT_RUNS = """
-WITH u AS (SELECT * FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)),
-prior AS MATERIALIZED (
-    SELECT r.id, r.attempt, r.started_at FROM job_runs r
-     WHERE r.id = ANY ($2::uuid[])
-     ORDER BY r.id
-       FOR NO KEY UPDATE
+# A clean shutdown whose grace ran out hands its unfinished runs back. Where
+# each goes is actors.domain.decide_attempt's verdict (Outcome.INTERRUPTED:
+# pending again at once, the attempt number not used up, so a deploy does not
+# turn a max_attempts = 1 run into a failure), decided in Python between the
+# two statements below, in one transaction, as the reaper's are. The
+# interruption is kept in the history. The rows are locked in id order (see
+# "row locks" above); the guards (this worker, this epoch, still running)
+# are judged on the rows as locked, and again by the update.
+LOCK_INTERRUPTED = """
+SELECT r.id::text AS id, r.state, r.attempt, r.claim_epoch, r.lease_owner, r.started_at,
+       j.max_attempts
+  FROM job_runs r JOIN jobs j ON j.id = r.job_id
+ WHERE r.id = ANY ($1::uuid[])
+ ORDER BY r.id
+   FOR NO KEY UPDATE OF r
+"""
+# The verdicts, one row each: next state, attempt and due delay; the attempt
+# row keeps the attempt number and start time as they were.
+APPLY_INTERRUPTED = """
+WITH v AS (
+    SELECT * FROM unnest($2::uuid[], $3::bigint[], $4::text[], $5::int[], $6::float8[],
+                         $7::int[], $8::timestamptz[])
+        AS v(id, epoch, state, next_attempt, due_s, attempt, started_at)
 ),
 back AS (
     UPDATE job_runs r
-       SET state = 'pending', due_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-           claimed_at = NULL, started_at = NULL, updated_at = now()
-      FROM u JOIN prior ON prior.id = u.id
-     WHERE r.id = u.id AND r.claim_epoch = u.epoch AND r.state = 'running'
+       SET state = v.state,
+           attempt = v.next_attempt,
+           due_at = COALESCE(now() + make_interval(secs => v.due_s), r.due_at),
+           finished_at = CASE WHEN v.state = 'pending' THEN NULL ELSE now() END,
+           started_at = CASE WHEN v.state = 'pending' THEN NULL ELSE r.started_at END,
+           lease_owner = NULL, lease_expires_at = NULL, claimed_at = NULL, updated_at = now()
+      FROM v
+     WHERE r.id = v.id AND r.claim_epoch = v.epoch AND r.state = 'running'
        AND r.lease_owner = $1
     RETURNING r.id, r.claim_epoch
 )
 INSERT INTO job_run_attempts (run_id, attempt, claim_epoch, worker, started_at, outcome, error)
-SELECT back.id, prior.attempt, back.claim_epoch, $1, prior.started_at, 'interrupted',
+SELECT back.id, v.attempt, back.claim_epoch, $1, v.started_at, 'interrupted',
        'the worker stopped before the run finished'
-  FROM back JOIN prior ON prior.id = back.id
+  FROM back JOIN v ON v.id = back.id
 RETURNING run_id::text
 """
 RUN_STATES = """
