@@ -1,0 +1,268 @@
+"""Prometheus metrics: every series this replica exports, and the dependency gauges.
+
+Metric names count duplicates; they never claim there are none.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from importlib import metadata
+from typing import Any, TypeVar
+
+from prometheus_client import Counter, Gauge, Histogram, Info
+from prometheus_client.metrics import MetricWrapperBase
+
+from actors.domain import Outcome
+from actors.observability.logs import get_logger, redact
+
+# --- metrics -------------------------------------------------------------------
+
+JOB_LABEL = "claimd_job"
+
+_Metric = TypeVar("_Metric", bound=MetricWrapperBase)
+
+
+def _child(metric: MetricWrapperBase, labelvalues: tuple[object, ...]) -> Any:
+    """The existing child for these label values (all strings), or None: one dict lookup.
+
+    prometheus_client's ``labels()`` checks and converts every value and takes a
+    lock on every call; the series of the per-run metrics exist from the start
+    (``init_job_series``), so the worker's look-ups per run need none of that.
+    Reading the dict without the lock is safe: children are only added (under
+    it) or removed, and a miss goes the full way.
+    """
+    children: dict[tuple[object, ...], Any] | None = getattr(metric, "_metrics", None)
+    return None if children is None else children.get(labelvalues)
+
+
+class _PerRunCounter(Counter):
+    """A Counter whose ``labels()`` finds an existing series in one look-up."""
+
+    def labels(self: _Metric, *labelvalues: object, **labelkwargs: object) -> _Metric:
+        found = None if labelkwargs else _child(self, labelvalues)
+        return found if found is not None else super().labels(*labelvalues, **labelkwargs)
+
+
+class _PerRunHistogram(Histogram):
+    """A Histogram whose ``labels()`` finds an existing series in one look-up."""
+
+    def labels(self: _Metric, *labelvalues: object, **labelkwargs: object) -> _Metric:
+        found = None if labelkwargs else _child(self, labelvalues)
+        return found if found is not None else super().labels(*labelvalues, **labelkwargs)
+
+
+RUNS_MATERIALIZED = Counter(
+    "claimd_runs_materialized_total", "Runs inserted by the materializer (duplicates excluded)"
+)
+RUNS_MISSED = Counter(
+    "claimd_runs_missed_total", "Past instants dropped by a job's catch-up policy", [JOB_LABEL]
+)
+RUNS_SKIPPED = Counter(
+    "claimd_runs_skipped_total", "Due runs recorded skipped by policy (deadline, overlap, catch-up)"
+)
+RUNS_CLAIMED = Counter("claimd_runs_claimed_total", "Runs claimed by this replica")
+PUBLISHED = Counter("claimd_dispatch_published_total", "Dispatch messages acked by JetStream")
+PUBLISH_FAILED = Counter(
+    "claimd_dispatch_publish_failed_total",
+    "Dispatch publishes that failed and went to the compensator",
+)
+RUNS_RELEASED = Counter(
+    "claimd_runs_released_total", "Unpublished runs the compensator returned to pending"
+)
+RUNS_REAPED = Counter("claimd_runs_reaped_total", "Runs whose lease expired", ["transition"])
+RUNS_PRUNED = Counter("claimd_runs_pruned_total", "Terminal runs deleted by history retention")
+RUNS_STARTED = _PerRunCounter(
+    "claimd_runs_started_total", "Runs a worker moved to running", [JOB_LABEL]
+)
+RUNS_COMPLETED = _PerRunCounter(
+    "claimd_runs_completed_total",
+    "Attempts recorded, by outcome (a retried failure counts each attempt)",
+    [JOB_LABEL, "outcome"],
+)
+RUNS_FAILED_FINALLY = _PerRunCounter(
+    "claimd_runs_failed_total",
+    "Runs this replica recorded failed for good: a failed or timed-out last attempt "
+    "(worker), or a lease that expired on the last attempt (reaper)",
+    [JOB_LABEL],
+)
+DELIVERIES_SKIPPED = _PerRunCounter(
+    "claimd_deliveries_skipped_total",
+    "Deliveries that changed nothing (run terminal, owned elsewhere, stale epoch, unknown)",
+    ["reason"],
+)
+REDELIVERIES = Counter("claimd_redeliveries_total", "Messages JetStream delivered more than once")
+FENCED_COMPLETIONS = Counter(
+    "claimd_fenced_completions_total",
+    "Completions refused because the run's epoch moved on (a duplicate execution)",
+)
+POISON_MESSAGES = Counter(
+    "claimd_poison_messages_total",
+    "Messages on the dispatch subject that were not valid dispatches",
+    ["reason"],
+)
+COMPLETIONS_REJECTED = Counter(
+    "claimd_completions_rejected_total",
+    "Completions not recorded for a reason other than an outage (refused, or an error); "
+    "left to the lease and the reaper",
+)
+LEASES_LOST = Counter(
+    "claimd_leases_lost_total",
+    "Running runs whose lease extension was refused (reaped or cancelled)",
+)
+ACTOR_OUTAGES = Counter(
+    "claimd_actor_outages_total", "Actor restarts because a server was unavailable", ["actor"]
+)
+ACTOR_RESTARTS = Counter("claimd_actor_restarts_total", "Actor crashes restarted", ["actor"])
+CONFIG_JOB_ERRORS = Gauge("claimd_config_job_errors", "Jobs in the config file that are invalid")
+RUNS_IN_FLIGHT = Gauge("claimd_worker_runs_in_flight", "Runs executing on this worker")
+CLOCK_SKEW = Gauge(
+    "claimd_clock_skew_seconds",
+    "This replica's wall clock minus the database's (positive: ahead), "
+    "corrected for half the round trip; claimd decides on the database's clock",
+)
+# Milliseconds to minutes: a healthy start is tens of ms late, a stalled one minutes.
+LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
+SCHEDULE_LAG = _PerRunHistogram(
+    "claimd_start_lag_seconds",
+    "Start time minus due time (the scheduled instant plus jitter, or the retry time), on "
+    "the database's clock; scheduled runs only (manual triggers and backfills are meant "
+    "to start late and are not observed)",
+    [JOB_LABEL],
+    buckets=LAG_BUCKETS,
+)
+RUN_DURATION = _PerRunHistogram(
+    "claimd_run_duration_seconds",
+    "Execution time of attempts",
+    [JOB_LABEL],
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 60, 300, 1800, 3600),
+)
+# Intake: the worker stops fetching while it cannot keep its leases or record
+# its completions (or the broker does not answer), the claimer stops claiming
+# while this replica cannot publish; the work goes to the other replicas.
+INTAKE_PAUSED = Gauge(
+    "claimd_intake_paused", "1 while this actor takes in no new work it could not keep", ["actor"]
+)
+INTAKE_PAUSES = Counter(
+    "claimd_intake_pauses_total",
+    "Times an actor stopped taking in new work, by why",
+    ["actor", "reason"],
+)
+
+
+# --- dependencies: is this replica reaching PostgreSQL and NATS? ----------------
+
+DEPENDENCY_UP = Gauge(
+    "claimd_dependency_up",
+    "1 while this replica reaches the dependency, 0 while it does not",
+    ["dependency"],
+)
+RECONNECTS = Counter(
+    "claimd_reconnects_total",
+    "Connections to a dependency restored after it was lost",
+    ["dependency"],
+)
+
+
+class DependencyHealth:
+    """Up/down of one dependency: a log event and the gauge on each change, not on each call.
+
+    ``lost`` after a failure that means the server is unreachable (a refused or
+    reset connection, a call that timed out on a silent one); ``reached`` after
+    any success. A loss followed by a success counts one reconnect.
+    """
+
+    def __init__(self, dependency: str) -> None:
+        self.dependency = dependency
+        self.up: bool | None = None
+        self._log = get_logger(dependency)
+
+    def reached(self, **fields: Any) -> None:
+        if self.up is False:
+            RECONNECTS.labels(self.dependency).inc()
+            # A warning like the loss it ends: a log read at WARNING shows both.
+            self._log.warning(
+                f"{self.dependency} reachable again", dependency=self.dependency, **fields
+            )
+        self.up = True
+        DEPENDENCY_UP.labels(self.dependency).set(1)
+
+    def lost(self, reason: str, **fields: Any) -> None:
+        if self.up is not False:
+            self._log.warning(
+                f"{self.dependency} unreachable",
+                dependency=self.dependency,
+                reason=redact(reason),
+                **fields,
+            )
+        self.up = False
+        DEPENDENCY_UP.labels(self.dependency).set(0)
+
+
+BUILD_INFO = Info("claimd_build", "The claimd build this replica runs (value 1)")
+
+
+# --- every series from the start ----------------------------------------------------------
+
+# The label values each labelled counter can take, created at zero at start.
+DELIVERY_SKIP_REASONS = (
+    "terminal",
+    "owned",
+    "stale",
+    "unknown",
+    "unreadable",
+    "skipped",
+    "executing_here",
+    "abandoned_here",
+)
+POISON_REASONS = ("oversized", "not_json", "wrong_schema", "other_deployment", "invalid")
+REAP_TRANSITIONS = ("claimed->pending", "running->pending", "running->failed")
+ACTORS = ("materializer", "claimer", "dispatcher", "compensator", "reaper", "worker", "clock")
+DEPENDENCIES = ("postgres", "nats")
+# Why an actor stops taking in work (actors/heartbeat.py names the worker's sources).
+INTAKE_REASONS = {
+    "worker": ("heartbeat", "completions", "starts", "broker"),
+    "claimer": ("broker",),
+}
+
+
+def claimd_version() -> str:
+    try:
+        return metadata.version("claimd")
+    except metadata.PackageNotFoundError:  # running from a tree that was never installed
+        return "unknown"
+
+
+def init_series() -> None:
+    """Create the labelled series that do not depend on the jobs, at zero; build info."""
+    BUILD_INFO.info(
+        {"version": claimd_version(), "python": ".".join(str(n) for n in sys.version_info[:3])}
+    )
+    for reason in DELIVERY_SKIP_REASONS:
+        DELIVERIES_SKIPPED.labels(reason=reason)
+    for reason in POISON_REASONS:
+        POISON_MESSAGES.labels(reason=reason)
+    for transition in REAP_TRANSITIONS:
+        RUNS_REAPED.labels(transition=transition)
+    for actor in ACTORS:
+        ACTOR_RESTARTS.labels(actor=actor)
+        ACTOR_OUTAGES.labels(actor=actor)
+    for dependency in DEPENDENCIES:
+        RECONNECTS.labels(dependency)
+        DEPENDENCY_UP.labels(dependency)  # 0 (not reached) until the first connection
+    for actor, reasons in INTAKE_REASONS.items():
+        INTAKE_PAUSED.labels(actor=actor)
+        for reason in reasons:
+            INTAKE_PAUSES.labels(actor=actor, reason=reason)
+
+
+def init_job_series(jobs: Iterable[str]) -> None:
+    """Create every per-job series of these jobs at zero (at start, and for added jobs)."""
+    for job in jobs:
+        RUNS_MISSED.labels(job)
+        RUNS_STARTED.labels(job)
+        RUNS_FAILED_FINALLY.labels(job)
+        for outcome in Outcome:
+            RUNS_COMPLETED.labels(job, outcome.value)
+        SCHEDULE_LAG.labels(job)
+        RUN_DURATION.labels(job)
