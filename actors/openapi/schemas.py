@@ -1,0 +1,247 @@
+"""The OpenAPI document's data shapes: runs, jobs, attempts, audit, actions, grid, status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TIME_HELP = (
+    "ISO 8601, e.g. '2026-12-01 02:00' or '2026-12-01T01:00:00Z', or 'now'. "
+    "A time without an offset is read in the job's time zone (UTC where no job "
+    "is named)."
+)
+STATES = ["pending", "claimed", "running", "succeeded", "failed", "skipped", "cancelled"]
+STATUSES = [
+    "succeeded",
+    "failed",
+    "skipped",
+    "cancelled",
+    "dropped",
+    "missing",
+    "stuck",
+    "in_progress",
+    "extra",
+]
+
+
+def scalar(kind: str, nullable: bool = False, **extra: Any) -> dict[str, Any]:
+    return {"type": [kind, "null"] if nullable else kind, **extra}
+
+
+def obj(props: dict[str, Any], *, optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": props,
+        "required": [k for k in props if k not in optional],
+    }
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+TIME = scalar("string", description="UTC, ISO 8601")
+TIME_OR_NULL = scalar("string", True, description="UTC, ISO 8601")
+LOCAL_OR_NULL = scalar("string", True, description="the same instant in the job's zone")
+
+RUN = {
+    "id": scalar("string", format="uuid"),
+    "job": scalar("string"),
+    "timezone": scalar("string"),
+    "scheduled_at": TIME,
+    "scheduled_local": scalar("string"),
+    "due_at": TIME,
+    "state": scalar("string", enum=STATES),
+    "trigger": scalar("string"),
+    "attempt": scalar("integer"),
+    "claim_epoch": scalar("integer"),
+    "lease_owner": scalar("string", True),
+    "lease_expires_at": TIME_OR_NULL,
+    "claimed_at": TIME_OR_NULL,
+    "started_at": TIME_OR_NULL,
+    "finished_at": TIME_OR_NULL,
+    "outcome": scalar("string", True),
+    "exit_code": scalar("integer", True),
+    "error": scalar("string", True),
+}
+JOB = {
+    "name": scalar("string"),
+    "enabled": scalar("boolean"),
+    "paused": scalar("boolean"),
+    "schedule": scalar("string"),
+    "timezone": scalar("string"),
+    "next_fire": TIME_OR_NULL,
+    "next_fire_local": LOCAL_OR_NULL,
+    "backlog": scalar("integer", description="due and not started (the look-ahead apart)"),
+    "oldest_due": TIME_OR_NULL,
+    "ahead": scalar("integer", description="pending runs written ahead, not yet due"),
+    "running": scalar("integer"),
+    "pending": scalar("integer", description="backlog + ahead"),
+    "last_outcome": {
+        "oneOf": [
+            {"type": "null"},
+            obj(
+                {
+                    "run_id": scalar("string"),
+                    "state": scalar("string"),
+                    "outcome": scalar("string", True),
+                    "error": scalar("string", True),
+                    "scheduled_at": TIME,
+                    "scheduled_local": scalar("string"),
+                    "finished_at": TIME_OR_NULL,
+                }
+            ),
+        ]
+    },
+    "last_success": TIME_OR_NULL,
+    "last_success_local": LOCAL_OR_NULL,
+    "failures_24h": scalar("integer"),
+    "due_since": TIME_OR_NULL,
+}
+ATTEMPT = {
+    "attempt": scalar("integer"),
+    "claim_epoch": scalar("integer"),
+    "worker": scalar("string", True),
+    "started_at": TIME_OR_NULL,
+    "finished_at": TIME_OR_NULL,
+    "outcome": scalar("string"),
+    "exit_code": scalar("integer", True),
+    "error": scalar("string", True),
+}
+AUDIT_ENTRY = {
+    "scheduled_at": TIME,
+    "scheduled_local": scalar("string"),
+    "status": scalar("string", enum=STATUSES),
+    "problem": scalar("boolean"),
+    "reason": scalar("string", True),
+    "run": {
+        "oneOf": [
+            {"type": "null"},
+            obj(
+                {
+                    "id": scalar("string"),
+                    "state": scalar("string"),
+                    "trigger": scalar("string"),
+                    "attempt": scalar("integer"),
+                }
+            ),
+        ]
+    },
+}
+AUDIT = {
+    "job": scalar("string"),
+    "timezone": scalar("string"),
+    "from": TIME,
+    "to": TIME,
+    "from_local": scalar("string"),
+    "to_local": scalar("string"),
+    "now": TIME,
+    "due_since": TIME_OR_NULL,
+    "entries": {"type": "array", "items": ref("AuditEntry")},
+    "summary": obj(
+        {
+            "due": scalar("integer"),
+            "counts": {"type": "object", "additionalProperties": scalar("integer")},
+            "problems": scalar("integer"),
+            "not_yet_due": scalar("integer"),
+            "complete": scalar("boolean"),
+            "line": scalar("string"),
+        }
+    ),
+}
+ACTION = {
+    "id": scalar("integer"),
+    "at": TIME,
+    "actor": scalar("string"),
+    "via": scalar("string", enum=["cli", "http", "signal"]),
+    "origin": scalar("string", True),
+    "action": scalar("string"),
+    "job": scalar("string", True),
+    "run_id": scalar("string", True),
+    "arguments": {"type": "object"},
+    "ok": scalar("boolean"),
+    "result": scalar("string"),
+}
+ACTION_RESULT = {
+    "action": scalar("string"),
+    "job": scalar("string", True),
+    "run_id": scalar("string", True),
+    "message": scalar("string"),
+    "action_id": scalar("integer"),
+    "at": TIME,
+    "actor": scalar("string"),
+    "scheduled_at": TIME,
+    "added": scalar("integer"),
+    "existing": scalar("integer"),
+    "instants": scalar("integer"),
+}
+
+GRID_CELL = {
+    "scheduled_at": TIME,
+    "scheduled_local": scalar("string"),
+    "status": scalar("string", enum=STATUSES, description="as `claimd audit` judges the instant"),
+    "problem": scalar("boolean"),
+    "reason": scalar("string", True),
+    "run_id": scalar("string", True),
+    "state": scalar("string", True, enum=[*STATES, None]),
+    "attempt": scalar("integer", True),
+}
+GRID_JOB = {
+    "name": scalar("string"),
+    "timezone": scalar("string"),
+    "schedule_words": scalar(
+        "string", description="the schedule in words, e.g. 'every day at 02:00' (the zone apart)"
+    ),
+    "from": TIME,
+    "cells": {"type": "array", "items": ref("GridCell")},
+}
+COUNTER = scalar("number", minimum=0)
+STATUS = {
+    "checks": {
+        "type": "object",
+        "properties": {"postgres": scalar("string"), "nats": scalar("string")},
+        "description": "'ok', or what is wrong",
+    },
+    "counters": obj(
+        {
+            "deliveries_skipped": COUNTER,
+            "fenced_completions": COUNTER,
+            "redeliveries": COUNTER,
+            "deliveries_skipped_by_reason": {"type": "object", "additionalProperties": COUNTER},
+        }
+    ),
+}
+
+SCHEMAS: dict[str, Any] = {
+    "Error": obj({"error": scalar("string")}),
+    "Job": obj(JOB),
+    "JobDetail": obj({**JOB, "recent_runs": {"type": "array", "items": ref("Run")}}),
+    "Run": obj(RUN),
+    "RunDetail": obj(
+        {
+            **RUN,
+            "output_tail": scalar("string", True),
+            "lease_expired": scalar("boolean"),
+            "attempts": {"type": "array", "items": ref("Attempt")},
+        }
+    ),
+    "Attempt": obj(ATTEMPT),
+    "RunsPage": obj(
+        {
+            "runs": {"type": "array", "items": ref("Run")},
+            "next_cursor": scalar("string", True, description="pass as cursor for the next page"),
+        }
+    ),
+    "AuditEntry": obj(AUDIT_ENTRY),
+    "Audit": obj(AUDIT),
+    "Action": obj(ACTION),
+    "GridCell": obj(GRID_CELL),
+    "Grid": obj(
+        {
+            "now": TIME,
+            "instants": scalar("integer"),
+            "jobs": {"type": "array", "items": obj(GRID_JOB)},
+        }
+    ),
+    "Status": obj(STATUS),
+    "ActionResult": obj(ACTION_RESULT, optional=("scheduled_at", "added", "existing", "instants")),
+}
