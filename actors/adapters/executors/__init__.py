@@ -1,0 +1,49 @@
+"""Executors: shell, python and http. Each runs one attempt and reports.
+
+None raises for a failing job.
+
+Errors are caught at the edge of each run, never allowed to reach the loop
+that runs the next one. Cancellation (shutdown, a lost lease) is cleaned up
+after (the process group killed) and re-raised.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from actors.adapters.executors.common import (
+    OUTPUT_TAIL_BYTES,
+    MissingSecret,
+    resolve_secrets,
+    scrub,
+)
+from actors.adapters.executors.http import run_http
+from actors.adapters.executors.python import resolve_callable, run_python
+from actors.adapters.executors.shell import run_shell
+from actors.domain import ExecutionResult, ExecutorSpec, PythonSpec, RunContext, ShellSpec
+
+
+class LocalExecutor:
+    """Executor port: dispatches on the spec's kind."""
+
+    async def execute(
+        self, spec: ExecutorSpec, context: RunContext, timeout: timedelta
+    ) -> ExecutionResult:
+        if isinstance(spec, ShellSpec):
+            return await run_shell(spec, context, timeout)
+        if isinstance(spec, PythonSpec):
+            return await run_python(spec, context, timeout)
+        return await run_http(spec, context, timeout)
+
+
+__all__ = [
+    "OUTPUT_TAIL_BYTES",
+    "LocalExecutor",
+    "MissingSecret",
+    "resolve_callable",
+    "resolve_secrets",
+    "run_http",
+    "run_python",
+    "run_shell",
+    "scrub",
+]

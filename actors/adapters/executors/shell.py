@@ -1,0 +1,168 @@
+"""The shell executor: a process group with the run in its environment, killed on timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from datetime import timedelta
+
+from actors.adapters.executors.common import (
+    KILL_GRACE,
+    MissingSecret,
+    Tail,
+    elapsed,
+    fill,
+    resolve_secrets,
+    scrub,
+)
+from actors.domain import (
+    ExecutionResult,
+    Outcome,
+    RunContext,
+    ShellSpec,
+)
+from actors.observability import get_logger
+
+log = get_logger("executor")
+
+
+def _kill_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+async def _terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
+    """SIGTERM the whole process group, then SIGKILL after the grace."""
+    _kill_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), grace)
+    # Children may outlive the leader: always sweep the group.
+    _kill_group(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        await proc.wait()
+
+
+async def _spawn(
+    spec: ShellSpec, argv: list[str], env: dict[str, str], output: int
+) -> asyncio.subprocess.Process:
+    if spec.use_shell:
+        return await asyncio.create_subprocess_shell(
+            argv[0],
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=output,
+            stderr=output,
+            env=env,
+            cwd=spec.cwd,
+            start_new_session=True,
+        )
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=output,
+        stderr=output,
+        env=env,
+        cwd=spec.cwd,
+        start_new_session=True,
+    )
+
+
+async def _pump(read_fd: int, tail: Tail) -> None:
+    """Read the job's output into the tail until every writer has closed the pipe."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", 0)
+    )
+    try:
+        while chunk := await reader.read(65536):
+            tail.add(chunk)
+    finally:
+        transport.close()
+
+
+async def run_shell(
+    spec: ShellSpec, context: RunContext, timeout: timedelta, kill_grace: float = KILL_GRACE
+) -> ExecutionResult:
+    """Run a program; values of ``secret_env`` never reach the recorded output."""
+    try:
+        secrets = resolve_secrets(spec.secret_env)
+    except MissingSecret as exc:
+        return ExecutionResult(Outcome.FAILED, error=str(exc))
+    result = await _run_shell(spec, context, timeout, kill_grace, secrets)
+    return scrub(result, secrets.values())
+
+
+async def _run_shell(
+    spec: ShellSpec,
+    context: RunContext,
+    timeout: timedelta,
+    kill_grace: float,
+    secrets: dict[str, str],
+) -> ExecutionResult:
+    """Run a program in its own process group; the group dies with the timeout.
+
+    The run ends when the leader exits, not when its output closes: output goes
+    to a pipe of our own rather than asyncio's, because asyncio's
+    ``Process.wait()`` also waits for its pipes, and a child left in the
+    background would hold them open (``daemon & exit 0`` would time out).
+    """
+    values = context.template_values()
+    argv = [fill(a, values) for a in spec.argv]
+    env = {**os.environ, **spec.env, **secrets, **context.env()}
+    start = time.monotonic()
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = await _spawn(spec, argv, env, write_fd)
+    except OSError as exc:
+        os.close(read_fd)
+        return ExecutionResult(
+            Outcome.FAILED, error=f"cannot start {argv[0]!r}: {exc}", duration=elapsed(start)
+        )
+    finally:
+        os.close(write_fd)  # the child holds its own copy
+    tail = Tail()
+    pumping = asyncio.ensure_future(_pump(read_fd, tail))
+    try:
+        await asyncio.wait_for(proc.wait(), timeout.total_seconds())
+    except TimeoutError:
+        await _terminate(proc, kill_grace)
+        await _drain(pumping)
+        return ExecutionResult(
+            Outcome.TIMED_OUT,
+            exit_code=proc.returncode,
+            error=f"timed out after {timeout}; process group killed",
+            output_tail=tail.text(),
+            duration=elapsed(start),
+        )
+    except asyncio.CancelledError:
+        await asyncio.shield(_terminate(proc, kill_grace))
+        pumping.cancel()
+        raise
+    # The leader exited; make sure nothing it left behind in its group lingers.
+    _kill_group(proc.pid, signal.SIGKILL)
+    await _drain(pumping)
+    code = proc.returncode
+    if code == 0:
+        return ExecutionResult(
+            Outcome.SUCCEEDED, exit_code=0, output_tail=tail.text(), duration=elapsed(start)
+        )
+    return ExecutionResult(
+        Outcome.FAILED,
+        exit_code=code,
+        error=f"exit status {code}",
+        output_tail=tail.text(),
+        duration=elapsed(start),
+    )
+
+
+async def _drain(pumping: asyncio.Future[None], limit: float = 2.0) -> None:
+    """Let the pump read what is left; a process outside the group may hold the pipe."""
+    try:
+        await asyncio.wait_for(pumping, limit)
+    except TimeoutError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - losing the tail must not lose the verdict
+        log.warning("output capture failed; the verdict stands without it", error=repr(exc))
