@@ -20,10 +20,13 @@ import pytest
 
 from actors.config import LoadedConfig, parse_config
 from actors.domain import ExecutionResult, ExecutorSpec, Outcome, RunContext, RunState
+from actors.ports import StoreUnavailable
 from actors.replica import Replica
+from actors.replica.reload import JobsConfig
+from actors.replica.status import ReplicaStatus
 from actors.testing.memory import InMemoryBroker, InMemoryRunStore, ManualClock
 from actors.testing.memory_inbox import MemoryInbox
-from actors.testing.memory_replica import MemoryAdapters
+from actors.testing.memory_replica import MEMORY_HEALTH, MemoryAdapters
 from tests.unit.memory_world import until
 
 pytestmark = pytest.mark.timeout(60)
@@ -122,3 +125,43 @@ async def test_a_replica_on_memory_adapters_runs_every_instant_once(tmp_path: Pa
     assert all(c.fencing_token == 1 for c in executions.seen)
     assert store.closed  # the stop closed the store
     assert not replica.forced_stop
+
+
+async def test_readiness_asks_each_port_for_a_round_trip() -> None:
+    clock = ManualClock()
+    store = InMemoryRunStore(clock)
+    broker = InMemoryBroker()
+    status = ReplicaStatus(MEMORY_HEALTH, MEMORY_HEALTH)
+    assert await status.ready() == {"postgres": "not connected", "nats": "not connected"}
+    status.connected(store)
+    status.broker = broker
+    assert await status.ready() == {"postgres": "ok", "nats": "ok"}
+    store.outage = StoreUnavailable("restarting")
+    broker.down = ConnectionError("gone")
+    verdicts = await status.ready()
+    assert "restarting" in verdicts["postgres"]
+    assert "in-memory broker down" in verdicts["nats"]
+    store.outage = None
+    assert await status.jobs_summary() == []
+
+
+async def test_a_reload_with_errors_changes_nothing_and_is_recorded(tmp_path: Path) -> None:
+    store = InMemoryRunStore(ManualClock())
+    loaded = config(tmp_path)
+    jobs = JobsConfig(tmp_path / "claimd.toml", loaded, syncs_jobs=True)
+    await jobs.sync_at_start(store)
+    assert set(store.jobs) == {"tick", "tock"}
+    path = tmp_path / "claimd.toml"
+    path.write_text(
+        path.read_text() + '\n[jobs.broken]\nevery = "soon"\nrun = { python = "x:y" }\n'
+    )
+    assert await jobs.reload(store, "replica-a") is False
+    assert set(jobs.jobs) == {"tick", "tock"}
+    path.write_text(path.read_text().split("[jobs.tock]")[0])  # tock gone, broken too
+    assert await jobs.reload(store, "replica-a") is True
+    assert set(jobs.jobs) == {"tick"}
+    assert [j.name for j in store.jobs.values() if j.enabled] == ["tick"]
+    assert [(a["ok"], a["by"]) for a in store.actions] == [
+        (False, "replica-a"),
+        (True, "replica-a"),
+    ]
