@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from nats.aio.msg import Msg
 
-from actors.adapters.nats import _take_waiting_at_once, delivery_count
+from actors.adapters.nats import delivery_count
+from actors.adapters.nats.codec import take_waiting_at_once
 
 V1 = "$JS.ACK.CLAIMD_prod.workers.{n}.1042.977.1764590000000000000.12"
 V2 = "$JS.ACK.hub.ACCHASH.CLAIMD_prod.workers.{n}.1042.977.1764590000000000000.12.tok"
@@ -56,7 +57,7 @@ class FakeSubscription:
 
 async def test_a_waiting_message_is_taken_at_once_and_an_empty_queue_waits() -> None:
     sub = FakeSubscription()
-    _take_waiting_at_once(sub)
+    take_waiting_at_once(sub)
     first, second = message(V1.format(n=1)), message(V1.format(n=2))
     sub.put(first)
     sub.put(second)

@@ -1,113 +1,36 @@
-"""NATS JetStream: the dispatch channel (nats-py).
-
-One stream per deployment with work-queue retention; one durable pull
-consumer that every worker shares (explicit ack, ack_wait, max_deliver).
-"""
+"""The Broker port on JetStream: the stream and consumer kept as the settings say, publishes."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import math
 import os
 import ssl
-import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime, timedelta
-from typing import Any, TypeVar, cast
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext, api
 from nats.js.errors import (
     APIError,
     NoStreamResponseError,
     NotFoundError,
-    ServiceUnavailableError,
 )
 
+from actors.adapters.nats.codec import MAX_MESSAGE_BYTES, encode, take_waiting_at_once
+from actors.adapters.nats.connection import NATS_HEALTH, ConnectionEvents, answered
 from actors.domain import DEFAULT_TIMEOUTS, ClaimdError, TimeoutBudget
-from actors.observability import DependencyHealth, get_logger, redact
+from actors.observability import get_logger
 from actors.ports import DispatchMessage
 
 log = get_logger("nats")
-T = TypeVar("T")
-NATS_HEALTH = DependencyHealth("nats")
-
-MESSAGE_VERSION = 1
-# A dispatch message is ~200 bytes; anything far larger is not ours.
-MAX_MESSAGE_BYTES = 4096
 CONSUMER = "workers"
 # Publishes in flight on one connection, acks not yet back: above the largest
 # claim_batch, so a batch goes out whole. nats-py's own default is 4000.
 PUBLISH_WINDOW = 10_000
-
-
-class PoisonMessage(ValueError):
-    """A message on the dispatch subject that is not a dispatch of this deployment."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        self.reason = reason
-        super().__init__(f"{reason}: {detail}")
-
-
-def encode(message: DispatchMessage) -> bytes:
-    return json.dumps(
-        {
-            "v": MESSAGE_VERSION,
-            "run_id": message.run_id,
-            "epoch": message.epoch,
-            "job": message.job,
-            "scheduled_at": message.scheduled_at.isoformat(),
-            "attempt": message.attempt,
-            "deployment": message.deployment,
-        },
-        separators=(",", ":"),
-    ).encode()
-
-
-def decode(data: bytes, deployment: str) -> DispatchMessage:
-    """Parse a dispatch message, or raise PoisonMessage saying why not."""
-    if len(data) > MAX_MESSAGE_BYTES:
-        raise PoisonMessage("oversized", f"{len(data)} bytes")
-    try:
-        body: Any = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise PoisonMessage("not_json", str(exc)[:100]) from None
-    if not isinstance(body, dict) or body.get("v") != MESSAGE_VERSION:
-        raise PoisonMessage("wrong_schema", "not a version-1 dispatch object")
-    try:
-        run_id = str(uuid.UUID(str(body["run_id"])))
-        epoch = body["epoch"]
-        attempt = body["attempt"]
-        # bool is an int to Python; the epoch must fit the bigint column.
-        if (
-            any(not isinstance(n, int) or isinstance(n, bool) for n in (epoch, attempt))
-            or not 1 <= epoch < 2**63
-            or not 1 <= attempt < 2**31
-        ):
-            raise ValueError("epoch and attempt must be positive integers")
-        texts = [body["job"], body["scheduled_at"], body["deployment"]]
-        if not all(isinstance(t, str) for t in texts):
-            raise ValueError("job, scheduled_at and deployment must be strings")
-        scheduled_at = datetime.fromisoformat(body["scheduled_at"])
-        if scheduled_at.utcoffset() is None:
-            raise ValueError("scheduled_at must carry a UTC offset")
-        message = DispatchMessage(
-            run_id=run_id,
-            epoch=epoch,
-            job=body["job"],
-            scheduled_at=scheduled_at,
-            attempt=attempt,
-            deployment=body["deployment"],
-        )
-    except (KeyError, ValueError, TypeError) as exc:
-        raise PoisonMessage("wrong_schema", str(exc)[:100]) from None
-    if message.deployment != deployment:
-        raise PoisonMessage("other_deployment", message.deployment[:64])
-    return message
 
 
 class PublishFaults:
@@ -137,42 +60,6 @@ class StreamSettingsRefused(ClaimdError):
     """The NATS servers refused the stream as the settings describe it (e.g. its replicas)."""
 
 
-class _ConnectionEvents:
-    """nats-py's connection callbacks as structured log events and the dependency metrics.
-
-    Passing ``error_cb`` also keeps nats-py from logging each error with a
-    traceback through the standard library.
-    """
-
-    def __init__(self, servers: Sequence[str]) -> None:
-        self.servers = [redact(s) for s in servers]
-        self.nc: NATS | None = None
-
-    def server(self) -> str:
-        url = self.nc.connected_url if self.nc is not None else None
-        return redact(url.geturl()) if url is not None else ""
-
-    async def error(self, exc: Exception) -> None:
-        # ErrStaleConnection: the server stopped answering pings (a half-open connection).
-        # While already unreachable, each failed reconnect attempt is detail, not news.
-        say = log.debug if NATS_HEALTH.up is False else log.warning
-        say("nats connection error", error=redact(repr(exc)), server=self.server())
-
-    async def disconnected(self) -> None:
-        if self.nc is not None and self.nc.is_closed:
-            return  # our own close, not a lost connection
-        NATS_HEALTH.lost("disconnected", servers=self.servers)
-
-    async def reconnected(self) -> None:
-        NATS_HEALTH.reached(server=self.server())
-
-    async def closed(self) -> None:
-        log.info("nats connection closed", servers=self.servers)
-
-    async def discovered(self) -> None:
-        log.info("nats cluster server discovered", server=self.server())
-
-
 def _stream_changes(existing: api.StreamConfig | None, wanted: api.StreamConfig) -> list[str]:
     """The settings of ``wanted`` that the existing stream does not have."""
     if existing is None:
@@ -198,41 +85,6 @@ def _stream_changes(existing: api.StreamConfig | None, wanted: api.StreamConfig)
         if norm(getattr(existing, f)) != norm(getattr(wanted, f))
         and not (f == "num_replicas" and (existing.num_replicas or 1) == wanted.num_replicas)
     ]
-
-
-async def _answered(
-    what: str,
-    request: Callable[[], Awaitable[T]],
-    *,
-    also: tuple[type[Exception], ...] = (),
-    attempts: int = 3,
-) -> T:
-    """A JetStream API request, made again when the cluster left it unanswered.
-
-    A cluster can drop a request made while it settles: a stream info or
-    update racing another replica's create of the stream goes unanswered
-    (nats-server 2.15), JetStream answers 503 during an election. Each attempt
-    is bounded by the API timeout.
-    """
-    retried: tuple[type[Exception], ...] = (
-        nats.errors.TimeoutError,
-        ServiceUnavailableError,
-        *also,
-    )
-    for attempt in range(1, attempts + 1):
-        try:
-            return await request()
-        except retried as exc:
-            if attempt == attempts:
-                raise
-            log.warning(
-                "JetStream request unanswered; asking again",
-                request=what,
-                attempt=attempt,
-                error=repr(exc),
-            )
-            await asyncio.sleep(0.2 * attempt)
-    raise AssertionError("unreachable")
 
 
 class JetStreamBroker:
@@ -283,7 +135,7 @@ class JetStreamBroker:
         """
         servers = [u.strip() for u in url.split(",")] if isinstance(url, str) else list(url)
         tls = ssl.create_default_context(cafile=tls_ca) if tls_ca else None
-        events = _ConnectionEvents(servers)
+        events = ConnectionEvents(servers)
         nc = await nats.connect(
             servers,
             name=name,
@@ -332,7 +184,7 @@ class JetStreamBroker:
         copies (not clustered, too few peers) is a StreamSettingsRefused.
         """
         self._stream_settings = (duplicate_window, max_age, replicas)
-        await _answered("stream", lambda: self._ensure_stream(duplicate_window, max_age, replicas))
+        await answered("stream", lambda: self._ensure_stream(duplicate_window, max_age, replicas))
 
     async def _ensure_stream(
         self, duplicate_window: timedelta, max_age: timedelta | None, replicas: int
@@ -419,13 +271,13 @@ class JetStreamBroker:
         )
         # NotFound too: a stream created a moment ago may not be known to the
         # server that takes the consumer yet.
-        await _answered(
+        await answered(
             "consumer", lambda: self.js.add_consumer(self.stream, config), also=(NotFoundError,)
         )
 
     async def pull_subscription(self) -> JetStreamContext.PullSubscription:
         psub = await self.js.pull_subscribe_bind(durable=CONSUMER, stream=self.stream)
-        _take_waiting_at_once(getattr(psub, "_sub", None))
+        take_waiting_at_once(getattr(psub, "_sub", None))
         return psub
 
     async def probe(self, timeout: float) -> None:
@@ -538,47 +390,3 @@ class JetStreamBroker:
             log.warning(
                 "nats connection did not close in time; abandoned", waited_s=self.close_timeout
             )
-
-
-def _take_waiting_at_once(sub: Any) -> None:
-    """Let a fetch take a message already waiting without a task and a timer for it.
-
-    nats-py's fetch reads each message of a batch with ``next_msg``, which
-    starts a task (with a uuid for a name) running ``wait_for`` on the
-    subscription's queue: two tasks and a timer per message, even when the
-    message is already there. Here a waiting message is handed over at once,
-    with nats-py's own bookkeeping; only an empty queue waits the nats-py way.
-    Left as it is if this nats-py keeps its messages elsewhere.
-    """
-    queue = getattr(sub, "_pending_queue", None)
-    if not isinstance(queue, asyncio.Queue) or not hasattr(sub, "_pending_size"):
-        return
-    waiting = sub.next_msg
-
-    async def next_msg(timeout: float | None = 1.0) -> Msg:
-        if queue.empty() or sub._conn.is_closed:
-            return cast(Msg, await waiting(timeout))
-        msg = cast(Msg, queue.get_nowait())
-        sub._pending_size -= len(msg.data)
-        queue.task_done()
-        return msg
-
-    sub.next_msg = next_msg
-
-
-def delivery_count(msg: Msg) -> int:
-    """How many times JetStream has delivered this message (1 on first delivery).
-
-    Read from the ack subject (``$JS.ACK.<stream>.<consumer>.<delivered>...``,
-    or with domain and account before the stream) rather than through
-    ``msg.metadata``, which builds a dataclass and a datetime per message.
-    """
-    reply = getattr(msg, "reply", None)
-    tokens = reply.split(".") if isinstance(reply, str) else []
-    if tokens[:2] == ["$JS", "ACK"] and len(tokens) in (9, *range(11, 64)):
-        with contextlib.suppress(ValueError):
-            return int(tokens[4] if len(tokens) == 9 else tokens[6])
-    try:
-        return int(msg.metadata.num_delivered)
-    except Exception:  # noqa: BLE001 - a message without metadata counts as first
-        return 1

@@ -1,0 +1,128 @@
+"""The dispatch message on the wire: version 1 JSON, decoded or refused as poison; and read
+off a subscription without nats-py's per-message task."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from datetime import datetime
+from typing import Any, cast
+
+from nats.aio.msg import Msg
+
+from actors.ports import DispatchMessage
+
+MESSAGE_VERSION = 1
+# A dispatch message is ~200 bytes; anything far larger is not ours.
+MAX_MESSAGE_BYTES = 4096
+
+
+class PoisonMessage(ValueError):
+    """A message on the dispatch subject that is not a dispatch of this deployment."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        super().__init__(f"{reason}: {detail}")
+
+
+def encode(message: DispatchMessage) -> bytes:
+    return json.dumps(
+        {
+            "v": MESSAGE_VERSION,
+            "run_id": message.run_id,
+            "epoch": message.epoch,
+            "job": message.job,
+            "scheduled_at": message.scheduled_at.isoformat(),
+            "attempt": message.attempt,
+            "deployment": message.deployment,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def decode(data: bytes, deployment: str) -> DispatchMessage:
+    """Parse a dispatch message, or raise PoisonMessage saying why not."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise PoisonMessage("oversized", f"{len(data)} bytes")
+    try:
+        body: Any = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PoisonMessage("not_json", str(exc)[:100]) from None
+    if not isinstance(body, dict) or body.get("v") != MESSAGE_VERSION:
+        raise PoisonMessage("wrong_schema", "not a version-1 dispatch object")
+    try:
+        run_id = str(uuid.UUID(str(body["run_id"])))
+        epoch = body["epoch"]
+        attempt = body["attempt"]
+        # bool is an int to Python; the epoch must fit the bigint column.
+        if (
+            any(not isinstance(n, int) or isinstance(n, bool) for n in (epoch, attempt))
+            or not 1 <= epoch < 2**63
+            or not 1 <= attempt < 2**31
+        ):
+            raise ValueError("epoch and attempt must be positive integers")
+        texts = [body["job"], body["scheduled_at"], body["deployment"]]
+        if not all(isinstance(t, str) for t in texts):
+            raise ValueError("job, scheduled_at and deployment must be strings")
+        scheduled_at = datetime.fromisoformat(body["scheduled_at"])
+        if scheduled_at.utcoffset() is None:
+            raise ValueError("scheduled_at must carry a UTC offset")
+        message = DispatchMessage(
+            run_id=run_id,
+            epoch=epoch,
+            job=body["job"],
+            scheduled_at=scheduled_at,
+            attempt=attempt,
+            deployment=body["deployment"],
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise PoisonMessage("wrong_schema", str(exc)[:100]) from None
+    if message.deployment != deployment:
+        raise PoisonMessage("other_deployment", message.deployment[:64])
+    return message
+
+
+def take_waiting_at_once(sub: Any) -> None:
+    """Let a fetch take a message already waiting without a task and a timer for it.
+
+    nats-py's fetch reads each message of a batch with ``next_msg``, which
+    starts a task (with a uuid for a name) running ``wait_for`` on the
+    subscription's queue: two tasks and a timer per message, even when the
+    message is already there. Here a waiting message is handed over at once,
+    with nats-py's own bookkeeping; only an empty queue waits the nats-py way.
+    Left as it is if this nats-py keeps its messages elsewhere.
+    """
+    queue = getattr(sub, "_pending_queue", None)
+    if not isinstance(queue, asyncio.Queue) or not hasattr(sub, "_pending_size"):
+        return
+    waiting = sub.next_msg
+
+    async def next_msg(timeout: float | None = 1.0) -> Msg:
+        if queue.empty() or sub._conn.is_closed:
+            return cast(Msg, await waiting(timeout))
+        msg = cast(Msg, queue.get_nowait())
+        sub._pending_size -= len(msg.data)
+        queue.task_done()
+        return msg
+
+    sub.next_msg = next_msg
+
+
+def delivery_count(msg: Msg) -> int:
+    """How many times JetStream has delivered this message (1 on first delivery).
+
+    Read from the ack subject (``$JS.ACK.<stream>.<consumer>.<delivered>...``,
+    or with domain and account before the stream) rather than through
+    ``msg.metadata``, which builds a dataclass and a datetime per message.
+    """
+    reply = getattr(msg, "reply", None)
+    tokens = reply.split(".") if isinstance(reply, str) else []
+    if tokens[:2] == ["$JS", "ACK"] and len(tokens) in (9, *range(11, 64)):
+        with contextlib.suppress(ValueError):
+            return int(tokens[4] if len(tokens) == 9 else tokens[6])
+    try:
+        return int(msg.metadata.num_delivered)
+    except Exception:  # noqa: BLE001 - a message without metadata counts as first
+        return 1
