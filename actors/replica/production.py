@@ -7,7 +7,7 @@ broken builds are installed (read from the environment once, at start-up).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from actors.adapters.executors import LocalExecutor
@@ -19,7 +19,11 @@ from actors.config import Settings
 from actors.observability import DependencyHealth, get_logger
 from actors.operator import OperatorService
 from actors.ports import Executor, Inbox, Outage, ReplicaBroker, ReplicaStore, RunStore
-from actors.testing.faults import install_store_faults, install_worker_faults
+from actors.testing.faults import (
+    install_broker_faults,
+    install_store_faults,
+    install_worker_faults,
+)
 
 log = get_logger("replica")
 
@@ -32,6 +36,7 @@ class ProductionAdapters:
     replica_id: str
     store_health: DependencyHealth = POSTGRES_HEALTH
     broker_health: DependencyHealth = NATS_HEALTH
+    _jetstream: JetStreamBroker | None = field(default=None, init=False)
 
     async def open_store(self) -> ReplicaStore:
         settings = self.settings
@@ -56,7 +61,7 @@ class ProductionAdapters:
 
     async def open_broker(self) -> ReplicaBroker:
         settings = self.settings
-        return await JetStreamBroker.connect(
+        self._jetstream = await JetStreamBroker.connect(
             settings.nats_servers,
             settings.stream,
             settings.subject,
@@ -64,11 +69,12 @@ class ProductionAdapters:
             tls_ca=settings.nats_tls_ca,
             timeouts=settings.timeouts,
         )
+        return install_broker_faults(self._jetstream)
 
     async def prepare_broker(self, broker: ReplicaBroker) -> None:
         """The stream and the durable consumer, created or updated (idempotent)."""
         settings = self.settings
-        jetstream = _jetstream(broker)
+        jetstream = self._opened()
         await jetstream.ensure_stream(
             settings.duplicate_window,
             max_age=max(settings.lease * 2, settings.duplicate_window),
@@ -83,7 +89,7 @@ class ProductionAdapters:
     async def worker_inbox(
         self, broker: ReplicaBroker, probe: Callable[[], Awaitable[None]], stall: timedelta
     ) -> Inbox:
-        jetstream = _jetstream(broker)
+        jetstream = self._opened()
 
         async def resubscribe() -> PullSubscription:
             await self.prepare_broker(broker)
@@ -109,10 +115,11 @@ class ProductionAdapters:
     def operator(self, store: ReplicaStore) -> OperatorService | None:
         return OperatorService(_postgres(store).pool)
 
-
-def _jetstream(broker: ReplicaBroker) -> JetStreamBroker:
-    assert isinstance(broker, JetStreamBroker), "opened by ProductionAdapters.open_broker"
-    return broker
+    def _opened(self) -> JetStreamBroker:
+        """The JetStream broker open_broker connected (the harness's faults wrap what it
+        returned, never this)."""
+        assert self._jetstream is not None, "open_broker first"
+        return self._jetstream
 
 
 def _postgres(store: ReplicaStore) -> PostgresRunStore:

@@ -13,7 +13,7 @@ from typing import Any, cast
 
 from actors.adapters.postgres import COMPLETE_RUNS, PostgresRunStore
 from actors.observability import get_logger
-from actors.ports import Completion, RunStore
+from actors.ports import Completion, DispatchMessage, ReplicaBroker, RunStore
 
 log = get_logger("faults")
 
@@ -82,3 +82,44 @@ def install_worker_faults(store: RunStore, environ: Mapping[str, str] = os.envir
         after_batches=after,
     )
     return cast(RunStore, ExitAfterComplete(store, after))
+
+
+# CLAIMD_FAULT_PUBLISH_FAIL_EVERY=N: every Nth publish fails before it is
+# sent, so the harness can show that an unpublished claim goes back to
+# pending (the compensator) and is published again.
+PUBLISH_FAIL_EVERY = "CLAIMD_FAULT_PUBLISH_FAIL_EVERY"
+
+
+class FailingPublishes:
+    """A broker whose every ``every``-th publish fails (counted over its life); 0: none."""
+
+    def __init__(self, broker: ReplicaBroker, every: int) -> None:
+        self.broker = broker
+        self.every = every
+        self._count = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.broker, name)
+
+    async def publish_many(self, messages: Sequence[DispatchMessage]) -> list[BaseException | None]:
+        doomed = []
+        for _ in messages:
+            self._count += 1
+            doomed.append(self.every > 0 and self._count % self.every == 0)
+        sent = [m for m, fails in zip(messages, doomed, strict=True) if not fails]
+        results = iter(await self.broker.publish_many(sent) if sent else [])
+        return [
+            ConnectionError("injected publish failure") if fails else next(results)
+            for fails in doomed
+        ]
+
+
+def install_broker_faults(
+    broker: ReplicaBroker, environ: Mapping[str, str] = os.environ
+) -> ReplicaBroker:
+    """``broker``, failing publishes as the environment asks (usually not at all)."""
+    every = int(environ.get(PUBLISH_FAIL_EVERY, "0") or 0)
+    if every <= 0:
+        return broker
+    log.warning("test fault installed: publishes fail", fault=PUBLISH_FAIL_EVERY, every=every)
+    return cast(ReplicaBroker, FailingPublishes(broker, every))

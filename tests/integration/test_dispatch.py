@@ -7,13 +7,14 @@ from datetime import timedelta
 
 import pytest
 
-from actors.adapters.nats import JetStreamBroker, PublishFaults
+from actors.adapters.nats import JetStreamBroker
 from actors.adapters.postgres import PostgresRunStore
 from actors.compensator import Compensator
 from actors.dispatcher import Dispatcher
 from actors.domain import ClaimedRun
 from actors.flow import BrokerGate, ClaimedBatch
 from actors.reaper import Reaper
+from actors.testing.faults import FailingPublishes
 from tests.integration.helpers import (
     LONG_LEASE,
     add_job,
@@ -41,12 +42,13 @@ async def test_failed_publish_is_released_and_the_dispatcher_goes_on(
     inbox: asyncio.Queue[ClaimedBatch | None] = asyncio.Queue(maxsize=4)
     to_release: asyncio.Queue[tuple[ClaimedRun, ...] | None] = asyncio.Queue(maxsize=4)
     gate = BrokerGate()
-    dispatcher = Dispatcher(broker, deployment, inbox, to_release, gate)
+    failing = FailingPublishes(broker, every=0)
+    dispatcher = Dispatcher(failing, deployment, inbox, to_release, gate)
     compensator = Compensator(store, OWNER, to_release)
     tasks = [asyncio.create_task(dispatcher.run()), asyncio.create_task(compensator.run())]
     try:
         # Publishes start in batch order: with n < 2k only the k-th one fails.
-        broker.faults = PublishFaults(every=k)
+        failing.every = k
         await inbox.put(ClaimedBatch(tuple(first)))
         failed = first[k - 1]
 
@@ -82,7 +84,7 @@ async def test_failed_publish_is_released_and_the_dispatcher_goes_on(
         # which carries the released run under its new claim. Claimed once the
         # gate is open again, as the claimer does: a batch that reaches a closed
         # gate goes back unpublished.
-        broker.faults = PublishFaults()
+        failing.every = 0
         await asyncio.wait_for(gate.wait_open(), 10)
         extra = await insert_due_runs(store, job_id, 2)
         second = await store.claim_due_runs(OWNER, 10, LONG_LEASE, max_claimed=1000)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from actors.domain import Catchup, IntervalSchedule, Job, Overlap, PythonSpec, RetryPolicy
 from actors.testing.memory import InMemoryBroker, InMemoryRunStore, ManualClock
 
 LEASE = timedelta(seconds=30)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def job(

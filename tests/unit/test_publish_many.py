@@ -16,8 +16,9 @@ import pytest
 from nats.js import JetStreamContext, api
 from nats.js.errors import APIError
 
-from actors.adapters.nats import JetStreamBroker, PublishFaults, decode
+from actors.adapters.nats import JetStreamBroker, decode
 from actors.ports import DispatchMessage
+from actors.testing.faults import FailingPublishes
 
 DEPLOYMENT = "prod"
 
@@ -62,7 +63,6 @@ def broker(js: FakeJetStream, **kwargs: Any) -> JetStreamBroker:
         cast(JetStreamContext, js),
         "CLAIMD_prod",
         "claimd.prod.runs",
-        faults=PublishFaults(),
         **kwargs,
     )
 
@@ -105,8 +105,8 @@ async def test_each_message_gets_its_own_error_in_batch_order() -> None:
             ack(i, future)
 
     js = FakeJetStream(answer)
-    b = broker(js, publish_timeout=0.05)
-    b.faults = PublishFaults(every=3)  # the third publish fails before it is sent
+    # The harness's fault (installed at start-up): the third publish fails before it is sent.
+    b = FailingPublishes(broker(js, publish_timeout=0.05), every=3)
     results = await b.publish_many(messages(5))
     assert results[0] is None
     assert results[4] is None

@@ -8,7 +8,6 @@ from actors.adapters.nats.broker import (
     CONSUMER,
     PUBLISH_WINDOW,
     JetStreamBroker,
-    PublishFaults,
     StreamSettingsRefused,
 )
 from actors.adapters.nats.codec import (
@@ -29,7 +28,6 @@ __all__ = [
     "PUBLISH_WINDOW",
     "JetStreamBroker",
     "PoisonMessage",
-    "PublishFaults",
     "StreamSettingsRefused",
     "decode",
     "delivery_count",

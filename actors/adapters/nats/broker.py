@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import os
 import ssl
 from collections.abc import Sequence
 from datetime import timedelta
@@ -31,29 +30,6 @@ CONSUMER = "workers"
 # Publishes in flight on one connection, acks not yet back: above the largest
 # claim_batch, so a batch goes out whole. nats-py's own default is 4000.
 PUBLISH_WINDOW = 10_000
-
-
-class PublishFaults:
-    """Test-only fault injection for publishes, enabled by environment only.
-
-    ``CLAIMD_FAULT_PUBLISH_FAIL_EVERY=N`` fails every Nth publish. Nothing in
-    production sets it; the chaos harness and tests do.
-    """
-
-    def __init__(self, every: int = 0) -> None:
-        self.every = every
-        self._count = 0
-
-    @classmethod
-    def from_env(cls) -> PublishFaults:
-        return cls(int(os.environ.get("CLAIMD_FAULT_PUBLISH_FAIL_EVERY", "0") or 0))
-
-    def check(self) -> None:
-        if self.every <= 0:
-            return
-        self._count += 1
-        if self._count % self.every == 0:
-            raise ConnectionError("injected publish failure")
 
 
 class StreamSettingsRefused(ClaimdError):
@@ -97,7 +73,6 @@ class JetStreamBroker:
         stream: str,
         subject: str,
         publish_timeout: float = DEFAULT_TIMEOUTS.publish_timeout.total_seconds(),
-        faults: PublishFaults | None = None,
         close_timeout: float = DEFAULT_TIMEOUTS.close_timeout.total_seconds(),
         publish_window: int = 4000,
     ) -> None:
@@ -110,7 +85,6 @@ class JetStreamBroker:
         # The JetStream context's publish_async_max_pending (nats-py's default
         # unless connect() made the context).
         self.publish_window = publish_window
-        self.faults = faults or PublishFaults.from_env()
         self._stream_settings: tuple[timedelta, timedelta | None, int] | None = None
         self._consumer_settings: tuple[timedelta, int, int] | None = None
 
@@ -314,7 +288,6 @@ class JetStreamBroker:
         try:
             for i, message in enumerate(messages):
                 try:
-                    self.faults.check()
                     await self._within_window(acks, deadline)
                     acks[await self._publish_async(message)] = i
                 except Exception as exc:  # noqa: BLE001 - that message's result
