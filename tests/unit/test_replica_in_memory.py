@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import textwrap
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -20,7 +21,7 @@ import pytest
 
 from actors.config import LoadedConfig, parse_config
 from actors.domain import ExecutionResult, ExecutorSpec, Outcome, RunContext, RunState
-from actors.ports import StoreUnavailable
+from actors.ports import DispatchMessage, StoreUnavailable
 from actors.replica import Replica
 from actors.replica.reload import JobsConfig
 from actors.replica.status import ReplicaStatus
@@ -83,11 +84,27 @@ def instants(every: timedelta, start: datetime, end: datetime) -> list[datetime]
     return out
 
 
-async def test_a_replica_on_memory_adapters_runs_every_instant_once(tmp_path: Path) -> None:
+@dataclass
+class Minute:
+    """What a replica on memory adapters did in one minute of the store's clock."""
+
+    store: InMemoryRunStore
+    broker: InMemoryBroker
+    inbox: MemoryInbox
+    executions: Executions
+    replica: Replica
+    expected: set[tuple[str, datetime]]  # (job, instant) the schedules made due
+
+    def ran(self) -> Counter[tuple[str, datetime]]:
+        return Counter((c.job, c.scheduled_at) for c in self.executions.seen)
+
+
+async def run_a_minute(tmp_path: Path, broker: InMemoryBroker) -> Minute:
+    """Run a replica and move the clock a minute, ten seconds at a time, each step once
+    every run due by then is recorded; then stop it."""
     clock = ManualClock()
     start = clock.now()
     store = InMemoryRunStore(clock)
-    broker = InMemoryBroker()
     executions = Executions()
     inbox = MemoryInbox()
     adapters = MemoryAdapters(store, broker, executions, inbox)
@@ -95,7 +112,7 @@ async def test_a_replica_on_memory_adapters_runs_every_instant_once(tmp_path: Pa
     task = asyncio.create_task(replica.run())
     try:
         await until(lambda: len(store.runs) > 0, "the materializer planned the horizon")
-        for _ in range(6):  # one minute, ten seconds at a time
+        for _ in range(6):
             clock.advance(timedelta(seconds=10))
             now = clock.now()
 
@@ -103,7 +120,7 @@ async def test_a_replica_on_memory_adapters_runs_every_instant_once(tmp_path: Pa
                 due = [r for r in store.runs.values() if r.due_at <= now]
                 return all(r.state is RunState.SUCCEEDED for r in due)
 
-            await until(recorded, f"every run due by {now} recorded")
+            await until(recorded, f"every run due by {now} recorded", timeout=15)
     finally:
         replica.stop_requested.set()
         await asyncio.wait_for(task, 30)
@@ -111,20 +128,54 @@ async def test_a_replica_on_memory_adapters_runs_every_instant_once(tmp_path: Pa
     expected = {("tick", t) for t in instants(timedelta(seconds=10), start, end)} | {
         ("tock", t) for t in instants(timedelta(seconds=15), start, end)
     }
-    ran = Counter((c.job, c.scheduled_at) for c in executions.seen)
-    assert set(ran) == expected
+    return Minute(store, broker, inbox, executions, replica, expected)
+
+
+async def test_a_replica_on_memory_adapters_runs_every_instant_once(tmp_path: Path) -> None:
+    minute = await run_a_minute(tmp_path, InMemoryBroker())
+    ran = minute.ran()
+    assert set(ran) == minute.expected
+    assert len(minute.expected) == 10  # six ticks, four tocks
     assert max(ran.values()) == 1  # none executed twice
+    store = minute.store
     succeeded = {
         (r.job, r.scheduled_at) for r in store.runs.values() if r.state is RunState.SUCCEEDED
     }
-    assert succeeded == expected
+    assert succeeded == minute.expected
     # Each published once (one claim, one epoch), acked once, never terminated.
-    assert Counter(m.msg_id for m in broker.published).most_common(1)[0][1] == 1
-    assert len(inbox.acked) == len(expected)
-    assert inbox.termed == []
-    assert all(c.fencing_token == 1 for c in executions.seen)
+    assert Counter(m.msg_id for m in minute.broker.published).most_common(1)[0][1] == 1
+    assert len(minute.inbox.acked) == len(minute.expected)
+    assert minute.inbox.termed == []
+    assert all(c.fencing_token == 1 for c in minute.executions.seen)
     assert store.closed  # the stop closed the store
-    assert not replica.forced_stop
+    assert not minute.replica.forced_stop
+
+
+async def test_runs_whose_publish_failed_are_released_and_run_once_under_a_new_claim(
+    tmp_path: Path,
+) -> None:
+    broker = InMemoryBroker()
+    failed: list[str] = []
+
+    def first_two_fail(message: DispatchMessage) -> BaseException | None:
+        if len(failed) < 2:
+            failed.append(message.run_id)
+            return ConnectionError("broker away (in-memory fault)")
+        return None
+
+    broker.fail = first_two_fail
+    minute = await run_a_minute(tmp_path, broker)
+    ran = minute.ran()
+    assert set(ran) == minute.expected
+    assert max(ran.values()) == 1
+    tokens = {c.run_id: c.fencing_token for c in minute.executions.seen}
+    # Released to pending by the compensator, claimed again: a new epoch each time.
+    assert {run_id: tokens[run_id] for run_id in failed} == {
+        run_id: 1 + failed.count(run_id) for run_id in failed
+    }
+    assert {t for run_id, t in tokens.items() if run_id not in failed} == {1}
+    assert minute.store.in_state(RunState.CLAIMED, RunState.RUNNING) == []  # none left behind
+    assert len(minute.broker.published) == len(minute.expected)
 
 
 async def test_readiness_asks_each_port_for_a_round_trip() -> None:
