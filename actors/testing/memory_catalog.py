@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from actors.domain import DecodedJobs, Job, Plan, RunState, encode_job
+from actors.domain.history import Gap
 from actors.ports import Clock, ClusterReading, JobReading, JobState, StoreUnavailable
 from actors.testing.memory_rows import AttemptRow, JobRow, RunRow, must_not_run
 
@@ -29,6 +30,7 @@ class InMemoryJobCatalog:
     runs: dict[str, RunRow] = field(default_factory=dict)
     attempts: list[AttemptRow] = field(default_factory=list)
     actions: list[dict[str, Any]] = field(default_factory=list)
+    gaps: list[tuple[str, Gap]] = field(default_factory=list)  # (job, instants dropped)
     outage: Exception | None = None
     closed: bool = False
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -240,6 +242,8 @@ class InMemoryJobCatalog:
             job = by_id.get(state.id)
             if job is None or not job.enabled or job.fingerprint != state.fingerprint:
                 continue  # a plan from a superseded definition writes nothing
+            # What the plan dropped, recorded with it: no silent hole in history.
+            self.gaps += [(job.name, gap) for gap in plan.dropped]
             job.materialized_until = max(
                 job.materialized_until or plan.materialized_until, plan.materialized_until
             )

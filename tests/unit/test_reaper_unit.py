@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from actors.domain import RunState
+from actors.domain import Catchup, RunState
 from actors.materializer import Materializer
 from actors.ports import DispatchMessage
 from actors.reaper import Reaper
@@ -95,3 +95,15 @@ async def test_a_paused_job_is_not_planned() -> None:
     actor = Materializer(store, clock, timedelta(minutes=3), timedelta(seconds=1), asyncio.Event())
     await actor.tick()
     assert {r.job for r in store.runs.values()} == {"a"}
+
+
+async def test_instants_a_catch_up_policy_drops_are_recorded_as_gaps() -> None:
+    clock, store, _ = await world(job(every=timedelta(minutes=1), catchup=Catchup.NONE))
+    actor = Materializer(store, clock, timedelta(minutes=2), timedelta(seconds=1), asyncio.Event())
+    await actor.tick()
+    clock.advance(timedelta(minutes=10))  # down for ten minutes
+    await actor.tick()
+    dropped = sum(gap.count for _, gap in store.gaps)
+    assert dropped > 0
+    planned = {r.scheduled_at for r in store.runs.values()}
+    assert not any(gap.first <= t <= gap.last for _, gap in store.gaps for t in planned)
