@@ -43,9 +43,11 @@ class InMemoryRunStore(InMemoryJobCatalog):
     # -- claims --------------------------------------------------------------------------
 
     async def skip_unrunnable(self, limit: int) -> list[tuple[str, str]]:
-        """SKIP_UNRUNNABLE: each policy nominates up to ``limit`` runs per job."""
+        """SKIP_UNRUNNABLE: overlap and latest nominate up to ``limit`` runs per job, the
+        start deadline the ``limit`` oldest late first attempts of all jobs."""
         now = self._now()
         nominated: dict[str, str | None] = {}
+        late: list[RunRow] = []
         for job in self.jobs.values():
             if not job.enabled or job.paused:
                 continue
@@ -62,19 +64,19 @@ class InMemoryRunStore(InMemoryJobCatalog):
                 for r in due[:limit]:
                     nominated[r.id] = OVERLAP_FORBIDDEN
             if job.start_deadline is not None:
-                late = [
+                late += [
                     r
                     for r in pending
                     if r.trigger == "schedule"
                     and r.attempt == 1
                     and r.scheduled_at < now - job.start_deadline
                 ]
-                for r in late[:limit]:
-                    nominated.setdefault(r.id, None)
             if job.catchup is Catchup.LATEST:
                 behind = [r for r in pending if r.trigger == "schedule" and r.due_at <= now]
                 for r in behind[:limit]:
                     nominated.setdefault(r.id, None)
+        for r in sorted(late, key=lambda r: r.scheduled_at)[:limit]:
+            nominated.setdefault(r.id, None)
         skipped = []
         verdicts = {
             run_id: self._must_not_run(self.runs[run_id], now) or reason
