@@ -10,53 +10,36 @@ from collections.abc import Iterable
 from importlib import metadata
 from typing import Any, TypeVar
 
-from prometheus_client import Counter, Gauge, Histogram, Info
-from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client import REGISTRY, Counter, Gauge, Info
 
 from actors.domain import Outcome
+from actors.observability.job_series import JobCounter, JobHistogram
 from actors.observability.logs import get_logger, redact
 
 # --- metrics -------------------------------------------------------------------
 
 JOB_LABEL = "claimd_job"
 
-_Metric = TypeVar("_Metric", bound=MetricWrapperBase)
+
+_PerJob = TypeVar("_PerJob", JobCounter, JobHistogram)
 
 
-def _child(metric: MetricWrapperBase, labelvalues: tuple[object, ...]) -> Any:
-    """The existing child for these label values (all strings), or None: one dict lookup.
-
-    prometheus_client's ``labels()`` checks and converts every value and takes a
-    lock on every call; the series of the per-run metrics exist from the start
-    (``init_job_series``), so the worker's look-ups per run need none of that.
-    Reading the dict without the lock is safe: children are only added (under
-    it) or removed, and a miss goes the full way.
-    """
-    children: dict[tuple[object, ...], Any] | None = getattr(metric, "_metrics", None)
-    return None if children is None else children.get(labelvalues)
-
-
-class _PerRunCounter(Counter):
-    """A Counter whose ``labels()`` finds an existing series in one look-up."""
-
-    def labels(self: _Metric, *labelvalues: object, **labelkwargs: object) -> _Metric:
-        found = None if labelkwargs else _child(self, labelvalues)
-        return found if found is not None else super().labels(*labelvalues, **labelkwargs)
-
-
-class _PerRunHistogram(Histogram):
-    """A Histogram whose ``labels()`` finds an existing series in one look-up."""
-
-    def labels(self: _Metric, *labelvalues: object, **labelkwargs: object) -> _Metric:
-        found = None if labelkwargs else _child(self, labelvalues)
-        return found if found is not None else super().labels(*labelvalues, **labelkwargs)
+def _per_job(collector: _PerJob) -> _PerJob:
+    """Registered like prometheus_client's own metrics (the default registry)."""
+    REGISTRY.register(collector)
+    return collector
 
 
 RUNS_MATERIALIZED = Counter(
     "claimd_runs_materialized_total", "Runs inserted by the materializer (duplicates excluded)"
 )
-RUNS_MISSED = Counter(
-    "claimd_runs_missed_total", "Past instants dropped by a job's catch-up policy", [JOB_LABEL]
+# Per-job series (created for every job at start: init_job_series) are kept
+# compact (actors.observability.job_series): 10,000 jobs would otherwise hold
+# 150 MB of prometheus_client objects.
+RUNS_MISSED = _per_job(
+    JobCounter(
+        "claimd_runs_missed_total", "Past instants dropped by a job's catch-up policy", [JOB_LABEL]
+    )
 )
 RUNS_SKIPPED = Counter(
     "claimd_runs_skipped_total", "Due runs recorded skipped by policy (deadline, overlap, catch-up)"
@@ -72,21 +55,25 @@ RUNS_RELEASED = Counter(
 )
 RUNS_REAPED = Counter("claimd_runs_reaped_total", "Runs whose lease expired", ["transition"])
 RUNS_PRUNED = Counter("claimd_runs_pruned_total", "Terminal runs deleted by history retention")
-RUNS_STARTED = _PerRunCounter(
-    "claimd_runs_started_total", "Runs a worker moved to running", [JOB_LABEL]
+RUNS_STARTED = _per_job(
+    JobCounter("claimd_runs_started_total", "Runs a worker moved to running", [JOB_LABEL])
 )
-RUNS_COMPLETED = _PerRunCounter(
-    "claimd_runs_completed_total",
-    "Attempts recorded, by outcome (a retried failure counts each attempt)",
-    [JOB_LABEL, "outcome"],
+RUNS_COMPLETED = _per_job(
+    JobCounter(
+        "claimd_runs_completed_total",
+        "Attempts recorded, by outcome (a retried failure counts each attempt)",
+        [JOB_LABEL, "outcome"],
+    )
 )
-RUNS_FAILED_FINALLY = _PerRunCounter(
-    "claimd_runs_failed_total",
-    "Runs this replica recorded failed for good: a failed or timed-out last attempt "
-    "(worker), or a lease that expired on the last attempt (reaper)",
-    [JOB_LABEL],
+RUNS_FAILED_FINALLY = _per_job(
+    JobCounter(
+        "claimd_runs_failed_total",
+        "Runs this replica recorded failed for good: a failed or timed-out last attempt "
+        "(worker), or a lease that expired on the last attempt (reaper)",
+        [JOB_LABEL],
+    )
 )
-DELIVERIES_SKIPPED = _PerRunCounter(
+DELIVERIES_SKIPPED = Counter(
     "claimd_deliveries_skipped_total",
     "Deliveries that changed nothing (run terminal, owned elsewhere, stale epoch, unknown)",
     ["reason"],
@@ -123,19 +110,23 @@ CLOCK_SKEW = Gauge(
 )
 # Milliseconds to minutes: a healthy start is tens of ms late, a stalled one minutes.
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
-SCHEDULE_LAG = _PerRunHistogram(
-    "claimd_start_lag_seconds",
-    "Start time minus due time (the scheduled instant plus jitter, or the retry time), on "
-    "the database's clock; scheduled runs only (manual triggers and backfills are meant "
-    "to start late and are not observed)",
-    [JOB_LABEL],
-    buckets=LAG_BUCKETS,
+SCHEDULE_LAG = _per_job(
+    JobHistogram(
+        "claimd_start_lag_seconds",
+        "Start time minus due time (the scheduled instant plus jitter, or the retry time), on "
+        "the database's clock; scheduled runs only (manual triggers and backfills are meant "
+        "to start late and are not observed)",
+        [JOB_LABEL],
+        buckets=LAG_BUCKETS,
+    )
 )
-RUN_DURATION = _PerRunHistogram(
-    "claimd_run_duration_seconds",
-    "Execution time of attempts",
-    [JOB_LABEL],
-    buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 60, 300, 1800, 3600),
+RUN_DURATION = _per_job(
+    JobHistogram(
+        "claimd_run_duration_seconds",
+        "Execution time of attempts",
+        [JOB_LABEL],
+        buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 60, 300, 1800, 3600),
+    )
 )
 # Intake: the worker stops fetching while it cannot keep its leases or record
 # its completions (or the broker does not answer), the claimer stops claiming
