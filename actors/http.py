@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -84,7 +85,10 @@ def build_app(
     async def metrics(_: web.Request) -> web.Response:
         if refresh is not None:
             await refresh()
-        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        # Rendered off the event loop: with thousands of jobs the text is tens
+        # of MB and takes seconds of Python, which would hold up every actor.
+        body = await asyncio.to_thread(generate_latest)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

@@ -10,9 +10,12 @@ buckets) is the one prometheus_client writes for the same metric, without the
 ``_created`` samples, and the unit tests check it against prometheus_client's
 own output.
 
-Counters and histograms are only touched from the event loop (the worker,
-reaper and materializer) and collected there (``/metrics`` renders in the
-loop), so there is no lock.
+Counters and histograms are only changed from the event loop (the worker,
+reaper and materializer), so there is no lock. ``/metrics`` renders in a
+thread: a collection copies the series dict in one step (atomic under the
+GIL) and reads each number once; a scrape taken while a run is being
+recorded may see a histogram's count one ahead of its sum, as any scrape
+taken a moment earlier or later could.
 """
 
 from __future__ import annotations
