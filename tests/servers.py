@@ -260,6 +260,28 @@ def _unprivileged_user() -> tuple[int, int] | None:
     raise RuntimeError("running as root and no postgres or nobody user to run PostgreSQL as")
 
 
+def _initdb(root: Path, bindir: Path, user: tuple[int, int] | None, data: Path) -> None:
+    """A new cluster in ``data`` (under ``root``), trust auth, user postgres, no fsync."""
+    root.mkdir(parents=True, exist_ok=True)
+    if user is not None:
+        os.chown(root, *user)
+    _run_pg_tool(
+        root,
+        bindir,
+        user,
+        "initdb",
+        "-D",
+        str(data),
+        "-U",
+        "postgres",
+        "-A",
+        "trust",
+        "--no-sync",
+        "-E",
+        "UTF8",
+    )
+
+
 def _run_pg_tool(
     root: Path, bindir: Path, user: tuple[int, int] | None, tool: str, *args: str
 ) -> None:
@@ -330,21 +352,7 @@ class PostgresPair:
             )
 
     def start(self) -> PostgresPair:
-        self.root.mkdir(parents=True, exist_ok=True)
-        if self._user is not None:
-            os.chown(self.root, *self._user)
-        self._run(
-            "initdb",
-            "-D",
-            str(self.primary),
-            "-U",
-            "postgres",
-            "-A",
-            "trust",
-            "--no-sync",
-            "-E",
-            "UTF8",
-        )
+        _initdb(self.root, self.bindir, self._user, self.primary)
         self._configure(
             self.primary,
             self.primary_port,
@@ -428,21 +436,7 @@ class PrivatePostgres:
         _run_pg_tool(self.root, self.bindir, self._user, tool, *args)
 
     def start(self) -> PrivatePostgres:
-        self.root.mkdir(parents=True, exist_ok=True)
-        if self._user is not None:
-            os.chown(self.root, *self._user)
-        self._run(
-            "initdb",
-            "-D",
-            str(self.data),
-            "-U",
-            "postgres",
-            "-A",
-            "trust",
-            "--no-sync",
-            "-E",
-            "UTF8",
-        )
+        _initdb(self.root, self.bindir, self._user, self.data)
         with open(self.data / "postgresql.conf", "a") as conf:
             conf.write(
                 f"\nlisten_addresses = '127.0.0.1'\nport = {self.port}\n"
