@@ -26,6 +26,9 @@ from actors.worker.starting import Starter
 log = get_logger("worker")
 FETCH_TIMEOUT_S = 1.0
 FETCH_BATCH = 256
+# Starts waiting for start_runs at once: one overlapping the next fetch is what
+# keeps the database busy; more would only queue on its connections.
+STARTS_IN_FLIGHT = 2
 RECORD_AT_STOP_S = 5.0  # at most this past the grace for the last verdicts (less on short leases)
 
 
@@ -135,11 +138,17 @@ class Worker:
         async with asyncio.TaskGroup() as group:
             completer = group.create_task(self.completer.run())
             heartbeat = group.create_task(self.heartbeat.run())
+            # A start is not awaited here: the next fetch overlaps it, so the
+            # round trips of fetch and start_runs do not add up per batch.
+            starts: set[asyncio.Task[None]] = set()
             while not self.stop.is_set():
                 if self.keeping.trouble() is not None:
                     await self.intake.until_kept()
                     continue
-                free = self.settings.concurrency - len(holding.in_flight)
+                if len(starts) >= STARTS_IN_FLIGHT:
+                    await asyncio.wait(starts, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                free = self.settings.concurrency - holding.busy
                 if free <= 0:
                     holding.slot_freed.clear()
                     with contextlib.suppress(TimeoutError):
@@ -147,12 +156,28 @@ class Worker:
                     continue
                 deliveries = await self.intake.fetch(min(free, FETCH_BATCH), FETCH_TIMEOUT_S)
                 if deliveries:
-                    await self.starter.start(deliveries, group)
+                    holding.take(len(deliveries))  # until started (then each execution's)
+                    start = group.create_task(self._start(deliveries, group))
+                    starts.add(start)
+                    start.add_done_callback(starts.discard)
+            if starts:
+                await asyncio.wait(starts)  # their executions are drained with the rest
             stopping = time.monotonic()
             await self._drain()
             await self._record_what_is_left(completer, stopping)
             self._hb_stop.set()
             await heartbeat
+
+    async def _start(self, deliveries: Sequence[Delivery], group: asyncio.TaskGroup) -> None:
+        """Start one fetched batch (a task beside the loop); its slots pass to its executions.
+
+        A bug raised here stops the task group, so the worker, as it did
+        inline: the supervisor sees it.
+        """
+        try:
+            await self.starter.start(deliveries, group)
+        finally:
+            self.holding.give(len(deliveries))
 
     async def _record_what_is_left(self, completer: asyncio.Task[None], since: float) -> None:
         """Queued verdicts get the rest of the grace, and a few seconds at least, to be recorded.

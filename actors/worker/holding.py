@@ -25,22 +25,49 @@ class Pending:
 
 
 class Holding:
-    """The in-flight set (heartbeated), the verdicts queued for the completer, a free slot."""
+    """The in-flight set (heartbeated), the verdicts queued for the completer, the slots.
+
+    A slot (``concurrency`` of them) is taken from the fetch of a delivery
+    until its execution ends: its start, then its execution. It is free again
+    once the verdict is queued, while the run stays in the in-flight set, and
+    heartbeated, until the verdict is recorded and the message acked. What waits
+    to be recorded is bounded by the completion queue (an execution whose
+    verdict finds the queue full keeps its slot until it is let in), so
+    recording does not hold up the next executions.
+    """
 
     def __init__(self, concurrency: int) -> None:
         self.in_flight: dict[Key, InFlight] = {}
         self.completions: asyncio.Queue[Pending | None] = asyncio.Queue(maxsize=concurrency * 2)
+        # Runs in a start not yet answered: a copy of one fetched meanwhile must
+        # not start it again (nor, as a start whose reply was lost, take it up).
+        self.starting: set[Key] = set()
+        self.busy = 0  # slots taken: deliveries being started, executions not ended
         self.slot_freed = asyncio.Event()
+
+    def take(self, slots: int) -> None:
+        self.busy += slots
+
+    def give(self, slots: int) -> None:
+        self.busy -= slots
+        self.slot_freed.set()
+
+    def executing(self, task: asyncio.Task[None]) -> None:
+        """``task`` holds a slot until it ends (its verdict queued, or cancelled)."""
+        self.take(1)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, _: asyncio.Task[None]) -> None:
+        self.give(1)
 
     def hold(self, entry: InFlight) -> None:
         self.in_flight[(entry.run_id, entry.epoch)] = entry
         RUNS_IN_FLIGHT.set(len(self.in_flight))
 
     def forget(self, entry: InFlight) -> None:
-        """The run leaves the in-flight set: no longer heartbeated, its slot free."""
+        """The run leaves the in-flight set: no longer heartbeated."""
         self.in_flight.pop((entry.run_id, entry.epoch), None)
         RUNS_IN_FLIGHT.set(len(self.in_flight))
-        self.slot_freed.set()
 
 
 async def quietly(reply: Awaitable[object]) -> None:

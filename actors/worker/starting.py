@@ -50,20 +50,43 @@ class Starter:
     async def start(self, deliveries: Sequence[Delivery], group: asyncio.TaskGroup) -> None:
         """Start in one statement, spawn executions; settle what cannot start."""
         batch: list[tuple[DispatchMessage, Delivery]] = []
-        for delivery in deliveries:
-            message = delivery.message
-            if delivery.delivery_count > 1:
-                REDELIVERIES.inc()
-            if (message.run_id, message.epoch) in self.holding.in_flight:
-                # Executing here already (the broker redelivered while it ran):
-                # settle this copy; the running one records and acks.
-                DELIVERIES_SKIPPED.labels(reason="executing_here").inc()
-                await quietly(delivery.ack())
-                continue
-            batch.append((message, delivery))
-        if not batch:
-            return
-        keys = [(m.run_id, m.epoch) for m, _ in batch]
+        keys: list[Key] = []
+        starting = self.holding.starting
+        try:
+            for delivery in deliveries:
+                message = delivery.message
+                key = (message.run_id, message.epoch)
+                if delivery.delivery_count > 1:
+                    REDELIVERIES.inc()
+                if key in self.holding.in_flight:
+                    # Executing here already (the broker redelivered while it ran):
+                    # settle this copy; the running one records and acks.
+                    DELIVERIES_SKIPPED.labels(reason="executing_here").inc()
+                    await quietly(delivery.ack())
+                    continue
+                if key in starting:
+                    # In a start here still waiting for its reply (another
+                    # batch's, or this one's): that copy is settled with it;
+                    # this one comes back later and finds the run executing
+                    # here, or settled.
+                    DELIVERIES_SKIPPED.labels(reason="starting_here").inc()
+                    await quietly(delivery.nak(delay=1.0))
+                    continue
+                starting.add(key)  # before any await: no other start takes it meanwhile
+                keys.append(key)
+                batch.append((message, delivery))
+            if not batch:
+                return
+            await self._start(batch, keys, group)
+        finally:
+            starting.difference_update(keys)
+
+    async def _start(
+        self,
+        batch: list[tuple[DispatchMessage, Delivery]],
+        keys: list[Key],
+        group: asyncio.TaskGroup,
+    ) -> None:
         retake = {k for k in keys if k in self.start_unknown}
         # Until its reply is in hand, a start may commit unseen (the connection
         # drops, or this task is cancelled while it waits): remembered first.
@@ -97,6 +120,7 @@ class Starter:
             entry = InFlight(run.run_id, run.epoch, run.job, by_key[(run.run_id, run.epoch)])
             self.holding.hold(entry)
             entry.task = group.create_task(self.execute(run, entry))
+            self.holding.executing(entry.task)
         for key in keys:
             self.start_unknown.pop(key, None)  # answered: started now, or never will be
         for skipped in not_started:
