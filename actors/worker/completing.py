@@ -25,6 +25,7 @@ from actors.worker.holding import Holding, Key, Pending, quietly
 
 log = get_logger("worker")
 COMPLETION_BATCH = 256
+COMPLETIONS_IN_FLIGHT = 2  # batches recorded at once
 
 
 class Completer:
@@ -32,28 +33,53 @@ class Completer:
         self.store = store
         self.holding = holding
         self.keeping = keeping
+        self._failing = 0  # batches whose last try failed in an outage
 
     async def run(self) -> None:
         """Record verdicts in batches, then ack each message whose run was recorded.
+
+        ``COMPLETIONS_IN_FLIGHT`` batches are recorded at once: while one
+        ``complete_runs`` waits for its reply, the next batch is on its way
+        rather than waiting behind it. Their rows never overlap (a run is queued
+        once), and each statement locks its rows in id order, like the
+        heartbeat, so they cannot deadlock (see the worker's statements).
 
         Errors by kind: an outage is waited out (``_record`` retries; the lease
         has slack, and while the database is away the heartbeat cannot renew it
         either). Anything else is about some runs of the batch: the batch is
         recorded one by one, and the runs that still fail are abandoned to their
         leases. A refusal of the data (RecordRejected) is that run's alone; any
-        other error is a bug, re-raised once the rest is settled, so that the
-        supervisor counts it against the worker's crash budget.
+        other error is a bug, re-raised once the rest of its batch is settled,
+        so that the supervisor counts it against the worker's crash budget (a
+        batch being recorded beside it is dropped, as in a crash).
         """
+        self._failing = 0
+        tasks = [asyncio.create_task(self._record_batches()) for _ in range(COMPLETIONS_IN_FLIGHT)]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                if (exc := task.exception()) is not None:
+                    raise exc
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
+        self._take_back_the_stop()
+
+    async def _record_batches(self) -> None:
+        """One of the recorders: a batch from the queue at a time, until the stop (None)."""
         queue = self.holding.completions
         done = False
         while not done:
             first = await queue.get()
             if first is None:
+                queue.put_nowait(None)  # the other recorders stop too (a place just freed)
                 return
             batch = [first]
             while len(batch) < COMPLETION_BATCH and not queue.empty():
                 item = queue.get_nowait()
                 if item is None:
+                    queue.put_nowait(None)
                     done = True
                     break
                 batch.append(item)
@@ -76,6 +102,14 @@ class Completer:
             if bug is not None:
                 raise bug
 
+    def _take_back_the_stop(self) -> None:
+        """The stop put back for the other recorders is taken out once they all stopped."""
+        queue = self.holding.completions
+        left = [queue.get_nowait() for _ in range(queue.qsize())]
+        for item in left:
+            if item is not None:
+                queue.put_nowait(item)
+
     async def _record(self, batch: list[Pending]) -> set[Key]:
         """complete_runs, retried while the database is unreachable; other errors raise.
 
@@ -84,25 +118,38 @@ class Completer:
         verdict and the worker's intake.
         """
         backoff = Backoff(initial=0.1, maximum=2.0)
-        while True:
-            try:
-                with self.keeping.call(COMPLETIONS):
-                    # Shielded: a completion that reached the database must be acted on.
-                    recorded = await asyncio.shield(
-                        self.store.complete_runs([p.completion for p in batch])
+        failing = False  # this batch counted among the failing ones
+        try:
+            while True:
+                try:
+                    with self.keeping.call(COMPLETIONS):
+                        # Shielded: a completion that reached the database must be acted on.
+                        recorded = await asyncio.shield(
+                            self.store.complete_runs([p.completion for p in batch])
+                        )
+                except Outage as exc:
+                    if not failing:
+                        failing = True
+                        self._failing += 1
+                    self.keeping.failed(COMPLETIONS, repr(exc)[:200])
+                    delay = backoff.next_delay()
+                    log.warning(
+                        "complete failed; retrying",
+                        runs=len(batch),
+                        error=repr(exc),
+                        delay_s=round(delay, 3),
                     )
-                self.keeping.succeeded(COMPLETIONS)
+                    await self.keeping.rest(delay)
+                    continue
+                if failing:
+                    failing = False
+                    self._failing -= 1
+                if not self._failing:  # another batch's verdicts may still wait on the database
+                    self.keeping.succeeded(COMPLETIONS)
                 return recorded
-            except Outage as exc:
-                self.keeping.failed(COMPLETIONS, repr(exc)[:200])
-                delay = backoff.next_delay()
-                log.warning(
-                    "complete failed; retrying",
-                    runs=len(batch),
-                    error=repr(exc),
-                    delay_s=round(delay, 3),
-                )
-                await self.keeping.rest(delay)
+        finally:
+            if failing:
+                self._failing -= 1
 
     async def _abandon(self, pending: Pending, exc: Exception) -> None:
         """Give up recording one attempt; its lease lapses and the reaper recovers the run.
