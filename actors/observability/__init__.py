@@ -25,6 +25,7 @@ from actors.observability.logs import (
     LOG_FORMATS,
     configure_logging,
     get_logger,
+    logs_at,
     redact,
     resolve_log_format,
 )
@@ -124,6 +125,7 @@ __all__ = [
     "get_logger",
     "init_job_series",
     "init_series",
+    "logs_at",
     "redact",
     "resolve_log_format",
 ]

@@ -101,6 +101,8 @@ def configure_logging(level: str = "INFO", log_format: str = "json") -> None:
             ],
         )
     )
+    global _LEVEL  # the one place the level is decided
+    _LEVEL = logging.getLevelName(level)
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(level)
@@ -120,3 +122,17 @@ def configure_logging(level: str = "INFO", log_format: str = "json") -> None:
 
 def get_logger(actor: str) -> Any:
     return structlog.get_logger(actor=actor)
+
+
+_LEVEL = logging.NOTSET  # structlog's events below it are dropped (configure_logging)
+
+
+def logs_at(level: int) -> bool:
+    """Whether an event at ``level`` is written: a per-run path asks before it builds one.
+
+    A call on a logger from :func:`get_logger` binds a new logger first (its
+    configuration is looked up on every call), even when the level drops the
+    event: about 3 us per run for a bind and two events dropped, against 0.1 us
+    for this test (the lines only the per-run paths of the worker write).
+    """
+    return level >= _LEVEL

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from logging import INFO
 from typing import Any
 
 from actors.domain import ExecutionResult, Outcome, RunState, decide_attempt
-from actors.observability import RUN_DURATION, RUNS_STARTED, SCHEDULE_LAG, get_logger
+from actors.observability import RUN_DURATION, RUNS_STARTED, SCHEDULE_LAG, get_logger, logs_at
 from actors.ports import Clock, Completion, Executor, StartedRun
 from actors.worker.heartbeat import InFlight
 from actors.worker.holding import Holding, Pending, quietly
@@ -34,8 +35,9 @@ class Execution:
             now = self.clock.now() if self.clock is not None else datetime.now(UTC)
             lag = (now - (run.due_at or run.scheduled_at)).total_seconds()
             SCHEDULE_LAG.labels(run.job).observe(max(0.0, lag))
-        bound = log.bind(run_id=run.run_id, job=run.job, attempt=run.attempt, epoch=run.epoch)
-        bound.info("run started")
+        ids = {"run_id": run.run_id, "job": run.job, "attempt": run.attempt, "epoch": run.epoch}
+        if logs_at(INFO):  # no logger bound per run when the line is dropped anyway
+            log.info("run started", **ids)
         try:
             result = await self.executor.execute(run.executor, run.context(), run.timeout)
         except asyncio.CancelledError:
@@ -46,8 +48,8 @@ class Execution:
                 return
             self.holding.forget(entry)
             raise
-        except Exception as exc:  # noqa: BLE001 - an executor bug fails the run, not the worker
-            bound.error("executor raised", error=repr(exc), exc_info=True)
+        except Exception as exc:  # an executor bug fails the run, not the worker
+            log.error("executor raised", **ids, error=repr(exc), exc_info=True)
             result = ExecutionResult(Outcome.FAILED, error=f"executor error: {exc!r}"[:1000])
         verdict = decide_attempt(
             result.outcome,
@@ -64,10 +66,12 @@ class Execution:
             "duration_s": round(result.duration.total_seconds(), 3),
         }
         if result.outcome is Outcome.SUCCEEDED:
-            bound.info("run finished", **fields)
+            if logs_at(INFO):
+                log.info("run finished", **ids, **fields)
         elif verdict.retry:
-            bound.warning(
+            log.warning(
                 "run attempt failed; will retry",
+                **ids,
                 **fields,
                 error=result.error,
                 retry_in_s=None if verdict.due_in is None else verdict.due_in.total_seconds(),
@@ -75,8 +79,9 @@ class Execution:
             )
         else:
             # The last attempt: the run fails for good. What failed is in the line.
-            bound.error(
+            log.error(
                 "run failed; no attempts left",
+                **ids,
                 **fields,
                 error=result.error,
                 max_attempts=run.max_attempts,
