@@ -1,0 +1,180 @@
+"""The worker's steps overlap: fetch beside a start, executions beside recording.
+
+A start waiting for ``start_runs`` does not hold up the next fetch; a slot is
+free once its execution ends, while the run stays heartbeated until recorded;
+two batches are recorded at once. What must not change with it: a run is
+started once, recorded before its message is acked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Sequence
+from datetime import timedelta
+
+import pytest
+
+from actors.domain import ExecutionResult, Outcome
+from actors.ports import Completion, DispatchMessage, NotStarted, StartedRun, StoreUnavailable
+from actors.worker.heartbeat import COMPLETIONS
+from actors.worker.holding import Pending
+from tests.fakes import RecordingDelivery as Delivery
+from tests.fakes import dispatch
+from tests.unit.worker_rig import Rig, until
+
+pytestmark = pytest.mark.timeout(30)
+
+Started = tuple[list[StartedRun], list[NotStarted]]
+
+
+def gate_starts(rig: Rig) -> tuple[asyncio.Event, list[list[str]]]:
+    """The first start_runs waits for the event, later ones go through; each listed as sent."""
+    gate = asyncio.Event()
+    sent: list[list[str]] = []
+    start = rig.store.start_runs
+
+    async def gated(
+        worker: str,
+        messages: Sequence[DispatchMessage],
+        lease: timedelta,
+        *,
+        retake: Collection[tuple[str, int]] = (),
+    ) -> Started:
+        sent.append([m.run_id for m in messages])
+        if len(sent) == 1:
+            await gate.wait()
+        return await start(worker, messages, lease, retake=retake)
+
+    rig.store.start_runs = gated  # type: ignore[method-assign]
+    return gate, sent
+
+
+def gate_records(rig: Rig) -> tuple[asyncio.Event, list[list[str]]]:
+    """Every complete_runs waits for the event; the batches asked for are listed as they come."""
+    gate = asyncio.Event()
+    asked: list[list[str]] = []
+    record = rig.store.complete_runs
+
+    async def gated(completions: Sequence[Completion]) -> set[tuple[str, int]]:
+        asked.append([c.run_id for c in completions])
+        await gate.wait()
+        return await record(completions)
+
+    rig.store.complete_runs = gated  # type: ignore[method-assign]
+    return gate, asked
+
+
+async def test_the_next_fetch_and_start_go_on_while_a_start_waits_for_its_reply() -> None:
+    rig = Rig()
+    gate, sent = gate_starts(rig)
+    rig.inbox.put(dispatch("a"))
+    rig.start()
+    await until(lambda: sent == [["a"]], "the first start to be sent")
+    rig.inbox.put(dispatch("b"))
+    await until(lambda: sent == [["a"], ["b"]], "a second start beside the first")
+    await until(lambda: rig.executor.calls == [("b", 1)], "b to execute, a still starting")
+    gate.set()
+    await until(lambda: sorted(rig.executor.calls) == [("a", 1), ("b", 1)], "a to execute")
+    await rig.stopped()
+    assert sorted(m.run_id for m in rig.inbox.acked) == ["a", "b"]
+
+
+async def test_a_copy_fetched_while_its_run_is_being_started_is_not_started_again() -> None:
+    # Two starts of one run at once could both send it, and one offer it as a
+    # start whose reply was lost (retake): a second execution under one token.
+    rig = Rig()
+    gate, sent = gate_starts(rig)
+    message = dispatch("a")
+    rig.inbox.put(message)
+    rig.start()
+    await until(lambda: sent == [["a"]], "the first start to be sent")
+    rig.inbox.put(message)  # the broker's copy (ack_wait passed)
+    await until(lambda: rig.inbox.naked == [message], "the copy to be nak'ed")
+    assert sent == [["a"]]
+    gate.set()
+    await until(lambda: rig.executor.calls == [("a", 1)], "the run to execute")
+    rig.seconds.now += 1.0  # the nak's delay: the copy comes back, finds it executing here
+    await until(lambda: rig.inbox.acked == [message], "the copy acked as executing here")
+    rig.executor.finish.set()
+    await until(lambda: rig.inbox.acked == [message, message], "the run recorded and acked")
+    await rig.stopped()
+    assert rig.executor.calls == [("a", 1)]
+    assert sent == [["a"]]
+
+
+async def test_a_slot_frees_when_the_execution_ends_and_the_run_is_heartbeated_until_recorded() -> (
+    None
+):
+    rig = Rig(concurrency=1)
+    gate, asked = gate_records(rig)
+    extended: list[set[tuple[str, int]]] = []
+    extend = rig.store.extend_leases
+
+    async def extending(
+        worker: str, runs: Sequence[tuple[str, int]], lease: timedelta
+    ) -> set[tuple[str, int]]:
+        extended.append(set(runs))
+        return await extend(worker, runs, lease)
+
+    rig.store.extend_leases = extending  # type: ignore[method-assign]
+    rig.inbox.put(dispatch("a"))
+    rig.start()
+    await until(lambda: rig.executor.calls == [("a", 1)], "a to execute")
+    rig.executor.finish.set()
+    await until(lambda: asked == [["a"]], "a's verdict to be sent")
+    rig.executor.finish.clear()
+    rig.inbox.put(dispatch("b"))
+    # One slot, a not recorded yet: b executes all the same.
+    await until(lambda: rig.executor.calls == [("a", 1), ("b", 1)], "b to execute")
+    assert ("a", 1) in rig.worker.in_flight
+    await rig.worker.heartbeat.beat()
+    assert extended[-1] == {("a", 1), ("b", 1)}  # a's lease still extended
+    assert rig.inbox.acked == []  # nothing acked unrecorded
+    gate.set()
+    await until(lambda: [m.run_id for m in rig.inbox.acked] == ["a"], "a recorded, then acked")
+    assert ("a", 1) not in rig.worker.in_flight
+    await rig.stopped()
+    assert [m.run_id for m in rig.inbox.acked] == ["a", "b"]
+
+
+async def test_a_second_batch_is_recorded_while_the_first_waits_for_its_reply() -> None:
+    rig = Rig(concurrency=1)
+    gate, asked = gate_records(rig)
+    rig.executor.finish.set()
+    rig.inbox.put(dispatch("a"))
+    rig.start()
+    await until(lambda: asked == [["a"]], "a's verdict to be sent")
+    rig.inbox.put(dispatch("b"))
+    await until(lambda: asked == [["a"], ["b"]], "b's verdict sent beside a's")
+    assert rig.inbox.acked == []
+    gate.set()
+    await until(lambda: len(rig.inbox.acked) == 2, "both recorded, then acked")
+    await rig.stopped()
+
+
+async def test_completions_stay_failing_while_any_batch_is_unrecorded() -> None:
+    # Another batch recorded does not open the intake while a's verdict still
+    # waits for the database: that run would be the one doubled.
+    rig = Rig(concurrency=1)
+    failing = {"a"}
+    record = rig.store.complete_runs
+
+    async def flaky(completions: Sequence[Completion]) -> set[tuple[str, int]]:
+        if failing & {c.run_id for c in completions}:
+            raise StoreUnavailable("complete: connection refused")
+        return await record(completions)
+
+    rig.store.complete_runs = flaky  # type: ignore[method-assign]
+    rig.executor.finish.set()
+    rig.inbox.put(dispatch("a"))
+    rig.start()
+    await until(lambda: rig.worker.keeping.trouble() is not None, "a's batch to fail")
+    other = Completion("other", 1, ExecutionResult(Outcome.SUCCEEDED), None, "w")
+    assert await rig.worker.completer._record([Pending(other, Delivery(), "job")]) == {("other", 1)}
+    trouble = rig.worker.keeping.trouble()
+    assert trouble is not None
+    assert trouble[0] == COMPLETIONS
+    failing.clear()
+    await until(lambda: [m.run_id for m in rig.inbox.acked] == ["a"], "a recorded at last")
+    await until(lambda: rig.worker.keeping.trouble() is None, "the trouble to clear")
+    await rig.stopped()
