@@ -204,6 +204,7 @@ DELIVERY_SKIP_REASONS = (
     "unreadable",
     "skipped",
     "executing_here",
+    "starting_here",
     "abandoned_here",
 )
 POISON_REASONS = ("oversized", "not_json", "wrong_schema", "other_deployment", "invalid")

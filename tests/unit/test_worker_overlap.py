@@ -19,7 +19,7 @@ from actors.ports import Completion, DispatchMessage, NotStarted, StartedRun, St
 from actors.worker.heartbeat import COMPLETIONS
 from actors.worker.holding import Pending
 from tests.fakes import RecordingDelivery as Delivery
-from tests.fakes import dispatch
+from tests.fakes import dispatch, sample
 from tests.unit.worker_rig import Rig, until
 
 pytestmark = pytest.mark.timeout(30)
@@ -84,6 +84,7 @@ async def test_a_copy_fetched_while_its_run_is_being_started_is_not_started_agai
     # start whose reply was lost (retake): a second execution under one token.
     rig = Rig()
     gate, sent = gate_starts(rig)
+    skipped = sample("claimd_deliveries_skipped_total", reason="starting_here")
     message = dispatch("a")
     rig.inbox.put(message)
     rig.start()
@@ -91,6 +92,7 @@ async def test_a_copy_fetched_while_its_run_is_being_started_is_not_started_agai
     rig.inbox.put(message)  # the broker's copy (ack_wait passed)
     await until(lambda: rig.inbox.naked == [message], "the copy to be nak'ed")
     assert sent == [["a"]]
+    assert sample("claimd_deliveries_skipped_total", reason="starting_here") == skipped + 1
     gate.set()
     await until(lambda: rig.executor.calls == [("a", 1)], "the run to execute")
     rig.seconds.now += 1.0  # the nak's delay: the copy comes back, finds it executing here
