@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Sequence
 
@@ -156,10 +157,15 @@ class Worker:
                     continue
                 deliveries = await self.intake.fetch(min(free, FETCH_BATCH), FETCH_TIMEOUT_S)
                 if deliveries:
-                    holding.take(len(deliveries))  # until started (then each execution's)
-                    start = group.create_task(self._start(deliveries, group))
+                    # In the group: a bug raised by a start stops the worker, as
+                    # it did inline, for the supervisor to see.
+                    start = group.create_task(self.starter.start(deliveries, group))
                     starts.add(start)
                     start.add_done_callback(starts.discard)
+                    # Until started (then each execution holds its own). Given back
+                    # when the task is done, even one cancelled before it began.
+                    holding.take(len(deliveries))
+                    start.add_done_callback(functools.partial(holding.given, len(deliveries)))
             if starts:
                 await asyncio.wait(starts)  # their executions are drained with the rest
             stopping = time.monotonic()
@@ -167,17 +173,6 @@ class Worker:
             await self._record_what_is_left(completer, stopping)
             self._hb_stop.set()
             await heartbeat
-
-    async def _start(self, deliveries: Sequence[Delivery], group: asyncio.TaskGroup) -> None:
-        """Start one fetched batch (a task beside the loop); its slots pass to its executions.
-
-        A bug raised here stops the task group, so the worker, as it did
-        inline: the supervisor sees it.
-        """
-        try:
-            await self.starter.start(deliveries, group)
-        finally:
-            self.holding.give(len(deliveries))
 
     async def _record_what_is_left(self, completer: asyncio.Task[None], since: float) -> None:
         """Queued verdicts get the rest of the grace, and a few seconds at least, to be recorded.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
@@ -52,13 +53,14 @@ class Holding:
         self.busy -= slots
         self.slot_freed.set()
 
+    def given(self, slots: int, _: asyncio.Task[None]) -> None:
+        """A done callback: ``slots`` held by that task are free (it ended, or never began)."""
+        self.give(slots)
+
     def executing(self, task: asyncio.Task[None]) -> None:
         """``task`` holds a slot until it ends (its verdict queued, or cancelled)."""
         self.take(1)
-        task.add_done_callback(self._ended)
-
-    def _ended(self, _: asyncio.Task[None]) -> None:
-        self.give(1)
+        task.add_done_callback(functools.partial(self.given, 1))
 
     def hold(self, entry: InFlight) -> None:
         self.in_flight[(entry.run_id, entry.epoch)] = entry

@@ -9,6 +9,7 @@ started once, recorded before its message is acked.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Collection, Sequence
 from datetime import timedelta
 
@@ -17,7 +18,7 @@ import pytest
 from actors.domain import ExecutionResult, Outcome
 from actors.ports import Completion, DispatchMessage, NotStarted, StartedRun, StoreUnavailable
 from actors.worker.heartbeat import COMPLETIONS
-from actors.worker.holding import Pending
+from actors.worker.holding import Holding, Pending
 from tests.fakes import RecordingDelivery as Delivery
 from tests.fakes import dispatch, sample
 from tests.unit.worker_rig import Rig, until
@@ -180,3 +181,19 @@ async def test_completions_stay_failing_while_any_batch_is_unrecorded() -> None:
     await until(lambda: [m.run_id for m in rig.inbox.acked] == ["a"], "a recorded at last")
     await until(lambda: rig.worker.keeping.trouble() is None, "the trouble to clear")
     await rig.stopped()
+
+
+async def test_the_slots_of_a_task_cancelled_before_it_began_are_free_again() -> None:
+    # A crash cancels the group before a start just created has run a step:
+    # its finally would never run, and the restarted worker would be short of slots.
+    holding = Holding(4)
+    start = asyncio.create_task(asyncio.sleep(3600))
+    holding.take(3)
+    start.add_done_callback(functools.partial(holding.given, 3))
+    execution = asyncio.create_task(asyncio.sleep(3600))
+    holding.executing(execution)
+    assert holding.busy == 4
+    start.cancel()
+    execution.cancel()
+    await asyncio.wait([start, execution])
+    await until(lambda: holding.busy == 0, "every slot given back")
