@@ -3,6 +3,14 @@
 It claims only what this replica can publish: while the broker gate is closed
 (publishes failing, and no answer yet to the gate's probe) it claims nothing,
 and the runs due meanwhile are claimed by the other replicas.
+
+It claims runs due within ``ahead`` (``claim_ahead``) too: their worker holds
+them until their instant (actors/until_due.py). With ``wake`` it does not wait out
+its ``interval`` when a run is due sooner: it reads the next due instant from
+the database before each pass and rests only until then (less ``ahead``), and
+:meth:`Claimer.run_pending` (the LISTEN/NOTIFY listener calls it) cuts a rest
+short for a run that became pending and is due before the rest ends. The
+interval remains the poll that catches what no wake announced.
 """
 
 from __future__ import annotations
@@ -10,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Coroutine
-from datetime import timedelta
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from actors.flow import BrokerGate, ClaimedBatch
@@ -42,7 +50,11 @@ class Claimer:
         max_claimed: int,
         interval: timedelta,
         stop: asyncio.Event,
+        ahead: timedelta = timedelta(0),
+        wake: bool = False,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
+        """``clock``: the database's time as estimated here (compares notified instants)."""
         self.store = store
         self.owner = owner
         self.outbox = outbox
@@ -52,12 +64,19 @@ class Claimer:
         self.max_claimed = max_claimed
         self.interval = interval
         self.stop = stop
+        self.ahead = ahead
+        self.wake = wake
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self._woken = asyncio.Event()
+        self._rest_until: datetime | None = None  # None: not resting (a pass is under way)
 
     async def claim_once(self) -> int:
         for run_id, reason in await self.store.skip_unrunnable(self.batch):
             RUNS_SKIPPED.inc()
             log.info("run skipped", run_id=run_id, reason=reason)
-        runs = await self.store.claim_due_runs(self.owner, self.batch, self.lease, self.max_claimed)
+        runs = await self.store.claim_due_runs(
+            self.owner, self.batch, self.lease, self.max_claimed, self.ahead
+        )
         if runs:
             RUNS_CLAIMED.inc(len(runs))
             await self.outbox.put(ClaimedBatch(tuple(runs)))
@@ -69,9 +88,45 @@ class Claimer:
                 # The broker is failing: claiming now would only feed the compensator.
                 await self._while_gate_closed()
                 continue
+            self._woken.clear()
+            # Read before the claim: a run due between this read and the claim is
+            # claimed now, and at worst wakes one pass that finds nothing.
+            next_due = await self.store.next_due_in(self.ahead) if self.wake else None
             claimed = await self.claim_once()
             if claimed < self.batch:
-                await self._until_stop_or(asyncio.sleep(self.interval.total_seconds()))
+                await self._rest(self._rest_for(next_due))
+
+    def _rest_for(self, next_due: timedelta | None) -> float:
+        """Seconds to rest: the interval, or less when the next run is due sooner."""
+        rest = self.interval.total_seconds()
+        if next_due is not None:
+            # A millisecond past the moment it becomes claimable, not just before.
+            rest = min(rest, max(0.0, (next_due - self.ahead).total_seconds()) + 0.001)
+        return rest
+
+    def run_pending(self, due_at: datetime) -> None:
+        """A run became pending, due at ``due_at``: wake now if that is before the rest ends.
+
+        While a pass is under way, it wakes the next rest at once: the pass may
+        have read the next due instant before the run was written.
+        """
+        until = self._rest_until
+        if until is None or due_at - self.ahead < until:
+            self._woken.set()
+
+    async def _rest(self, seconds: float) -> None:
+        """Until ``seconds`` pass, a run due sooner is announced, or the stop."""
+        if self._woken.is_set():
+            return
+        self._rest_until = self.clock() + timedelta(seconds=seconds)
+        try:
+            await self._until_stop_or(self._woken_within(seconds))
+        finally:
+            self._rest_until = None
+
+    async def _woken_within(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._woken.wait(), seconds)
 
     async def _while_gate_closed(self) -> None:
         INTAKE_PAUSED.labels(actor="claimer").set(1)

@@ -44,6 +44,7 @@ class Dispatcher:
             scheduled_at=run.scheduled_at,
             attempt=run.attempt,
             deployment=self.deployment,
+            due_at=run.due_at,
         )
 
     async def dispatch(self, batch: ClaimedBatch) -> list[ClaimedRun]:

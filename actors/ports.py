@@ -53,6 +53,9 @@ class DispatchMessage:
     scheduled_at: datetime
     attempt: int
     deployment: str
+    # When the run is due (database clock): a worker holds a run claimed ahead
+    # until then. None (a message from an older build): start at once.
+    due_at: datetime | None = None
 
     @property
     def msg_id(self) -> str:
@@ -93,7 +96,7 @@ class NotStarted:
 
     run_id: str
     epoch: int
-    reason: str  # terminal | owned | stale | unknown | unreadable | skipped
+    reason: str  # terminal | owned | stale | unknown | unreadable | skipped | early
     state: RunState | None
 
 
@@ -167,8 +170,25 @@ class RunStore(Protocol):
     ) -> int: ...
     async def skip_unrunnable(self, limit: int) -> list[tuple[str, str]]: ...
     async def claim_due_runs(
-        self, owner: str, limit: int, lease: timedelta, max_claimed: int
-    ) -> list[ClaimedRun]: ...
+        self,
+        owner: str,
+        limit: int,
+        lease: timedelta,
+        max_claimed: int,
+        ahead: timedelta = timedelta(0),
+    ) -> list[ClaimedRun]:
+        """Claim runs due by ``now() + ahead`` (those not yet due are held by their worker)."""
+        ...
+
+    async def next_due_in(self, ahead: timedelta) -> timedelta | None:
+        """How long until the soonest pending run not claimable now is due (database clock).
+
+        Only runs due after ``now() + ahead``: one due already but left unclaimed
+        (over the bound, an exclusive job's next) is the poll's to retry, not a
+        reason to wake at once. None when there is none.
+        """
+        ...
+
     async def release_unpublished(self, owner: str, runs: Sequence[ClaimedRun]) -> int: ...
     async def start_runs(
         self,

@@ -107,6 +107,8 @@ async def _explain(store: PostgresRunStore, batch: int, sql: str) -> tuple[float
                     "bench",
                     batch,
                     LEASE,
+                    # claim_ahead: today's statement has it ($4), the one before did not
+                    *((timedelta(0),) if "$4" in sql else ()),
                 )
             )[0]
         finally:

@@ -126,7 +126,10 @@ def config_toml(schema_url: str, deployment: str, jobs: str, **settings: object)
         'http = "off"',
     ]
     for key, value in settings.items():
-        lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value!r}")
+        if isinstance(value, bool):  # TOML's booleans are lower case
+            lines.append(f"{key} = {str(value).lower()}")
+        else:
+            lines.append(f'{key} = "{value}"' if isinstance(value, str) else f"{key} = {value!r}")
     return "[claimd]\n" + "\n".join(lines) + "\n" + jobs
 
 

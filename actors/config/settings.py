@@ -28,6 +28,7 @@ from pydantic_core import core_schema
 
 from actors.config.errors import ConfigError, FieldProblem, StrictModel, first_error_field
 from actors.domain import (
+    DEFAULT_CLAIM_AHEAD,
     ClaimdError,
     LeaseSettings,
     TimeoutBudget,
@@ -38,9 +39,9 @@ from actors.domain import (
 from actors.observability import redact
 
 
-def _parse_duration(text: str) -> timedelta:
+def _parse_duration(text: str, allow_zero: bool = False) -> timedelta:
     try:
-        return parse_duration(text)
+        return parse_duration(text, allow_zero=allow_zero)
     except ClaimdError as exc:
         # pydantic reports only ValueError as a field error; anything else
         # would escape without the file and field.
@@ -50,18 +51,22 @@ def _parse_duration(text: str) -> timedelta:
 class _DurationText:
     """Pydantic marker: a string such as "500ms", "30s", "2h", "1d", parsed once."""
 
+    def __init__(self, allow_zero: bool = False) -> None:
+        self.allow_zero = allow_zero
+
     def __get_pydantic_core_schema__(
         self, source: Any, handler: GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
         # A number without a unit is refused as "not a valid string", before parsing.
         return core_schema.no_info_after_validator_function(
-            _parse_duration,
+            lambda text: _parse_duration(text, self.allow_zero),
             core_schema.str_schema(strict=True),
             serialization=core_schema.plain_serializer_function_ser_schema(format_duration),
         )
 
 
 Duration = Annotated[timedelta, _DurationText()]
+DurationOrZero = Annotated[timedelta, _DurationText(allow_zero=True)]
 
 # Setting -> the environment variable that overrides it (when set and not empty).
 ENV_OVERRIDES = {
@@ -92,6 +97,15 @@ class Settings(StrictModel):
     max_claimed: int = Field(default=5_000, ge=1, le=1_000_000)
     worker_concurrency: int = Field(default=64, ge=1, le=10_000)
     claim_interval: Duration = parse_duration("200ms")
+    # A run is claimed up to this long before it is due and held by its worker
+    # until its instant (start lag without polling's floor); "0s": only due runs.
+    # At most ack_wait / 4, and a term of the lease invariant (actors.domain.lease).
+    # Unset: 1s, or less where that would not fit (see effective_claim_ahead).
+    claim_ahead: DurationOrZero | None = None
+    # Wake the claimer at the next due instant and when a run becomes pending
+    # (PostgreSQL LISTEN/NOTIFY), not only every claim_interval. Off behind a
+    # pooler that cannot LISTEN (pgbouncer in transaction mode).
+    claim_wake: bool = True
     materialize_interval: Duration = parse_duration("1s")
     reap_interval: Duration = parse_duration("1s")
     horizon: Duration = parse_duration("2m")
@@ -163,7 +177,8 @@ class Settings(StrictModel):
             # The redelivery rule, then every deadline of the budget inside the lease.
             check_timeout_budget(self.timeouts)
         except ClaimdError as exc:
-            raise FieldProblem("lease", str(exc)) from None
+            field_name = "claim_ahead" if str(exc).startswith("claim_ahead") else "lease"
+            raise FieldProblem(field_name, str(exc)) from None
         return self
 
     @property
@@ -185,14 +200,33 @@ class Settings(StrictModel):
         return LeaseSettings(lease=self.lease, ack_wait=self.ack_wait, max_deliver=self.max_deliver)
 
     @property
+    def effective_claim_ahead(self) -> timedelta:
+        """``claim_ahead`` as set; unset, the default where it fits, else what does.
+
+        At most a quarter of ``ack_wait`` (what a worker may hold) and half of
+        what the lease leaves over the other terms of its invariant: settings
+        that fit before claim_ahead existed still load, with a shorter one.
+        """
+        if self.claim_ahead is not None:
+            return self.claim_ahead
+        spare = self.lease - self._budget(timedelta(0)).required_lease()
+        ms = timedelta(milliseconds=1)
+        fits = ms * max(0, int(spare / 2 / ms))
+        return min(DEFAULT_CLAIM_AHEAD, self.lease_settings.max_hold(), fits)
+
+    @property
     def timeouts(self) -> TimeoutBudget:
         """Every database and broker deadline, derived from the lease."""
+        return self._budget(self.effective_claim_ahead)
+
+    def _budget(self, claim_ahead: timedelta) -> TimeoutBudget:
         return TimeoutBudget.from_settings(
             self.lease,
             self.ack_wait,
             self.max_deliver,
             statement_timeout=self.statement_timeout,
             publish_timeout=self.publish_timeout,
+            claim_ahead=claim_ahead,
         )
 
     @property

@@ -33,6 +33,7 @@ from actors.domain.jobs import (
     executor_to_dict,
 )
 from actors.domain.lease import (
+    DEFAULT_CLAIM_AHEAD,
     DEFAULT_LEASE,
     DEFAULT_TIMEOUTS,
     LeaseSettings,
@@ -53,6 +54,7 @@ from actors.domain.runs import (
 from actors.domain.schedule import CronSchedule, IntervalSchedule, Schedule, take
 
 __all__ = [
+    "DEFAULT_CLAIM_AHEAD",
     "DEFAULT_LEASE",
     "DEFAULT_TIMEOUTS",
     "DEFINITION_VERSION",

@@ -1,6 +1,6 @@
 """The lease invariant: the reaper must never cause the duplicates it repairs.
 
-``lease > publish + queue_wait + ack_wait x (max_deliver - 1) + execution + complete``
+``lease > publish + queue_wait + hold + ack_wait x (max_deliver - 1) + execution + complete``
 
 Execution is covered by heartbeats and queue wait by the claimer's bound; what
 settings alone must guarantee is that a run's lease outlives every redelivery
@@ -8,6 +8,18 @@ the broker may still make of its message, with a safety factor of 3, and that
 the deadlines of the calls around it (publish, one database call) fit too:
 :class:`TimeoutBudget` derives every deadline from the lease, and
 :func:`check_timeout_budget` refuses settings whose deadlines do not fit.
+
+The hold: a run may be claimed up to ``claim_ahead`` before it is due, and the
+worker that receives it holds it until its instant before starting it. The
+claim's lease (set at the claim, ``now() + lease``) is what covers the hold; the
+heartbeat does not extend a held run (it extends running rows only), and the
+start sets a fresh lease. So ``claim_ahead`` is one more term of the sum the
+lease must exceed, and it is bounded by :meth:`LeaseSettings.max_hold`, a
+quarter of ``ack_wait``: a message held for at most that long, then started
+and heartbeated (``in_progress`` every ``ack_wait / 2`` at most), is not
+redelivered meanwhile. A hold that overruns anyway (a frozen worker) cannot
+double a run: its lease lapses, the reaper hands the run a new epoch, and the
+held message's start is refused by the epoch guard.
 """
 
 from __future__ import annotations
@@ -35,6 +47,15 @@ class LeaseSettings:
 
     def minimum_lease(self) -> timedelta:
         return self.redelivery_span() * SAFETY_FACTOR
+
+    def max_hold(self) -> timedelta:
+        """The longest a worker holds a run claimed ahead before starting it.
+
+        A quarter of ``ack_wait``: hold, start, then the first ``in_progress``
+        (within ``ack_wait / 2``) all fit before the broker would redeliver.
+        ``claim_ahead`` may not exceed it.
+        """
+        return self.ack_wait / 4
 
     def heartbeat_interval(self) -> timedelta:
         """Often enough to keep both the lease and the broker's ack_wait alive."""
@@ -126,6 +147,8 @@ class TimeoutBudget:
     keepalive_idle: timedelta
     keepalive_interval: timedelta
     keepalive_count: int
+    # How long before its instant a run may be claimed (and then held by the worker).
+    claim_ahead: timedelta = timedelta(0)
 
     @classmethod
     def from_settings(
@@ -136,6 +159,7 @@ class TimeoutBudget:
         *,
         statement_timeout: timedelta | None = None,
         publish_timeout: timedelta | None = None,
+        claim_ahead: timedelta = timedelta(0),
     ) -> TimeoutBudget:
         """Derive every deadline from the lease; the two the invariant sums may be set."""
         statement = statement_timeout or _clamp(lease / 8, 500 * _MS, 30 * _SECOND)
@@ -155,6 +179,7 @@ class TimeoutBudget:
             keepalive_idle=keepalive,
             keepalive_interval=keepalive,
             keepalive_count=3,
+            claim_ahead=claim_ahead,
         )
 
     @property
@@ -166,13 +191,18 @@ class TimeoutBudget:
         return self.acquire_timeout + self.statement_timeout + self.acquire_timeout
 
     def required_lease(self) -> timedelta:
-        """publish + ack_wait x (max_deliver - 1) + complete; the lease must exceed it.
+        """publish + hold + ack_wait x (max_deliver - 1) + complete; the lease must exceed it.
 
         Queue wait is bounded by ``max_claimed`` (a count, not a duration) and
         execution by heartbeats; the factor of 3 on the redelivery span leaves
-        them room.
+        them room. The hold is at most ``claim_ahead``.
         """
-        return self.publish_timeout + self.lease_settings.redelivery_span() + self.database_call()
+        return (
+            self.publish_timeout
+            + self.claim_ahead
+            + self.lease_settings.redelivery_span()
+            + self.database_call()
+        )
 
     def nats_dead_after(self) -> timedelta:
         """A NATS connection that stops answering is dropped within this."""
@@ -185,9 +215,12 @@ class TimeoutBudget:
     def invariant_terms(self) -> str:
         """The sum the lease must exceed, with its numbers."""
         f = format_duration
+        hold, held = (
+            ("claim_ahead + ", f"{f(self.claim_ahead)} + ") if self.claim_ahead else ("", "")
+        )
         return (
-            f"publish_timeout + ack_wait x (max_deliver - 1) + database call "
-            f"(acquire + statement_timeout + release) = {f(self.publish_timeout)} + "
+            f"publish_timeout + {hold}ack_wait x (max_deliver - 1) + database call "
+            f"(acquire + statement_timeout + release) = {f(self.publish_timeout)} + {held}"
             f"{f(self.ack_wait)} x {self.max_deliver - 1} + ({f(self.acquire_timeout)} + "
             f"{f(self.statement_timeout)} + {f(self.acquire_timeout)}) = "
             f"{f(self.required_lease())}"
@@ -222,6 +255,17 @@ def check_timeout_budget(budget: TimeoutBudget) -> None:
     ):
         if value <= timedelta(0):
             raise LeaseInvariantViolated(f"{name} must be greater than zero")
+    if budget.claim_ahead < timedelta(0):
+        raise LeaseInvariantViolated("claim_ahead must not be negative")
+    max_hold = budget.lease_settings.max_hold()
+    if budget.claim_ahead > max_hold:
+        raise LeaseInvariantViolated(
+            "claim_ahead is longer than a worker may hold a run: claim_ahead must be at "
+            f"most ack_wait / 4 = {format_duration(budget.ack_wait)} / 4 = "
+            f"{format_duration(max_hold)} (a held message must not be redelivered), but "
+            f"claim_ahead = {format_duration(budget.claim_ahead)}. Lower claim_ahead, or "
+            "raise ack_wait."
+        )
     if budget.lease <= budget.required_lease():
         raise LeaseInvariantViolated(
             "the timeouts do not fit the lease: lease must be greater than "
@@ -231,7 +275,13 @@ def check_timeout_budget(budget: TimeoutBudget) -> None:
         )
 
 
+# How long before its instant a run is claimed by default (then held by its worker).
+DEFAULT_CLAIM_AHEAD = timedelta(seconds=1)
+
 DEFAULT_TIMEOUTS = TimeoutBudget.from_settings(
-    DEFAULT_LEASE.lease, DEFAULT_LEASE.ack_wait, DEFAULT_LEASE.max_deliver
+    DEFAULT_LEASE.lease,
+    DEFAULT_LEASE.ack_wait,
+    DEFAULT_LEASE.max_deliver,
+    claim_ahead=DEFAULT_CLAIM_AHEAD,
 )
 check_timeout_budget(DEFAULT_TIMEOUTS)

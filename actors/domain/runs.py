@@ -74,6 +74,9 @@ class ClaimedRun:
     scheduled_at: datetime
     attempt: int
     epoch: int
+    # When it is due (its instant plus jitter, or a retry's time): a run claimed
+    # ahead is held by its worker until then. None: start it at once.
+    due_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from importlib import metadata
 from typing import Any, TypeVar
 
-from prometheus_client import REGISTRY, Counter, Gauge, Info
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, Info
 
 from actors.domain import Outcome
 from actors.observability.job_series import JobCounter, JobHistogram
@@ -119,6 +119,12 @@ SCHEDULE_LAG = _per_job(
         [JOB_LABEL],
         buckets=LAG_BUCKETS,
     )
+)
+ARRIVED_AHEAD = Histogram(
+    "claimd_run_arrival_ahead_seconds",
+    "How long before its due time a run reached its worker (held until then); 0 when it "
+    "arrived due already: claim_ahead shorter than claim + publish + fetch takes",
+    buckets=(0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0),
 )
 RUN_DURATION = _per_job(
     JobHistogram(

@@ -9,8 +9,9 @@ and a whole replica run in a unit test without a server.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from actors.clock import DatabaseClock
@@ -54,6 +55,13 @@ class Adapters(Protocol):
 
     def executor(self) -> Executor: ...
     def database_clock(self, store: ReplicaStore) -> DatabaseClock: ...
+    def pending_listener(
+        self, store: ReplicaStore, on_pending: Callable[[datetime], None]
+    ) -> Callable[[asyncio.Event], Awaitable[None]] | None:
+        """A loop (until its stop event) calling ``on_pending(due_at)`` when runs become
+        pending (LISTEN/NOTIFY on PostgreSQL); None where the store has no such channel."""
+        ...
+
     def operator(self, store: ReplicaStore) -> OperatorService | None:
         """The operator API's service on this store; None: the API keeps answering 503."""
         ...

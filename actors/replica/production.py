@@ -6,14 +6,16 @@ broken builds are installed (read from the environment once, at start-up).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from actors.adapters.executors import LocalExecutor
 from actors.adapters.nats import NATS_HEALTH, JetStreamBroker
 from actors.adapters.nats_inbox import PROBE_TIMEOUT_S, JetStreamInbox, PullSubscription
 from actors.adapters.postgres import POSTGRES_HEALTH, PostgresRunStore, is_unreachable
+from actors.adapters.postgres.notify import PendingRunsListener
 from actors.clock import DatabaseClock
 from actors.config import Settings
 from actors.observability import DependencyHealth, get_logger
@@ -111,6 +113,11 @@ class ProductionAdapters:
 
     def database_clock(self, store: ReplicaStore) -> DatabaseClock:
         return DatabaseClock(store)
+
+    def pending_listener(
+        self, store: ReplicaStore, on_pending: Callable[[datetime], None]
+    ) -> Callable[[asyncio.Event], Awaitable[None]] | None:
+        return PendingRunsListener(_postgres(store).pool, on_pending).run
 
     def operator(self, store: ReplicaStore) -> OperatorService | None:
         return OperatorService(_postgres(store).pool)

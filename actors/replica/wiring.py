@@ -104,6 +104,9 @@ async def run_actors(
                 max_claimed=settings.max_claimed,
                 interval=settings.claim_interval,
                 stop=stop_claiming,
+                ahead=settings.effective_claim_ahead,
+                wake=settings.claim_wake,
+                clock=clock.now,
             )
             dispatcher = Dispatcher(broker, settings.deployment, to_dispatch, to_release, gate)
             compensator = Compensator(store, replica_id, to_release)
@@ -118,6 +121,14 @@ async def run_actors(
                 ("reaper", reaper.run),
             ):
                 tasks[name] = group.create_task(supervise(name, start), name=name)
+            listen = adapters.pending_listener(store, claimer.run_pending)
+            if settings.claim_wake and listen is not None:
+
+                async def listener() -> None:
+                    assert listen is not None
+                    await listen(stop_claiming)
+
+                tasks["listener"] = group.create_task(supervise("listener", listener))
         if role.works:
             worker_settings = WorkerSettings.from_config(settings, replica_id)
             inbox = await adapters.worker_inbox(

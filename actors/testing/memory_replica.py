@@ -8,9 +8,10 @@ stays unavailable (503): its service reads PostgreSQL directly.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from actors.clock import DatabaseClock
 from actors.observability import DependencyHealth
@@ -67,6 +68,11 @@ class MemoryAdapters:
 
     def database_clock(self, store: ReplicaStore) -> DatabaseClock:
         return DatabaseClock(store, local=self.local_clock or self.store.clock)
+
+    def pending_listener(
+        self, store: ReplicaStore, on_pending: Callable[[datetime], None]
+    ) -> Callable[[asyncio.Event], Awaitable[None]] | None:
+        return None  # no NOTIFY in memory: the claimer's next-due read and poll do
 
     def operator(self, store: ReplicaStore) -> OperatorService | None:
         return None

@@ -89,10 +89,16 @@ class InMemoryRunStore(InMemoryJobCatalog):
         return skipped
 
     async def claim_due_runs(
-        self, owner: str, limit: int, lease: timedelta, max_claimed: int
+        self,
+        owner: str,
+        limit: int,
+        lease: timedelta,
+        max_claimed: int,
+        ahead: timedelta = timedelta(0),
     ) -> list[ClaimedRun]:
-        """COUNT_CLAIMED, then CLAIM_DUE_RUNS and CLAIM_EXCLUSIVE_RUNS."""
+        """COUNT_CLAIMED, then CLAIM_DUE_RUNS and CLAIM_EXCLUSIVE_RUNS (due by now + ahead)."""
         now = self._now()
+        by = now + ahead
         room = min(limit, max(0, max_claimed - len(self.in_state(RunState.CLAIMED))))
         open_jobs = {n for n, j in self.jobs.items() if j.enabled and not j.paused}
         due = sorted(
@@ -100,7 +106,7 @@ class InMemoryRunStore(InMemoryJobCatalog):
                 r
                 for r in self.runs.values()
                 if r.state is RunState.PENDING
-                and r.due_at <= now
+                and r.due_at <= by
                 and r.job in open_jobs
                 and self.jobs[r.job].overlap is Overlap.ALLOW
             ),
@@ -114,7 +120,7 @@ class InMemoryRunStore(InMemoryJobCatalog):
             pending = [
                 r
                 for r in self.runs.values()
-                if r.job == name and r.state is RunState.PENDING and r.due_at <= now
+                if r.job == name and r.state is RunState.PENDING and r.due_at <= by
             ]
             if pending:
                 candidates.append(min(pending, key=lambda r: r.scheduled_at))
@@ -137,7 +143,9 @@ class InMemoryRunStore(InMemoryJobCatalog):
             run.lease_expires_at = now + lease
             run.epoch += 1
             run.claimed_at = now
-            claimed.append(ClaimedRun(run.id, run.job, run.scheduled_at, run.attempt, run.epoch))
+            claimed.append(
+                ClaimedRun(run.id, run.job, run.scheduled_at, run.attempt, run.epoch, run.due_at)
+            )
         return claimed
 
     async def release_unpublished(self, owner: str, runs: Sequence[ClaimedRun]) -> int:
@@ -179,6 +187,20 @@ class InMemoryRunStore(InMemoryJobCatalog):
 
     # -- the worker's statements -------------------------------------------------------
 
+    async def next_due_in(self, ahead: timedelta) -> timedelta | None:
+        """NEXT_DUE_IN: the soonest pending run of an open job due after now + ahead."""
+        now = self._now()
+        open_jobs = {n for n, j in self.jobs.items() if j.enabled and not j.paused}
+        soonest = min(
+            (
+                r.due_at
+                for r in self.runs.values()
+                if r.state is RunState.PENDING and r.job in open_jobs and r.due_at > now + ahead
+            ),
+            default=None,
+        )
+        return None if soonest is None else soonest - now
+
     async def start_runs(
         self,
         worker: str,
@@ -204,6 +226,10 @@ class InMemoryRunStore(InMemoryJobCatalog):
             retaken = run.held(worker, m.epoch, RunState.RUNNING) and (m.run_id, m.epoch) in retake
             if run.epoch != m.epoch or not (run.state is RunState.CLAIMED or retaken):
                 refused.append(NotStarted(m.run_id, m.epoch, _why_not(run, m.epoch), run.state))
+                continue
+            if run.state is RunState.CLAIMED and run.due_at > now:
+                # START_RUNS starts no claimed run before it is due.
+                refused.append(NotStarted(m.run_id, m.epoch, "early", run.state))
                 continue
             skip = skips.get(m.run_id)
             if skip is not None:

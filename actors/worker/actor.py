@@ -76,6 +76,7 @@ class Worker:
             self.holding,
             self.keeping,
             Execution(executor, settings.worker_id, self.holding, clock),
+            clock.now if clock is not None else None,
         )
         self.completer = Completer(store, self.holding, self.keeping)
 
@@ -112,6 +113,7 @@ class Worker:
         were begun, see ``Starter.start_unknown``). Verdicts still queued are
         kept and recorded on the restart, still heartbeated until then.
         """
+        self.starter.until_due.take_all()  # never started: redelivered after ack_wait
         queue = self.holding.completions
         queued = []
         while not queue.empty():
@@ -142,6 +144,8 @@ class Worker:
             # A start is not awaited here: the next fetch overlaps it, so the
             # round trips of fetch and start_runs do not add up per batch.
             starts: set[asyncio.Task[None]] = set()
+            self.starter.until_due.open()
+            until_due = group.create_task(self.starter.run_until_due(group))
             while not self.stop.is_set():
                 if self.keeping.trouble() is not None:
                     await self.intake.until_kept()
@@ -169,6 +173,7 @@ class Worker:
             if starts:
                 await asyncio.wait(starts)  # their executions are drained with the rest
             stopping = time.monotonic()
+            await self.starter.hand_back_held(until_due)
             await self._drain()
             await self._record_what_is_left(completer, stopping)
             self._hb_stop.set()

@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from actors.config import Settings
+from actors.domain import DEFAULT_LEASE
+
+DEFAULT_MAX_HOLD = DEFAULT_LEASE.max_hold()
 
 
 @dataclass(frozen=True)
@@ -16,6 +19,8 @@ class WorkerSettings:
     heartbeat_interval: timedelta
     concurrency: int  # runs executing at once, at most
     grace: timedelta  # at a stop, how long in-flight runs may finish
+    # The longest a run claimed ahead is held before it is tried (ack_wait / 4).
+    max_hold: timedelta = DEFAULT_MAX_HOLD
     # A database call unanswered this long is failing (None: a quarter of the
     # lease, a second at least): the leases it would extend are running out.
     stall_after: timedelta | None = None
@@ -35,4 +40,5 @@ class WorkerSettings:
             heartbeat_interval=settings.lease_settings.heartbeat_interval(),
             concurrency=settings.worker_concurrency,
             grace=settings.shutdown_grace,
+            max_hold=settings.lease_settings.max_hold(),
         )

@@ -2,7 +2,8 @@
 
 The start path is :meth:`Starter.start`: the deliveries (decoded by the
 inbox) -> ``start_runs`` -> one execution spawned per started run; what cannot
-start is settled here.
+start is settled here. Runs claimed ahead wait until their instant first
+(actors/until_due.py): :meth:`Starter.run_until_due` starts them then.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from actors.observability import DELIVERIES_SKIPPED, REDELIVERIES, get_logger
 from actors.ports import Delivery, DispatchMessage, Outage, RunStore, StartedRun
+from actors.until_due import UntilDue
 from actors.worker.heartbeat import STARTS, InFlight, Keeping
 from actors.worker.holding import Holding, Key, quietly
 from actors.worker.settings import WorkerSettings
@@ -32,7 +35,9 @@ class Starter:
         holding: Holding,
         keeping: Keeping,
         execute: Execute,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
+        """``clock``: the database's time as this worker estimates it (DatabaseClock.now)."""
         self.store = store
         self.settings = settings
         self.holding = holding
@@ -46,6 +51,11 @@ class Starter:
         # run twice under one fencing token. Kept across restarts of the actor
         # (the supervisor reruns the same worker, with the same worker id).
         self.start_unknown: OrderedDict[Key, None] = OrderedDict()
+        # Runs claimed ahead wait here until their instant.
+        self.until_due: UntilDue[Delivery] = UntilDue(
+            clock or (lambda: datetime.now(UTC)), settings.max_hold
+        )
+        self._releasing = asyncio.Lock()  # run_until_due's own (it alone releases held runs)
 
     async def start(self, deliveries: Sequence[Delivery], group: asyncio.TaskGroup) -> None:
         """Start in one statement, spawn executions; settle what cannot start."""
@@ -75,9 +85,12 @@ class Starter:
                 starting.add(key)  # before any await: no other start takes it meanwhile
                 keys.append(key)
                 batch.append((message, delivery))
+            # Runs claimed ahead wait until their instant (actors/until_due.py);
+            # the due ones start now, in this batch's own slots.
+            batch = self.until_due.split(batch, room=len(batch))
             if not batch:
                 return
-            await self._start(batch, keys, group)
+            await self._start(batch, [(m.run_id, m.epoch) for m, _ in batch], group)
         finally:
             starting.difference_update(keys)
 
@@ -124,6 +137,12 @@ class Starter:
         for key in keys:
             self.start_unknown.pop(key, None)  # answered: started now, or never will be
         for skipped in not_started:
+            if skipped.reason == "early":
+                # Not yet due on the database's clock (this worker's estimate ran fast).
+                key = (skipped.run_id, skipped.epoch)
+                message = next(m for m, _ in batch if (m.run_id, m.epoch) == key)
+                self.until_due.again(message, by_key[key])
+                continue
             DELIVERIES_SKIPPED.labels(reason=skipped.reason).inc()
             delivery = by_key[(skipped.run_id, skipped.epoch)]
             log.info(
@@ -135,6 +154,40 @@ class Starter:
             )
             # Unknown: not a run of this database; terminate so it is never redelivered.
             await quietly(delivery.term() if skipped.reason == "unknown" else delivery.ack())
+
+    async def run_until_due(self, group: asyncio.TaskGroup) -> None:
+        """Start held runs at their instants, within the free slots, until closed."""
+
+        def free() -> int:
+            # No slot while the worker could not keep what it starts (see Keeping):
+            # the held runs wait, or are redelivered to a worker that can.
+            if self.keeping.trouble() is not None:
+                return 0
+            return self.settings.concurrency - self.holding.busy
+
+        async def start(batch: list[tuple[DispatchMessage, Delivery]]) -> None:
+            # Their slots are taken before anything is awaited (free() counted
+            # them), as the fetch loop takes a fetched batch's.
+            keys = [(m.run_id, m.epoch) for m, _ in batch]
+            self.holding.take(len(batch))
+            self.holding.starting.update(keys)
+            try:
+                await self._start(batch, keys, group)
+            finally:
+                self.holding.starting.difference_update(keys)
+                self.holding.give(len(batch))
+
+        await self.until_due.run(start, free, self.holding.slot_freed, self._releasing)
+
+    async def hand_back_held(self, until_due: asyncio.Task[None]) -> None:
+        """At a stop: runs held, not started, go back to the broker at once for others."""
+        self.until_due.close()
+        await asyncio.wait([until_due])
+        held = self.until_due.take_all()
+        if held:
+            log.info("stopping: held runs handed back unstarted", runs=len(held))
+        for _, delivery in held:
+            await quietly(delivery.nak())
 
     def _remember_start_unknown(self, keys: Sequence[Key]) -> None:
         for key in keys:

@@ -26,7 +26,7 @@ async def _claim_until_empty(
         if statement_only:
             # The claim statement alone: its row locks (FOR UPDATE SKIP LOCKED)
             # are what keeps racing batches disjoint.
-            rows = await store.pool.fetch(CLAIM_DUE_RUNS, owner, batch, LONG_LEASE)
+            rows = await store.pool.fetch(CLAIM_DUE_RUNS, owner, batch, LONG_LEASE, timedelta(0))
             runs = [
                 ClaimedRun(r["id"], r["name"], r["scheduled_at"], r["attempt"], r["claim_epoch"])
                 for r in rows

@@ -526,7 +526,11 @@ async def _claim_plan(store: PostgresRunStore) -> Any:
     async with store.pool.acquire() as conn:
         await conn.execute("ANALYZE job_runs")
         text = await conn.fetchval(
-            "EXPLAIN (FORMAT JSON) " + CLAIM_DUE_RUNS, "explain", 500, timedelta(minutes=2)
+            "EXPLAIN (FORMAT JSON) " + CLAIM_DUE_RUNS,
+            "explain",
+            500,
+            timedelta(minutes=2),
+            timedelta(0),
         )
     return json.loads(text)
 

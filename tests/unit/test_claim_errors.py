@@ -36,6 +36,7 @@ class FailingExclusiveClaim:
                 "attempt": 1,
                 "claim_epoch": 1,
                 "skip": None,
+                "due_at": datetime.now(UTC),
             }
         ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -125,3 +126,18 @@ def test_oversized_is_judged_before_parsing() -> None:
 
 def test_extra_fields_are_tolerated_for_forward_compatibility() -> None:
     assert decode(raw(trace_id="abc"), DEPLOYMENT) == MESSAGE
+
+
+def test_due_at_round_trips_and_a_message_without_it_starts_at_once() -> None:
+    # A retry is due later than its instant: the worker holds until due_at.
+    retry = dataclasses.replace(MESSAGE, due_at=datetime(2026, 3, 29, 1, 5, tzinfo=UTC))
+    assert decode(encode(retry), DEPLOYMENT) == retry
+    assert "due_at" not in json.loads(encode(MESSAGE))  # None is left out: older workers
+    assert decode(raw(), DEPLOYMENT).due_at is None  # a message of an older claimer
+
+
+@pytest.mark.parametrize("due_at", [5, "2026-03-29T01:00:00", "soon"])
+def test_a_bad_due_at_is_poison(due_at: object) -> None:
+    with pytest.raises(PoisonMessage) as info:
+        decode(raw(due_at=due_at), DEPLOYMENT)
+    assert info.value.reason == "wrong_schema"

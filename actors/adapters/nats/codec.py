@@ -28,18 +28,20 @@ class PoisonMessage(ValueError):
 
 
 def encode(message: DispatchMessage) -> bytes:
-    return json.dumps(
-        {
-            "v": MESSAGE_VERSION,
-            "run_id": message.run_id,
-            "epoch": message.epoch,
-            "job": message.job,
-            "scheduled_at": message.scheduled_at.isoformat(),
-            "attempt": message.attempt,
-            "deployment": message.deployment,
-        },
-        separators=(",", ":"),
-    ).encode()
+    body: dict[str, Any] = {
+        "v": MESSAGE_VERSION,
+        "run_id": message.run_id,
+        "epoch": message.epoch,
+        "job": message.job,
+        "scheduled_at": message.scheduled_at.isoformat(),
+        "attempt": message.attempt,
+        "deployment": message.deployment,
+    }
+    if message.due_at is not None:
+        # Optional, so version 1 still: an older worker ignores it (starts at
+        # once; START_RUNS refuses a run not yet due and the message comes back).
+        body["due_at"] = message.due_at.isoformat()
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def decode(data: bytes, deployment: str) -> DispatchMessage:
@@ -69,6 +71,13 @@ def decode(data: bytes, deployment: str) -> DispatchMessage:
         scheduled_at = datetime.fromisoformat(body["scheduled_at"])
         if scheduled_at.utcoffset() is None:
             raise ValueError("scheduled_at must carry a UTC offset")
+        due_at = None
+        if body.get("due_at") is not None:
+            if not isinstance(body["due_at"], str):
+                raise ValueError("due_at must be a string")
+            due_at = datetime.fromisoformat(body["due_at"])
+            if due_at.utcoffset() is None:
+                raise ValueError("due_at must carry a UTC offset")
         message = DispatchMessage(
             run_id=run_id,
             epoch=epoch,
@@ -76,6 +85,7 @@ def decode(data: bytes, deployment: str) -> DispatchMessage:
             scheduled_at=scheduled_at,
             attempt=attempt,
             deployment=body["deployment"],
+            due_at=due_at,
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise PoisonMessage("wrong_schema", str(exc)[:100]) from None

@@ -33,6 +33,7 @@ from actors.adapters.postgres.statements import (
     COMPLETE_RUNS,
     COUNT_CLAIMED,
     EXTEND_LEASES,
+    NEXT_DUE_IN,
     PRUNE_HISTORY,
     RELEASE_UNPUBLISHED,
     RUN_STATES,
@@ -139,7 +140,12 @@ class PostgresRunStore(PostgresJobCatalog):
         return [(r["id"], r["reason"]) for r in rows]
 
     async def claim_due_runs(
-        self, owner: str, limit: int, lease: timedelta, max_claimed: int
+        self,
+        owner: str,
+        limit: int,
+        lease: timedelta,
+        max_claimed: int,
+        ahead: timedelta = timedelta(0),
     ) -> list[ClaimedRun]:
         # No lock around the claim: replicas race, and SKIP LOCKED keeps their
         # batches disjoint. The in-flight bound is counted just before, so R
@@ -149,11 +155,11 @@ class PostgresRunStore(PostgresJobCatalog):
         # replica holding it stop every claim.)
         room = min(limit, max(0, max_claimed - await self._pool.fetchval(COUNT_CLAIMED)))
         claimed = _claimed_or_skipped(
-            await self._pool.fetch(CLAIM_DUE_RUNS, owner, room, lease) if room else []
+            await self._pool.fetch(CLAIM_DUE_RUNS, owner, room, lease, ahead) if room else []
         )
         try:
             claimed += _claimed_or_skipped(
-                await self._pool.fetch(CLAIM_EXCLUSIVE_RUNS, owner, limit, lease)
+                await self._pool.fetch(CLAIM_EXCLUSIVE_RUNS, owner, limit, lease, ahead)
             )
         except asyncpg.UniqueViolationError:
             # Another replica claimed a run of the same exclusive job first; the
@@ -173,6 +179,10 @@ class PostgresRunStore(PostgresJobCatalog):
                 error=repr(exc),
             )
         return claimed
+
+    async def next_due_in(self, ahead: timedelta) -> timedelta | None:
+        seconds = await self._pool.fetchval(NEXT_DUE_IN, ahead)
+        return None if seconds is None else timedelta(seconds=seconds)
 
     async def release_unpublished(self, owner: str, runs: Sequence[ClaimedRun]) -> int:
         rows = await self._pool.fetch(
@@ -242,6 +252,10 @@ class PostgresRunStore(PostgresJobCatalog):
                 reason = "stale"
             elif state is RunState.RUNNING:
                 reason = "owned"
+            elif state is RunState.CLAIMED:
+                # Claimed under this epoch and not started: not yet due on the
+                # database's clock (claimed ahead); the worker holds it longer.
+                reason = "early"
             else:
                 reason = "stale"
             not_started.append(NotStarted(m.run_id, m.epoch, reason, state))
@@ -352,6 +366,7 @@ def _claimed_or_skipped(rows: Sequence[asyncpg.Record]) -> list[ClaimedRun]:
                 scheduled_at=r["scheduled_at"],
                 attempt=r["attempt"],
                 epoch=r["claim_epoch"],
+                due_at=r["due_at"],
             )
         )
     return claimed

@@ -33,6 +33,8 @@ from actors.adapters.postgres.statements.claim import (
     CLAIM_DUE_RUNS,
     CLAIM_EXCLUSIVE_RUNS,
     COUNT_CLAIMED,
+    NEXT_DUE_IN,
+    PENDING_CHANNEL,
     RELEASE_UNPUBLISHED,
     SKIP_UNRUNNABLE,
 )
@@ -94,6 +96,8 @@ __all__ = [
     "LOCK_EXPIRED_LEASES",
     "LOCK_INTERRUPTED",
     "LOCK_JOBS_FOR_SYNC",
+    "NEXT_DUE_IN",
+    "PENDING_CHANNEL",
     "PRUNE_HISTORY",
     "RELEASE_UNPUBLISHED",
     "REMOVED_JOBS",

@@ -59,7 +59,7 @@ UPDATE job_runs r
        updated_at = now()
   FROM due, jobs j
  WHERE r.id = due.id AND j.id = r.job_id AND r.state = 'pending'
-RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch, due.skip
+RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch, due.skip, r.due_at
 """
 
 # One statement claims a disjoint batch. ORDER BY sits inside the locking
@@ -76,6 +76,11 @@ RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch, due.skip
 # the few due rows, and with a due backlog it read all of it and sorted.
 # SKIP LOCKED: the claim never waits for a row lock, so it cannot deadlock
 # with the statements that lock rows in id order.
+# $4 (claim_ahead): runs due within it are claimed too, and held by their
+# worker until their instant (START_RUNS starts none before it is due). The
+# verdict is still right for them: a run not yet due has not missed its
+# deadline, and only instants already due supersede it; START_RUNS judges
+# again at the start.
 CLAIM_DUE_RUNS = """
 WITH due AS (
     SELECT r.id, """ + MUST_NOT_RUN + """ AS skip
@@ -84,7 +89,7 @@ WITH due AS (
            SELECT j.start_deadline, j.catchup FROM jobs j
             WHERE j.id = r.job_id AND j.enabled AND NOT j.paused AND j.overlap = 'allow'
            OFFSET 0) j
-     WHERE r.state = 'pending' AND r.due_at <= now()
+     WHERE r.state = 'pending' AND r.due_at <= now() + $4::interval
      ORDER BY r.due_at
        FOR UPDATE OF r SKIP LOCKED
      LIMIT $2
@@ -104,7 +109,7 @@ WITH next_per_job AS (
       FROM jobs j
      CROSS JOIN LATERAL (
            SELECT r.id FROM job_runs r
-            WHERE r.job_id = j.id AND r.state = 'pending' AND r.due_at <= now()
+            WHERE r.job_id = j.id AND r.state = 'pending' AND r.due_at <= now() + $4::interval
             ORDER BY r.scheduled_at
             LIMIT 1) n
      WHERE j.enabled AND NOT j.paused AND j.overlap <> 'allow'
@@ -121,6 +126,27 @@ due AS (
        FOR UPDATE OF r SKIP LOCKED
      LIMIT $2
 )""" + _CLAIM_OR_SKIP % {"exclusive": "true"}
+
+# How long until the soonest pending run the claim could not take now is due
+# (seconds on the database's clock), for the claimer to wake then rather than
+# at its next poll. Only runs beyond now() + $1 (claim_ahead): one due already
+# and still pending (over the in-flight bound, an exclusive job's next, a
+# claim racing this one) is the poll's to retry, and must not wake the
+# claimer in a loop. The pending index in due order, first enabled match.
+NEXT_DUE_IN = """
+SELECT extract(epoch FROM r.due_at - now())::float8
+  FROM job_runs r
+  JOIN jobs j ON j.id = r.job_id
+ WHERE r.state = 'pending' AND r.due_at > now() + $1::interval AND j.enabled AND NOT j.paused
+ ORDER BY r.due_at
+ LIMIT 1
+"""
+
+# The channel a trigger (sql/0008_pending_notify.sql) notifies when runs
+# become pending: the payload is the schema and the seconds until the soonest
+# of them is due, so a claimer listening wakes for an earlier run (a trigger,
+# a backfill, a retry, a reload's new job) without waiting for its poll.
+PENDING_CHANNEL = "claimd_runs_pending"
 
 # Due runs that must not run are recorded skipped, with the reason, before
 # each claim: what MUST_NOT_RUN says (start deadline, catchup = latest), and,

@@ -21,6 +21,11 @@ from actors.adapters.postgres.statements.claim import MUST_NOT_RUN
 # superseded meanwhile, is recorded skipped instead of started (returned with
 # `skipped` set; the worker acks its message as changing nothing). A run
 # already running is not judged again: its start was decided.
+#
+# A claimed run is never started before it is due on the database's clock: a
+# run claimed ahead (claim_ahead) whose worker's estimate of that clock ran a
+# little fast is left claimed, and the worker is told "early" and holds it a
+# little longer. So started_at >= due_at whatever the worker's clock says.
 START_RUNS = """
 WITH m AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $5::boolean[])
                  AS m(id, epoch, retake)),
@@ -47,6 +52,7 @@ moved AS (
       FROM m JOIN locked l ON l.id = m.id
      WHERE r.id = m.id AND r.claim_epoch = m.epoch
        AND (r.state = 'claimed' OR (r.state = 'running' AND r.lease_owner = $3 AND m.retake))
+       AND (r.state <> 'claimed' OR r.due_at <= now())
     RETURNING r.id, r.claim_epoch, r.job_id, r.scheduled_at, r.attempt, l.skip, r.trigger,
               r.due_at
 )

@@ -1,0 +1,134 @@
+"""Start lag on the real servers: claimed ahead, held until the instant, woken without polling.
+
+- START_RUNS starts no claimed run before it is due on the database's clock
+  (the worker is told "early"), whatever the claim or the worker's clock did.
+- A replica claims a run before its instant, and its worker starts it at (not
+  before) the instant.
+- With a claim interval of an hour, a run due in a few seconds and a run
+  triggered now are both claimed: the claimer wakes at the next due instant
+  and on the NOTIFY of a new pending run, not at its poll.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from actors.adapters.postgres import PostgresRunStore
+from actors.app import Replica
+from actors.config import LoadedConfig
+from tests.integration.helpers import (
+    LONG_LEASE,
+    RARE_CRON,
+    add_job,
+    eventually,
+    make_job,
+    message_for,
+    running,
+)
+
+pytestmark = pytest.mark.integration
+
+JOBS = f"""
+[jobs.held]
+cron = "{RARE_CRON}"
+run = {{ python = "tests.integration.helpers:record_call" }}
+"""
+# A poll so slow that only a wake can explain a claim inside a test.
+NO_POLL = {"claim_interval": "1h", "materialize_interval": "200ms"}
+
+INSERT_RUN_IN = """
+INSERT INTO job_runs (job_id, scheduled_at, due_at, trigger)
+SELECT j.id, now() + $2::interval, now() + $2::interval, $3 FROM jobs j WHERE j.name = $1
+RETURNING id::text
+"""
+
+
+async def _job_synced(store: PostgresRunStore, name: str = "held") -> None:
+    async def synced() -> bool:
+        return bool(await store.pool.fetchval("SELECT count(*) FROM jobs WHERE name = $1", name))
+
+    await eventually(synced, what="the job synced")
+
+
+async def _succeeded(store: PostgresRunStore, run_id: str) -> None:
+    async def done() -> bool:
+        state = await store.pool.fetchval("SELECT state FROM job_runs WHERE id = $1", run_id)
+        return bool(state == "succeeded")
+
+    await eventually(done, what=f"run {run_id} succeeded")
+
+
+async def test_start_runs_refuses_a_claimed_run_not_yet_due(store: PostgresRunStore) -> None:
+    job_id = await add_job(store, make_job())
+    run_id = await store.pool.fetchval(
+        "INSERT INTO job_runs (job_id, scheduled_at, due_at) "
+        "VALUES ($1, now() + interval '1 hour', now() + interval '1 hour') RETURNING id::text",
+        job_id,
+    )
+    assert await store.claim_due_runs("me", 10, LONG_LEASE, 100) == []
+    next_due = await store.next_due_in(timedelta(0))
+    assert next_due is not None
+    assert timedelta(minutes=59) < next_due <= timedelta(hours=1)
+    assert await store.next_due_in(timedelta(hours=2)) is None  # claimable now: the poll's
+
+    [run] = await store.claim_due_runs("me", 10, LONG_LEASE, 100, ahead=timedelta(hours=2))
+    assert run.run_id == run_id
+    assert run.due_at is not None
+    message = message_for(run, "d")
+    started, refused = await store.start_runs("worker", [message], LONG_LEASE)
+    assert started == []
+    assert [(r.run_id, r.reason) for r in refused] == [(run_id, "early")]
+    row = await store.pool.fetchrow("SELECT state, started_at FROM job_runs WHERE id = $1", run_id)
+    assert (row["state"], row["started_at"]) == ("claimed", None)
+
+    # Its instant comes (moved here rather than waited for): now it starts.
+    await store.pool.execute("UPDATE job_runs SET due_at = now() WHERE id = $1", run_id)
+    started, refused = await store.start_runs("worker", [message], LONG_LEASE)
+    assert [s.run_id for s in started] == [run_id]
+    assert refused == []
+
+
+async def test_a_run_claimed_ahead_starts_at_not_before_its_instant(
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
+    loaded = make_config(JOBS, claim_ahead="1s", **NO_POLL)
+    async with running(Replica(tmp_path / "claimd.toml", loaded)):
+        await _job_synced(store)
+        run_id = await store.pool.fetchval(INSERT_RUN_IN, "held", timedelta(seconds=3), "schedule")
+
+        async def claimed_before_its_instant() -> bool:
+            return bool(
+                await store.pool.fetchval(
+                    "SELECT state = 'claimed' AND now() < due_at FROM job_runs WHERE id = $1",
+                    run_id,
+                )
+            )
+
+        await eventually(claimed_before_its_instant, what="the run claimed ahead")
+        await _succeeded(store, run_id)
+    row = await store.pool.fetchrow(
+        "SELECT started_at, scheduled_at, due_at FROM job_runs WHERE id = $1", run_id
+    )
+    # On the database's clock: START_RUNS writes started_at = now().
+    assert row["started_at"] >= row["due_at"] == row["scheduled_at"]
+    attempts = await store.pool.fetchval(
+        "SELECT count(*) FROM job_run_attempts WHERE run_id = $1", run_id
+    )
+    assert attempts == 1
+
+
+async def test_a_triggered_run_wakes_the_claimer_without_waiting_for_its_poll(
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
+    loaded = make_config(JOBS, **NO_POLL)
+    async with running(Replica(tmp_path / "claimd.toml", loaded)):
+        await _job_synced(store)
+        first = await store.pool.fetchval(INSERT_RUN_IN, "held", timedelta(0), "manual")
+        await _succeeded(store, first)
+        # The claimer now rests for its hour; only the NOTIFY can wake it.
+        second = await store.pool.fetchval(INSERT_RUN_IN, "held", timedelta(0), "manual")
+        await _succeeded(store, second)

@@ -1,0 +1,157 @@
+"""The worker's hold: runs claimed ahead wait until their instant, then start by instant.
+
+A fake clock (the database's time as the worker estimates it) moves by hand;
+nothing here waits for real time to pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+from actors.ports import DispatchMessage
+from actors.until_due import EARLY_RETRY, UntilDue
+
+T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+S = timedelta(seconds=1)
+MS = timedelta(milliseconds=1)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def msg(run: str, due: datetime | None, epoch: int = 1) -> DispatchMessage:
+    return DispatchMessage(
+        run_id=run, epoch=epoch, job="job", scheduled_at=due or T0, attempt=1, deployment="d",
+        due_at=due,
+    )  # fmt: skip
+
+
+def pairs(*messages: DispatchMessage) -> list[tuple[DispatchMessage, str]]:
+    return [(m, f"delivery-{m.run_id}") for m in messages]
+
+
+def ids(batch: list[tuple[DispatchMessage, str]]) -> list[str]:
+    return [m.run_id for m, _ in batch]
+
+
+def test_due_runs_and_runs_without_due_at_start_now_the_others_are_held() -> None:
+    clock = FakeClock()
+    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    now = hold.split(pairs(msg("old", None), msg("due", T0), msg("later", T0 + 500 * MS)), room=10)
+    assert ids(now) == ["old", "due"]
+    assert len(hold) == 1
+    assert ("later", 1) in hold
+    assert hold.next_release() == T0 + 500 * MS
+
+
+def test_nothing_is_released_before_its_instant_and_an_instant_comes_out_whole() -> None:
+    clock = FakeClock()
+    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    a = T0 + 300 * MS
+    b = T0 + 600 * MS
+    hold.split(pairs(msg("b1", b), msg("a1", a), msg("b2", b)), room=10)
+    hold.split(pairs(msg("a2", a), msg("a3", a)), room=10)  # a later fetch, same instant
+    clock.now = a - MS
+    assert hold.due(100) == []
+    clock.now = a
+    assert sorted(ids(hold.due(100))) == ["a1", "a2", "a3"]  # one start statement
+    assert hold.next_release() == b
+    clock.now = b + 10 * S
+    assert sorted(ids(hold.due(100))) == ["b1", "b2"]
+    assert len(hold) == 0
+    assert hold.next_release() is None
+
+
+def test_the_earliest_instant_goes_first_when_slots_are_short() -> None:
+    clock = FakeClock()
+    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    hold.split(pairs(msg("late", T0 + 200 * MS), msg("early", T0 + 100 * MS)), room=10)
+    clock.now = T0 + S
+    assert ids(hold.due(1)) == ["early"]
+    assert ids(hold.due(0)) == []
+    assert ids(hold.due(1)) == ["late"]
+
+
+def test_due_runs_beyond_the_free_slots_wait_in_the_hold_as_due() -> None:
+    clock = FakeClock()
+    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    now = hold.split(pairs(msg("r1", T0), msg("r2", T0), msg("r3", None)), room=1)
+    assert ids(now) == ["r1"]
+    assert hold.next_release() == T0  # due already: started as soon as a slot frees
+    assert sorted(ids(hold.due(5))) == ["r2", "r3"]
+
+
+def test_a_hold_lasts_at_most_max_hold_the_database_says_whether_it_is_due() -> None:
+    clock = FakeClock()
+    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    hold.split(pairs(msg("far", T0 + timedelta(minutes=5))), room=10)
+    assert hold.next_release() == T0 + S
+
+
+def test_a_redelivered_copy_replaces_the_held_delivery_and_is_not_started() -> None:
+    clock = FakeClock()
+    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    m = msg("r", T0 + 100 * MS)
+    hold.split([(m, "first")], room=10)
+    assert hold.split([(m, "second")], room=10) == []
+    clock.now = T0 + 100 * MS
+    assert hold.due(10) == [(m, "second")]
+
+
+def test_early_runs_are_held_again_a_little_longer_each_time() -> None:
+    clock = FakeClock()
+    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    m = msg("r", T0)
+    hold.again(m, "d")
+    assert hold.next_release() == T0 + EARLY_RETRY
+    clock.now = T0 + EARLY_RETRY
+    assert hold.due(1) == [(m, "d")]
+    hold.again(m, "d")  # refused again
+    assert hold.next_release() == clock.now + 2 * EARLY_RETRY
+
+
+def test_take_all_empties_the_hold() -> None:
+    clock = FakeClock()
+    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    hold.split(pairs(msg("a", T0 + MS), msg("b", T0 + 2 * MS)), room=10)
+    assert sorted(ids(hold.take_all())) == ["a", "b"]
+    assert len(hold) == 0
+
+
+async def test_the_loop_starts_each_instant_in_one_call_within_the_free_slots() -> None:
+    clock = FakeClock()
+    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    started: list[list[str]] = []
+    got = asyncio.Event()
+    slots = {"free": 2}
+    slot_freed = asyncio.Event()
+
+    async def start(batch: list[tuple[DispatchMessage, str]]) -> None:
+        started.append(sorted(ids(batch)))
+        slots["free"] -= len(batch)
+        got.set()
+
+    hold.open()
+    hold.split(pairs(msg("x1", T0 + 100 * MS), msg("x2", T0 + 100 * MS)), room=10)
+    hold.split(pairs(msg("y1", T0 + 100 * MS)), room=10)
+    loop = asyncio.create_task(hold.run(start, lambda: slots["free"], slot_freed, asyncio.Lock()))
+    try:
+        clock.now = T0 + 100 * MS
+        hold.split(pairs(msg("z", T0 + S)), room=10)  # an arrival: the loop looks again
+        await asyncio.wait_for(got.wait(), 5)
+        assert started == [["x1", "x2"]]  # two slots: two of the instant's three
+        got.clear()
+        slots["free"] = 1
+        slot_freed.set()  # a run finished
+        await asyncio.wait_for(got.wait(), 5)
+        assert started[-1] == ["y1"]
+        assert len(hold) == 1  # z is not due yet
+    finally:
+        hold.close()
+        await asyncio.wait_for(loop, 5)

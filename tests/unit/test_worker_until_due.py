@@ -1,0 +1,77 @@
+"""The worker's wait until due, on the in-memory inbox: runs claimed ahead start at their instant.
+
+The database clock (the worker's estimate) is a fake the test moves; the
+store and the inbox answer at once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from actors.ports import DispatchMessage
+from tests.fakes import T0
+from tests.unit.worker_rig import Rig, until
+
+pytestmark = pytest.mark.timeout(30)
+
+MS = timedelta(milliseconds=1)
+
+
+def message(run: str, due: datetime | None) -> DispatchMessage:
+    return DispatchMessage(
+        run_id=run, epoch=1, job="job", scheduled_at=due or T0, attempt=1, deployment="d",
+        due_at=due,
+    )  # fmt: skip
+
+
+def started(rig: Rig) -> list[list[str]]:
+    return [sorted(m.run_id for m in batch) for batch in rig.store.starts]
+
+
+async def test_runs_of_one_instant_start_together_when_the_database_clock_reaches_it() -> None:
+    rig = Rig(max_hold=timedelta(hours=1))
+    rig.executor.finish.set()
+    instant = T0 + 20 * MS
+    rig.inbox.put(message("now", None))
+    rig.inbox.put(message("a", instant))
+    rig.start()
+    try:
+        await until(lambda: len(rig.worker.starter.until_due) == 1, "a held")
+        rig.inbox.put(message("b", instant))  # the same instant, a later fetch
+        await until(lambda: len(rig.worker.starter.until_due) == 2, "a and b held")
+        assert started(rig) == [["now"]]  # the due one at once; a and b wait
+        rig.clock.current = instant
+        await until(lambda: len(rig.store.starts) == 2, "the instant started")
+        assert started(rig)[1] == ["a", "b"]  # one statement for the instant
+    finally:
+        await rig.stopped()
+
+
+async def test_a_run_the_database_calls_early_is_held_again_then_started() -> None:
+    rig = Rig(max_hold=timedelta(hours=1))
+    rig.executor.finish.set()
+    rig.store.not_started["r"] = "early"
+    rig.inbox.put(message("r", T0))
+    rig.start()
+    try:
+        await until(lambda: len(rig.store.starts) >= 1, "tried once")
+        await until(lambda: len(rig.worker.starter.until_due) == 1, "held again")
+        assert rig.inbox.acked == []  # not settled: it is still to start
+        del rig.store.not_started["r"]
+        rig.clock.current = T0 + timedelta(seconds=1)
+        await until(lambda: ("start", "r") in rig.store.events, "started on a later try")
+    finally:
+        await rig.stopped()
+
+
+async def test_held_runs_are_handed_back_to_the_broker_at_a_stop() -> None:
+    rig = Rig(max_hold=timedelta(hours=1))
+    rig.inbox.put(message("later", T0 + timedelta(minutes=1)))
+    rig.start()
+    await until(lambda: len(rig.worker.starter.until_due) == 1, "held")
+    await rig.stopped()
+    assert [m.run_id for m in rig.inbox.naked] == ["later"]  # for another worker to take
+    assert rig.store.starts == []
+    assert len(rig.worker.starter.until_due) == 0
