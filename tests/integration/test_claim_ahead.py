@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -132,3 +133,44 @@ async def test_a_triggered_run_wakes_the_claimer_without_waiting_for_its_poll(
         # The claimer now rests for its hour; only the NOTIFY can wake it.
         second = await store.pool.fetchval(INSERT_RUN_IN, "held", timedelta(0), "manual")
         await _succeeded(store, second)
+
+
+async def test_the_listener_survives_its_connection_being_killed_and_listens_again(
+    store: PostgresRunStore,
+) -> None:
+    """A dead LISTEN connection is an outage to wait out, never a crash.
+
+    Seen in the network chaos run: after a reset link, cleaning up the dead
+    connection raised (asyncpg had released it to the pool already), the
+    supervisor counted six crashes in a minute and the replica exited.
+    """
+    from datetime import datetime
+
+    from actors.adapters.postgres.notify import PendingRunsListener
+
+    calls: list[datetime] = []
+    listener = PendingRunsListener(store.pool, calls.append)
+    stop = asyncio.Event()
+    task = asyncio.create_task(listener.run(stop))
+    try:
+        for round_ in range(3):
+
+            async def listening(n: int = round_ + 1) -> bool:
+                return len(calls) >= n and bool(
+                    await store.pool.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+                    )
+                )
+
+            await eventually(listening, what=f"the listener listening (round {round_ + 1})")
+            killed = await store.pool.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query LIKE 'LISTEN%' "
+                "AND pid <> pg_backend_pid()"
+            )
+            assert killed >= 1
+            assert not task.done(), task  # still running: waited out, not raised
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)  # ends on stop, without an error

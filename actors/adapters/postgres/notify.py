@@ -94,7 +94,11 @@ class PendingRunsListener:
                 if lost.is_set():
                     raise ConnectionError("the LISTEN connection was closed")
             finally:
-                conn.remove_termination_listener(on_lost)
-                if not conn.is_closed():
-                    with contextlib.suppress(Exception):
-                        await conn.remove_listener(PENDING_CHANNEL, on_notify)  # UNLISTEN
+                # A connection the server or the network killed has been handed
+                # back to the pool already (asyncpg then refuses every call with
+                # InterfaceError): nothing is left to remove from it.
+                with contextlib.suppress(asyncpg.InterfaceError):
+                    conn.remove_termination_listener(on_lost)
+                    if not conn.is_closed():
+                        with contextlib.suppress(Exception):
+                            await conn.remove_listener(PENDING_CHANNEL, on_notify)  # UNLISTEN
