@@ -17,12 +17,14 @@ import aiohttp
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
+from actors.adapters.executors import LocalExecutor
 from actors.adapters.nats import CONSUMER, JetStreamBroker
 from actors.adapters.nats_inbox import JetStreamInbox
 from actors.adapters.postgres import PostgresRunStore
 from actors.app import Replica
 from actors.domain import ClaimedRun, CronSchedule, ExecutorSpec, Job, PythonSpec, RunContext
-from actors.ports import DispatchMessage
+from actors.ports import DispatchMessage, RunStore
+from actors.worker import Worker, WorkerSettings
 
 # A schedule that (almost) never fires inside a test's horizon: the tests insert
 # the rows they want, and a running materializer adds none of its own.
@@ -244,4 +246,32 @@ async def inbox_of(broker: JetStreamBroker, deployment: str) -> JetStreamInbox:
         deployment,
         rebind=broker.pull_subscription,
         probe=probe,
+    )
+
+
+async def jetstream_worker(
+    store: RunStore,
+    broker: JetStreamBroker,
+    deployment: str,
+    stop: asyncio.Event,
+    *,
+    worker_id: str = "w",
+    concurrency: int = 4,
+    heartbeat: timedelta = timedelta(milliseconds=500),
+    lease: timedelta = timedelta(seconds=30),
+) -> Worker:
+    """A worker on the test's stream with the real executor, as the integration tests build it."""
+    return Worker(
+        store,
+        await inbox_of(broker, deployment),
+        LocalExecutor(),
+        WorkerSettings(
+            worker_id=worker_id,
+            deployment=deployment,
+            lease=lease,
+            heartbeat_interval=heartbeat,
+            concurrency=concurrency,
+            grace=timedelta(seconds=5),
+        ),
+        stop=stop,
     )

@@ -10,13 +10,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from actors.adapters.executors import LocalExecutor
 from actors.adapters.nats import JetStreamBroker
 from actors.adapters.postgres import PostgresRunStore
 from actors.app import Replica
 from actors.config import LoadedConfig
 from actors.ports import Completion, RecordRejected
-from actors.worker import Worker, WorkerSettings
 from tests.integration.helpers import (
     RARE_CRON,
     add_job,
@@ -24,8 +22,8 @@ from tests.integration.helpers import (
     consumer_counts,
     counter,
     eventually,
-    inbox_of,
     insert_due_runs,
+    jetstream_worker,
     make_job,
     message_for,
     running,
@@ -58,19 +56,13 @@ async def test_a_rejected_completion_is_abandoned_to_the_lease_and_the_rest_reco
     refusing.bad = ids[0]
     rejected_before = counter("claimd_completions_rejected_total")
     stop = asyncio.Event()
-    worker = Worker(
+    worker = await jetstream_worker(
         refusing,
-        await inbox_of(broker, deployment),
-        LocalExecutor(),
-        WorkerSettings(
-            worker_id="w",
-            deployment=deployment,
-            lease=timedelta(seconds=30),
-            heartbeat_interval=timedelta(milliseconds=200),
-            concurrency=16,
-            grace=timedelta(seconds=5),
-        ),
-        stop=stop,
+        broker,
+        deployment,
+        stop,
+        concurrency=16,
+        heartbeat=timedelta(milliseconds=200),
     )
     task = asyncio.create_task(worker.run())
     try:

@@ -10,13 +10,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import REGISTRY
 
-from actors.adapters.executors import LocalExecutor
 from actors.adapters.nats import CONSUMER, MAX_MESSAGE_BYTES, JetStreamBroker, encode
 from actors.adapters.postgres import PostgresRunStore
 from actors.domain import CronSchedule, Job, PythonSpec
 from actors.ports import DispatchMessage
-from actors.worker import Worker, WorkerSettings
-from tests.integration.helpers import inbox_of
+from tests.integration.helpers import jetstream_worker
 
 pytestmark = pytest.mark.integration
 
@@ -80,19 +78,14 @@ async def test_poison_messages_are_settled_and_counted_and_the_worker_goes_on(
     assert await broker.publish_many([good]) == [None]
 
     stop = asyncio.Event()
-    worker = Worker(
+    worker = await jetstream_worker(
         store,
-        await inbox_of(broker, deployment),
-        LocalExecutor(),
-        WorkerSettings(
-            worker_id="w1",
-            deployment=deployment,
-            lease=timedelta(minutes=1),
-            heartbeat_interval=timedelta(seconds=1),
-            concurrency=4,
-            grace=timedelta(seconds=5),
-        ),
-        stop=stop,
+        broker,
+        deployment,
+        stop,
+        worker_id="w1",
+        heartbeat=timedelta(seconds=1),
+        lease=timedelta(minutes=1),
     )
     task = asyncio.create_task(worker.run())
     try:

@@ -15,12 +15,10 @@ from datetime import timedelta
 
 import pytest
 
-from actors.adapters.executors import LocalExecutor
 from actors.adapters.nats import JetStreamBroker
 from actors.adapters.postgres import PostgresRunStore
 from actors.domain import Catchup, ClaimedRun, CronSchedule, Job, Overlap, PythonSpec, RunState
 from actors.ports import NotStarted
-from actors.worker import Worker, WorkerSettings
 from tests.integration.helpers import (
     LONG_LEASE,
     RARE_CRON,
@@ -29,7 +27,7 @@ from tests.integration.helpers import (
     consumer_counts,
     counter,
     eventually,
-    inbox_of,
+    jetstream_worker,
     message_for,
 )
 
@@ -251,19 +249,12 @@ async def test_worker_acks_a_delivery_skipped_at_start_and_executes_nothing(
         nats_url, broker.stream, broker.subject, name="worker-1"
     )
     stop = asyncio.Event()
-    worker = Worker(
+    worker = await jetstream_worker(
         store,
-        await inbox_of(connection, deployment),
-        LocalExecutor(),
-        WorkerSettings(
-            worker_id="worker-1",
-            deployment=deployment,
-            lease=timedelta(seconds=30),
-            heartbeat_interval=timedelta(milliseconds=500),
-            concurrency=4,
-            grace=timedelta(seconds=5),
-        ),
-        stop=stop,
+        connection,
+        deployment,
+        stop,
+        worker_id="worker-1",
     )
     task = asyncio.create_task(worker.run())
     try:

@@ -7,15 +7,13 @@ from datetime import timedelta
 
 import pytest
 
-from actors.adapters.executors import LocalExecutor
 from actors.adapters.nats import JetStreamBroker
 from actors.adapters.postgres import PostgresRunStore
-from actors.worker import Worker, WorkerSettings
 from tests.integration.helpers import (
     consumer_counts,
     eventually,
-    inbox_of,
     insert_due_runs,
+    jetstream_worker,
     make_job,
     message_for,
 )
@@ -41,19 +39,13 @@ async def test_unreadable_definition_fails_that_run_and_the_others_run(
     assert await broker.publish_many([message_for(r, deployment) for r in claimed]) == [None] * 4
 
     stop = asyncio.Event()
-    worker = Worker(
+    worker = await jetstream_worker(
         store,
-        await inbox_of(broker, deployment),
-        LocalExecutor(),
-        WorkerSettings(
-            worker_id="w",
-            deployment=deployment,
-            lease=timedelta(seconds=30),
-            heartbeat_interval=timedelta(seconds=1),
-            concurrency=8,
-            grace=timedelta(seconds=5),
-        ),
-        stop=stop,
+        broker,
+        deployment,
+        stop,
+        concurrency=8,
+        heartbeat=timedelta(seconds=1),
     )
     task = asyncio.create_task(worker.run())
     try:

@@ -6,20 +6,18 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Protocol
 
 import aiohttp
 import pytest
 
-from actors.adapters.executors import LocalExecutor
 from actors.adapters.nats import JetStreamBroker, encode
 from actors.adapters.postgres import PostgresRunStore
 from actors.config import LoadedConfig
 from actors.domain import ClaimedRun, ShellSpec
 from actors.ports import Completion
-from actors.worker import Worker, WorkerSettings
+from actors.worker import Worker
 from tests.integration.helpers import (
     LONG_LEASE,
     RARE_CRON,
@@ -30,8 +28,8 @@ from tests.integration.helpers import (
     counter,
     eventually,
     free_port,
-    inbox_of,
     insert_due_runs,
+    jetstream_worker,
     make_job,
     message_for,
     scrape,
@@ -87,19 +85,12 @@ async def workers(
             nats_url, broker.stream, broker.subject, name=worker_id
         )
         stop = asyncio.Event()
-        worker = Worker(
+        worker = await jetstream_worker(
             through or store,
-            await inbox_of(connection, deployment),
-            LocalExecutor(),
-            WorkerSettings(
-                worker_id=worker_id,
-                deployment=deployment,
-                lease=timedelta(seconds=30),
-                heartbeat_interval=timedelta(milliseconds=500),
-                concurrency=4,
-                grace=timedelta(seconds=5),
-            ),
-            stop=stop,
+            connection,
+            deployment,
+            stop,
+            worker_id=worker_id,
         )
         running = RunningWorker(worker, asyncio.create_task(worker.run()), connection, stop)
         started.append(running)
