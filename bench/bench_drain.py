@@ -63,16 +63,17 @@ if __package__ in (None, ""):
 import asyncpg
 import nats
 from nats.js import api
-from nats.js.errors import NotFoundError
 
 from actors.adapters.nats import MAX_MESSAGE_BYTES, encode
 from actors.adapters.postgres import PostgresRunStore
 from actors.config import parse_config
 from actors.ports import DispatchMessage
 from bench.common import (
+    REPO,
     Row,
     bench_schema,
     config_toml,
+    delete_stream,
     environment,
     migrated_store,
     nats_url,
@@ -80,7 +81,6 @@ from bench.common import (
 )
 from tests.servers import unique_name
 
-REPO = Path(__file__).resolve().parents[1]
 # Which `claimd run --role` processes each configuration starts.
 LAYOUTS: dict[str, tuple[str, ...]] = {
     "one": ("all",),
@@ -466,7 +466,7 @@ async def claimd(name: str, args: argparse.Namespace, tree: Path = REPO) -> Drai
             await _finish(store, result)
             return result
     finally:
-        await _delete_stream(f"CLAIMD_{deployment}")
+        await delete_stream(f"CLAIMD_{deployment}")
 
 
 def _spy(
@@ -539,15 +539,6 @@ def _stop(procs: Sequence[subprocess.Popen[bytes]], sig: int = signal.SIGTERM) -
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
-
-
-async def _delete_stream(stream: str) -> None:
-    nc = await nats.connect(nats_url(), name="claimd-bench")
-    try:
-        with contextlib.suppress(NotFoundError):
-            await nc.jetstream().delete_stream(stream)
-    finally:
-        await nc.close()
 
 
 # --- the claim statement: SKIP LOCKED against plain FOR UPDATE ------------------------------

@@ -25,11 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
 import os
 import resource
-import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -39,27 +36,25 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nats.js.errors import NotFoundError
 from prometheus_client import REGISTRY
 
-from actors.adapters.nats import JetStreamBroker
 from actors.app import Replica
 from actors.domain import parse_duration
 from actors.observability import configure_logging
 from bench.common import (
     Row,
     bench_schema,
+    delete_stream,
     environment,
     jobs_toml,
     make_config,
     migrated_store,
-    nats_url,
+    print_result,
     print_table,
+    run_child,
 )
 from tests.servers import unique_name
 
-REPO = Path(__file__).resolve().parents[1]
-MARKER = "BENCH_RESULT "
 VARIANTS: dict[str, dict[str, int]] = {
     "batched": {"claim_batch": 500, "worker_concurrency": 256},
     "baseline": {"claim_batch": 1, "worker_concurrency": 1},
@@ -143,7 +138,7 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
             double_attempts = await store.pool.fetchval(DOUBLE_ATTEMPTS)
             total_attempts = await store.pool.fetchval("SELECT count(*) FROM job_run_attempts")
     finally:
-        nats_version = await _delete_stream(deployment)
+        nats_version = await delete_stream(f"CLAIMD_{deployment}")
     env += f", NATS {nats_version}"
     window = (stopped - window_start).total_seconds()
     lag = list(w["lag"] or [float("nan")] * 3)
@@ -174,29 +169,8 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def _delete_stream(deployment: str) -> str:
-    """Delete the stream the replica created for the deployment, if it did.
-
-    Returns the NATS server's version.
-    """
-    broker = await JetStreamBroker.connect(
-        nats_url(), f"CLAIMD_{deployment}", f"claimd.{deployment}.runs", name="claimd-bench"
-    )
-    try:
-        with contextlib.suppress(NotFoundError):
-            await broker.js.delete_stream(broker.stream)
-        v = broker.nc.connected_server_version
-        return f"{v.major}.{v.minor}.{v.patch}"
-    finally:
-        await broker.close()
-
-
-def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.bench_end_to_end",
-        "--child",
+def run_child_variant(variant: str, args: argparse.Namespace) -> dict[str, Any]:
+    flags = [
         variant,
         "--jobs",
         str(args.jobs),
@@ -211,19 +185,12 @@ def run_child(variant: str, args: argparse.Namespace) -> dict[str, Any]:
         "--log-level",
         args.log_level,
     ]
-    proc = subprocess.run(
-        cmd,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
+    return run_child(
+        "bench.bench_end_to_end",
+        flags,
         timeout=args.warmup + args.duration + 180,
+        what=f"variant {variant}",
     )
-    for line in proc.stdout.splitlines():
-        if line.startswith(MARKER):
-            return json.loads(line[len(MARKER) :])
-    sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-    raise RuntimeError(f"variant {variant} produced no result (exit {proc.returncode})")
 
 
 def _per_1000(r: dict[str, Any]) -> float:
@@ -288,7 +255,7 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None
 
 async def _child_main(args: argparse.Namespace) -> None:
     result = await child(args)
-    print(MARKER + json.dumps(result, default=str), flush=True)
+    print_result(result)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -332,9 +299,9 @@ def main() -> None:
     unknown = [n for n in names if n not in VARIANTS or n == "batched"]
     if unknown:
         raise SystemExit(f"unknown baseline(s): {', '.join(unknown)}")
-    results = {"batched": run_child("batched", args)}
+    results = {"batched": run_child_variant("batched", args)}
     for name in names:
-        results[name] = run_child(name, args)
+        results[name] = run_child_variant(name, args)
     report(results, args)
 
 

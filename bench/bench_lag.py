@@ -31,10 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import json
 import os
-import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -44,26 +41,24 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nats.js.errors import NotFoundError
 from prometheus_client import REGISTRY
 
-from actors.adapters.nats import JetStreamBroker
 from actors.app import Replica
 from actors.observability import configure_logging
 from bench.common import (
     Row,
     bench_schema,
+    delete_stream,
     environment,
     jobs_toml,
     make_config,
     migrated_store,
-    nats_url,
+    print_result,
     print_table,
+    run_child,
 )
 from tests.servers import unique_name
 
-REPO = Path(__file__).resolve().parents[1]
-MARKER = "BENCH_RESULT "
 VARIANTS: dict[str, dict[str, object]] = {
     "previous": {"claim_ahead": "0s", "claim_wake": False},
     "new": {},
@@ -151,7 +146,7 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
             doubles = await store.pool.fetchval(DOUBLE_ROWS)
             double_attempts = await store.pool.fetchval(DOUBLE_ATTEMPTS)
     finally:
-        await _delete_stream(deployment)
+        await delete_stream(f"CLAIMD_{deployment}")
     lag = list(w["lag"] or [float("nan")] * 2)
     scheduled = int(w["scheduled"])
     return {
@@ -191,23 +186,8 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-async def _delete_stream(deployment: str) -> None:
-    broker = await JetStreamBroker.connect(
-        nats_url(), f"CLAIMD_{deployment}", f"claimd.{deployment}.runs", name="claimd-bench"
-    )
-    try:
-        with contextlib.suppress(NotFoundError):
-            await broker.js.delete_stream(broker.stream)
-    finally:
-        await broker.close()
-
-
-def run_child(variant: str, jobs: int, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.bench_lag",
-        "--child",
+def run_child_variant(variant: str, jobs: int, args: argparse.Namespace) -> dict[str, Any]:
+    flags = [
         variant,
         "--jobs",
         str(jobs),
@@ -222,19 +202,12 @@ def run_child(variant: str, jobs: int, args: argparse.Namespace) -> dict[str, An
         "--log-level",
         args.log_level,
     ]
-    proc = subprocess.run(
-        cmd,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
+    return run_child(
+        "bench.bench_lag",
+        flags,
         timeout=args.warmup + args.duration + 180,
+        what=f"variant {variant}",
     )
-    for line in proc.stdout.splitlines():
-        if line.startswith(MARKER):
-            return dict(json.loads(line[len(MARKER) :]))
-    sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-    raise RuntimeError(f"variant {variant} produced no result (exit {proc.returncode})")
 
 
 def _missed(r: dict[str, Any]) -> int:
@@ -309,7 +282,7 @@ def report(new: dict[str, Any], base: dict[str, Any] | None, args: argparse.Name
 
 async def _child_main(args: argparse.Namespace) -> None:
     result = await child(args)
-    print(MARKER + json.dumps(result, default=str), flush=True)
+    print_result(result)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -342,7 +315,7 @@ def main() -> None:
         return
     variants = [v for v in args.variants.split(",") if v]
     for jobs in (int(j) for j in args.jobs.split(",") if j):
-        results = {v: run_child(v, jobs, args) for v in variants}
+        results = {v: run_child_variant(v, jobs, args) for v in variants}
         base = results.get("previous")
         for name, result in results.items():
             if name != "previous" or len(results) == 1:

@@ -28,12 +28,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import re
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -43,7 +40,6 @@ from typing import Any
 
 import asyncpg
 
-from actors.adapters.nats import JetStreamBroker
 from actors.adapters.postgres import PostgresRunStore
 from actors.adapters.postgres import statements as statement_package
 from actors.app import Replica
@@ -52,16 +48,16 @@ from actors.materializer import Materializer
 from actors.observability import configure_logging
 from bench.common import (
     bench_schema,
+    delete_stream,
     environment,
     jobs_toml,
     make_config,
-    nats_url,
     percentile,
+    print_result,
+    run_child,
 )
 from tests.servers import PrivatePostgres, postgres_bindir, unique_name
 
-REPO = Path(__file__).resolve().parents[1]
-MARKER = "BENCH_RESULT "
 PG_SETTINGS = (
     "shared_preload_libraries = 'pg_stat_statements'\n"
     "pg_stat_statements.max = 1000\n"
@@ -221,7 +217,7 @@ async def child(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 await store.close()
     finally:
-        await _delete_stream(deployment)
+        await delete_stream(f"CLAIMD_{deployment}")
     result.update(
         environment=env,
         jobs=args.jobs,
@@ -318,23 +314,10 @@ async def _measure(
     }
 
 
-async def _delete_stream(deployment: str) -> None:
-    broker = await JetStreamBroker.connect(
-        nats_url(), f"CLAIMD_{deployment}", f"claimd.{deployment}.runs", name="claimd-bench"
-    )
-    try:
-        with contextlib.suppress(Exception):
-            await broker.js.delete_stream(broker.stream)
-    finally:
-        await broker.close()
-
-
-def run_child(args: argparse.Namespace, url: str, postmaster: int, jobs: int, big: bool) -> Any:
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.bench_tick_cost",
-        "--child",
+def run_child_jobs(
+    args: argparse.Namespace, url: str, postmaster: int, jobs: int, big: bool
+) -> Any:
+    flags = [
         "--postmaster",
         str(postmaster),
         "--jobs",
@@ -352,20 +335,13 @@ def run_child(args: argparse.Namespace, url: str, postmaster: int, jobs: int, bi
         "--scrape-every",
         str(args.scrape_every),
     ]
-    proc = subprocess.run(
-        cmd,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
+    return run_child(
+        "bench.bench_tick_cost",
+        flags,
         timeout=args.warmup + args.duration + 600,
+        what=f"{jobs} jobs",
         env={**os.environ, "CLAIMD_TEST_DATABASE_URL": url},
     )
-    for line in proc.stdout.splitlines():
-        if line.startswith(MARKER):
-            return json.loads(line[len(MARKER) :])
-    sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-    raise RuntimeError(f"{jobs} jobs: no result (exit {proc.returncode})")
 
 
 def _table(title: str, runs: list[dict[str, Any]]) -> None:
@@ -481,7 +457,7 @@ def main() -> None:
         args.jobs = int(args.jobs)
         args.big = bool(args.big)
         result = asyncio.run(child(args))
-        print(MARKER + json.dumps(result, default=str), flush=True)
+        print_result(result)
         return
     bindir = postgres_bindir()
     if bindir is None:
@@ -491,10 +467,10 @@ def main() -> None:
     try:
         asyncio.run(_create_extension(pg.url))
         results = [
-            run_child(args, pg.url, pg.pid, int(n), False) for n in args.jobs.split(",") if n
+            run_child_jobs(args, pg.url, pg.pid, int(n), False) for n in args.jobs.split(",") if n
         ]
         if args.big:
-            results.append(run_child(args, pg.url, pg.pid, args.big, True))
+            results.append(run_child_jobs(args, pg.url, pg.pid, args.big, True))
     finally:
         pg.stop()
     report(results, args)

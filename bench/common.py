@@ -8,17 +8,24 @@ printed, never asserted: this machine is shared and timings are noisy.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import textwrap
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
+import nats
+from nats.js.errors import NotFoundError
 
 from actors.adapters.nats import JetStreamBroker
 from actors.adapters.postgres import PostgresRunStore
@@ -28,6 +35,10 @@ from tests.servers import unique_name, with_search_path
 
 DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+REPO = Path(__file__).resolve().parents[1]
+# A configuration measured in a subprocess of its own (so its peak RSS and CPU
+# are its own) prints its result as one line after this marker.
+RESULT_MARKER = "BENCH_RESULT "
 
 
 def database_url() -> str:
@@ -236,3 +247,48 @@ def print_table(title: str, rows: Sequence[Row], notes: Sequence[str] = ()) -> N
         )
     for note in notes:
         print(f"  {note}")
+
+
+# --- configurations in subprocesses of their own -------------------------------------------
+
+
+def print_result(result: dict[str, Any]) -> None:
+    """The child's side: its result, one JSON line the parent finds."""
+    print(RESULT_MARKER + json.dumps(result, default=str), flush=True)
+
+
+def run_child(
+    module: str,
+    flags: Sequence[str],
+    *,
+    timeout: float,
+    what: str,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """``python -m module --child *flags`` from the repository root; its result."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "--child", *flags],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+        env=env,
+    )
+    for line in proc.stdout.splitlines():
+        if line.startswith(RESULT_MARKER):
+            return dict(json.loads(line[len(RESULT_MARKER) :]))
+    sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+    raise RuntimeError(f"{what} produced no result (exit {proc.returncode})")
+
+
+async def delete_stream(stream: str) -> str:
+    """Delete a stream a replica created, if it did; returns the NATS server's version."""
+    nc = await nats.connect(nats_url(), name="claimd-bench")
+    try:
+        with contextlib.suppress(NotFoundError):
+            await nc.jetstream().delete_stream(stream)
+        v = nc.connected_server_version
+        return f"{v.major}.{v.minor}.{v.patch}"
+    finally:
+        await nc.close()
