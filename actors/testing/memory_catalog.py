@@ -16,6 +16,7 @@ from actors.ports import Clock, ClusterReading, JobReading, JobState, StoreUnava
 from actors.testing.memory_rows import AttemptRow, JobRow, RunRow, must_not_run
 
 ACTIVE = (RunState.CLAIMED, RunState.RUNNING)
+NOT_STARTED = (RunState.PENDING, RunState.CLAIMED)
 
 
 @dataclass
@@ -195,7 +196,7 @@ class InMemoryJobCatalog:
                 for run in list(self.runs.values()):
                     if (
                         run.job == job.name
-                        and run.state is RunState.PENDING
+                        and run.state in NOT_STARTED
                         and run.trigger == "schedule"
                         and run.scheduled_at > now
                     ):
@@ -207,7 +208,7 @@ class InMemoryJobCatalog:
                 row.enabled = False
                 changes[row.name] = "removed"
                 for run in self.runs.values():
-                    if run.job == row.name and run.state is RunState.PENDING:
+                    if run.job == row.name and run.state in NOT_STARTED:
                         run.finish(RunState.CANCELLED, now, "job removed from config")
         return changes
 
@@ -256,6 +257,12 @@ class InMemoryJobCatalog:
         return inserted
 
     async def set_paused(self, job: str, paused: bool) -> None:
-        """What `claimd pause` / `resume` change (SET_PAUSED)."""
+        """What `claimd pause` / `resume` change (SET_PAUSED): a pause hands back claims."""
         self._now()
         self.jobs[job].paused = paused
+        if not paused:
+            return
+        for run in self.runs.values():
+            if run.job == job and run.state is RunState.CLAIMED:
+                run.state = RunState.PENDING  # the epoch stays: its message is stale
+                run.lease_owner = run.lease_expires_at = run.claimed_at = None

@@ -152,7 +152,8 @@ class Starter:
                 reason=skipped.reason,
                 state=skipped.state,
             )
-            # Unknown: not a run of this database; terminate so it is never redelivered.
+            # Unknown: not a run of this database (or a run claimed ahead and then
+            # withdrawn by a schedule change); terminate so it is never redelivered.
             await quietly(delivery.term() if skipped.reason == "unknown" else delivery.ack())
 
     async def run_until_due(self, group: asyncio.TaskGroup) -> None:

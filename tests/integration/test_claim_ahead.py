@@ -7,25 +7,32 @@
 - With a claim interval of an hour, a run due in a few seconds and a run
   triggered now are both claimed: the claimer wakes at the next due instant
   and on the NOTIFY of a new pending run, not at its poll.
+- A run claimed ahead and not yet started stays within reach: a pause hands
+  it back to pending, a schedule change withdraws it, removing its job
+  cancels it; its message then starts nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from actors.adapters.postgres import PostgresRunStore
+from actors.adapters.postgres import Operations, PostgresRunStore
 from actors.app import Replica
 from actors.config import LoadedConfig
+from actors.domain import CronSchedule
+from actors.ports import DispatchMessage
 from tests.integration.helpers import (
     LONG_LEASE,
     RARE_CRON,
     add_job,
     eventually,
+    insert_due_runs,
     make_job,
     message_for,
     running,
@@ -174,3 +181,75 @@ async def test_the_listener_survives_its_connection_being_killed_and_listens_aga
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)  # ends on stop, without an error
+
+
+async def _claimed_ahead(store: PostgresRunStore, job_id: int) -> tuple[str, DispatchMessage]:
+    """A run of the job an hour ahead, claimed now (as claim_ahead would, nearer its instant)."""
+    run_id = await store.pool.fetchval(
+        "INSERT INTO job_runs (job_id, scheduled_at, due_at) "
+        "VALUES ($1, now() + interval '1 hour', now() + interval '1 hour') RETURNING id::text",
+        job_id,
+    )
+    [run] = await store.claim_due_runs("me", 10, LONG_LEASE, 100, ahead=timedelta(hours=2))
+    assert run.run_id == run_id
+    return run_id, message_for(run, "d")
+
+
+async def _state(store: PostgresRunStore, run_id: str) -> str | None:
+    state: str | None = await store.pool.fetchval(
+        "SELECT state FROM job_runs WHERE id = $1", run_id
+    )
+    return state
+
+
+async def test_a_pause_hands_back_a_run_claimed_ahead_and_its_message_starts_nothing(
+    store: PostgresRunStore,
+) -> None:
+    job_id = await add_job(store, make_job("paused"))
+    run_id, message = await _claimed_ahead(store, job_id)
+    running_id = (await insert_due_runs(store, job_id, 1))[0]
+    [due] = await store.claim_due_runs("me", 10, LONG_LEASE, 100)
+    assert due.run_id == running_id
+    [begun], _ = await store.start_runs("worker", [message_for(due, "d")], LONG_LEASE)
+
+    await Operations(store.pool).pause("paused")
+    assert await _state(store, run_id) == "pending"
+    assert await _state(store, begun.run_id) == "running"  # a started run finishes
+    # Its instant comes while paused: the old message starts nothing.
+    await store.pool.execute("UPDATE job_runs SET due_at = now() WHERE id = $1", run_id)
+    started, refused = await store.start_runs("worker", [message], LONG_LEASE)
+    assert started == []
+    assert [(r.run_id, r.reason) for r in refused] == [(run_id, "stale")]
+    assert await store.claim_due_runs("me", 10, LONG_LEASE, 100) == []
+
+    await Operations(store.pool).resume("paused")
+    [again] = await store.claim_due_runs("me", 10, LONG_LEASE, 100)
+    assert (again.run_id, again.epoch) == (run_id, message.epoch + 1)
+
+
+async def test_a_schedule_change_withdraws_a_run_claimed_ahead_of_the_old_schedule(
+    store: PostgresRunStore,
+) -> None:
+    job = make_job("moved")
+    job_id = await add_job(store, job)
+    run_id, message = await _claimed_ahead(store, job_id)
+
+    await store.sync_jobs([replace(job, schedule=CronSchedule("7 3 * * *", "UTC"))])
+    assert await _state(store, run_id) is None
+    started, refused = await store.start_runs("worker", [message], LONG_LEASE)
+    assert started == []
+    assert [(r.run_id, r.reason) for r in refused] == [(run_id, "unknown")]
+
+
+async def test_removing_a_job_cancels_its_run_claimed_ahead(store: PostgresRunStore) -> None:
+    job_id = await add_job(store, make_job("removed"))
+    run_id, message = await _claimed_ahead(store, job_id)
+
+    await store.sync_jobs([])
+    row = await store.pool.fetchrow(
+        "SELECT state, error, lease_owner FROM job_runs WHERE id = $1", run_id
+    )
+    assert tuple(row) == ("cancelled", "job removed from config", None)
+    started, refused = await store.start_runs("worker", [message], LONG_LEASE)
+    assert started == []
+    assert [(r.run_id, r.reason) for r in refused] == [(run_id, "terminal")]

@@ -29,18 +29,25 @@ RETURNING id, (xmax = 0) AS inserted,
 LOCK_JOBS_FOR_SYNC = """
 SELECT id FROM jobs WHERE enabled OR name = ANY ($1::text[]) ORDER BY id FOR NO KEY UPDATE
 """
-# A changed schedule: future pending runs of the old schedule are withdrawn and
-# the materializer starts again from now (where the audit starts judging it).
+# A changed schedule: future runs of the old schedule are withdrawn and the
+# materializer starts again from now (where the audit starts judging it).
+# "Future" includes a run claimed ahead (claim_ahead) and not yet started: its
+# instant is still ahead, so it is as much the old schedule's as a pending one.
+# Its message is in the stream; the worker's start finds no row and drops it
+# (START_RUNS locks the row too, so a start and a withdrawal are serialized:
+# a run already started is running, and no longer matched here). If the new
+# schedule has the same instant, the materializer plans it again.
 WITHDRAW_FUTURE_RUNS = """
 WITH doomed AS MATERIALIZED (
     SELECT id FROM job_runs
-     WHERE job_id = $1 AND state = 'pending' AND trigger = 'schedule' AND scheduled_at > now()
+     WHERE job_id = $1 AND state IN ('pending', 'claimed') AND trigger = 'schedule'
+       AND scheduled_at > now()
      ORDER BY id
        FOR UPDATE
 ),
 gone AS (
     DELETE FROM job_runs r USING doomed d
-     WHERE r.id = d.id AND r.state = 'pending' AND r.trigger = 'schedule'
+     WHERE r.id = d.id AND r.state IN ('pending', 'claimed') AND r.trigger = 'schedule'
        AND r.scheduled_at > now()
     RETURNING 1
 )
@@ -48,7 +55,9 @@ UPDATE jobs SET materialized_until = now(), planned_since = now() WHERE id = $1
 RETURNING (SELECT count(*) FROM gone) AS withdrawn
 """
 # A job removed from the config file is disabled, its history kept and its
-# future pending runs cancelled.
+# runs not yet started cancelled: pending ones, and claimed ones (claimed
+# ahead, or waiting in the stream), whose start then finds them terminal.
+# A run already running finishes; the row locks serialize this with a start.
 DISABLE_REMOVED_JOBS = """
 WITH off AS (
     UPDATE jobs SET enabled = false, updated_at = now()
@@ -57,13 +66,13 @@ WITH off AS (
 ),
 doomed AS MATERIALIZED (
     SELECT r.id FROM job_runs r
-     WHERE r.job_id IN (SELECT id FROM off) AND r.state = 'pending'
+     WHERE r.job_id IN (SELECT id FROM off) AND r.state IN ('pending', 'claimed')
      ORDER BY r.id
        FOR NO KEY UPDATE
 )
 UPDATE job_runs r SET state = 'cancelled', outcome = 'cancelled', error = 'job removed from config',
-       finished_at = now(), updated_at = now()
-  FROM doomed d WHERE r.id = d.id AND r.state = 'pending'
+       lease_owner = NULL, lease_expires_at = NULL, finished_at = now(), updated_at = now()
+  FROM doomed d WHERE r.id = d.id AND r.state IN ('pending', 'claimed')
 RETURNING r.id
 """
 # The enabled jobs a sync will disable: gone from the config (and not kept).

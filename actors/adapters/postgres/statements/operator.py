@@ -1,7 +1,30 @@
 """Operator actions: pause, trigger, backfill's inserts, cancel, pruning."""
 
+# Pausing also hands back the job's runs claimed and not yet started (claimed
+# ahead, or waiting in the stream): pending again, as if never claimed, under
+# the same epoch, so their messages are stale and the worker's start drops
+# them; on resume they are claimed afresh (a new epoch) and judged then, like
+# every run that waited out the pause. A run already running finishes. The
+# job row is locked before its runs, in the order the sync and the
+# materializer take them.
 SET_PAUSED = """
-UPDATE jobs SET paused = $2, updated_at = now() WHERE name = $1 AND enabled RETURNING id
+WITH j AS (
+    UPDATE jobs SET paused = $2, updated_at = now() WHERE name = $1 AND enabled RETURNING id
+),
+held AS MATERIALIZED (
+    SELECT r.id FROM job_runs r
+     WHERE $2 AND r.job_id IN (SELECT id FROM j) AND r.state = 'claimed'
+     ORDER BY r.id
+       FOR NO KEY UPDATE
+),
+back AS (
+    UPDATE job_runs r
+       SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, claimed_at = NULL,
+           updated_at = now()
+      FROM held h WHERE r.id = h.id AND r.state = 'claimed'
+    RETURNING 1
+)
+SELECT id FROM j
 """
 JOB_BY_NAME = "SELECT id, definition, enabled FROM jobs WHERE name = $1"
 # An ad-hoc or backfilled run is still one row per (job, instant): a repeated
