@@ -10,7 +10,7 @@ import pytest
 from actors.adapters.postgres import PostgresRunStore
 from actors.domain import Overlap
 from actors.reaper import Reaper
-from tests.integration.helpers import add_job, insert_due_runs, make_job
+from tests.integration.helpers import add_job, insert_due_runs, make_job, message_for
 
 pytestmark = pytest.mark.integration
 LEASE = timedelta(minutes=5)
@@ -36,20 +36,36 @@ async def test_runs_left_exclusive_by_a_queue_job_claim_fine_once_it_allows_over
     )
 
 
-async def test_pending_runs_of_a_removed_job_are_cancelled_even_if_they_come_back_later(
+async def test_runs_of_a_removed_job_are_cancelled_even_if_they_come_back_later(
     store: PostgresRunStore,
 ) -> None:
     import asyncio
 
     job_id = await add_job(store, make_job())
-    ids = await insert_due_runs(store, job_id, 2)
-    claimed = await store.claim_due_runs("me", 1, LEASE, 100)
-    assert len(claimed) == 1
+    ids = await insert_due_runs(store, job_id, 3)
+    claimed = await store.claim_due_runs("me", 2, LEASE, 100)
+    assert len(claimed) == 2
+    [begun], _ = await store.start_runs("worker", [message_for(claimed[0], "d")], LEASE)
     await store.sync_jobs([])  # the job is removed from the config
     states = dict(await store.pool.fetch("SELECT id::text, state FROM job_runs"))
-    assert sorted(states.values()) == ["cancelled", "claimed"]
-    # The claimed one comes back to pending afterwards (its publish failed).
-    assert await store.release_unpublished("me", claimed) == 1
-    await Reaper(store, timedelta(seconds=1), asyncio.Event()).reap_once()
+    # Pending and claimed-not-started are cancelled; the running one finishes.
+    assert sorted(states.values()) == ["cancelled", "cancelled", "running"]
+    assert states[begun.run_id] == "running"
+    # The claimed one cannot come back to pending (its publish failed, say).
+    assert await store.release_unpublished("me", claimed[1:]) == 0
+    # The running one does come back, its lease expired on an attempt left:
+    # the reaper returns it to pending, and its next pass cancels it rather
+    # than leave it pending for ever.
+    await store.pool.execute(
+        "UPDATE job_runs SET lease_expires_at = now() - interval '1 second' WHERE id = $1",
+        begun.run_id,
+    )
+    reaper = Reaper(store, timedelta(seconds=1), asyncio.Event())
+    await reaper.reap_once()
+    assert (
+        await store.pool.fetchval("SELECT state FROM job_runs WHERE id = $1", begun.run_id)
+        == "pending"
+    )
+    await reaper.reap_once()
     states = dict(await store.pool.fetch("SELECT id::text, state FROM job_runs"))
     assert states == dict.fromkeys(ids, "cancelled")
