@@ -73,6 +73,7 @@ from actors.observability.metrics import (
     claimd_version,
     init_job_series,
     init_series,
+    per_job_histograms,
 )
 
 __all__ = [
@@ -128,6 +129,7 @@ __all__ = [
     "init_job_series",
     "init_series",
     "logs_at",
+    "per_job_histograms",
     "redact",
     "resolve_log_format",
 ]

@@ -101,8 +101,24 @@ class JobHistogram(Collector):
         self.upper = upper
         self._le = [floatToGoString(b) for b in upper] + ["+Inf"]
         self._children: dict[tuple[str, ...], _HistogramChild] = {}
+        self._all: _HistogramChild | None = None  # set by aggregate(): one series for all
+
+    def aggregate(self, on: bool) -> None:
+        """One series for every label value (no labels), or one per value (the default).
+
+        A histogram is ~20 series per label value: with 10,000 jobs, two of them
+        are most of ``/metrics``. Switching drops what was observed so far (a
+        counter reset, to Prometheus); claimd switches only at start.
+        """
+        self._children = {}
+        self._all = _HistogramChild(self.upper) if on else None
+
+    def _labels(self) -> tuple[str, ...]:
+        return () if self._all is not None else self.labelnames
 
     def labels(self, *values: str) -> _HistogramChild:
+        if self._all is not None:
+            return self._all
         child = self._children.get(values)
         if child is None:
             if len(values) != len(self.labelnames):
@@ -111,14 +127,23 @@ class JobHistogram(Collector):
         return child
 
     def describe(self) -> Iterator[Metric]:
-        yield HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        yield HistogramMetricFamily(self.name, self.documentation, labels=self._labels())
 
     def collect(self) -> Iterator[Metric]:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self._labels())
+        if self._all is not None:
+            self._add(family, (), self._all)
+            yield family
+            return
         for values, child in list(self._children.items()):
-            cumulative, running = [], 0
-            for le, count in zip(self._le, child.counts, strict=True):
-                running += count
-                cumulative.append((le, float(running)))
-            family.add_metric(list(values), cumulative, child.sum)
+            self._add(family, values, child)
         yield family
+
+    def _add(
+        self, family: HistogramMetricFamily, values: tuple[str, ...], child: _HistogramChild
+    ) -> None:
+        cumulative, running = [], 0
+        for le, count in zip(self._le, child.counts, strict=True):
+            running += count
+            cumulative.append((le, float(running)))
+        family.add_metric(list(values), cumulative, child.sum)

@@ -254,6 +254,12 @@ def init_series() -> None:
             INTAKE_PAUSES.labels(actor=actor, reason=reason)
 
 
+def per_job_histograms(on: bool) -> None:
+    """The run histograms by job (the default), or one series each for all jobs (at start)."""
+    for histogram in (SCHEDULE_LAG, RUN_DURATION):
+        histogram.aggregate(not on)
+
+
 def init_job_series(jobs: Iterable[str]) -> None:
     """Create every per-job series of these jobs at zero (at start, and for added jobs)."""
     for job in jobs:

@@ -22,7 +22,13 @@ from actors.api import OperatorApi
 from actors.config import LoadedConfig
 from actors.domain import Job
 from actors.http import build_app, serve
-from actors.observability import get_logger, init_job_series, init_series, redact
+from actors.observability import (
+    get_logger,
+    init_job_series,
+    init_series,
+    per_job_histograms,
+    redact,
+)
 from actors.operator import OperatorService, Unavailable
 from actors.ports import ReplicaStore
 from actors.replica.adapters import Adapters
@@ -112,6 +118,7 @@ class Replica:
         its servers), and /readyz says which one is missing.
         """
         init_series()
+        per_job_histograms(self.config.settings.job_histograms)
         init_job_series(self.jobs)
         runner = await self._serve_http()
         main = asyncio.create_task(self._run())

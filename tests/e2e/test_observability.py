@@ -625,3 +625,45 @@ run = { shell = ["true"] }
         f"\n[nats outage] {len(during)} JSON lines from the stop to the exit; loggers: "
         + ", ".join(sorted({str(e.get("logger") or e.get("actor")) for e in during}))
     )
+
+
+async def test_job_histograms_off_exposes_one_series_for_all_jobs_through_the_real_port(
+    tmp_path: Path,
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+    spawn: Callable[..., ClaimdProcess],
+) -> None:
+    """job_histograms = false: the two run histograms lose claimd_job; the counters keep it."""
+    port = free_port()
+    path = write_config(
+        tmp_path / "claimd.toml",
+        jobs=JOBS,
+        database_url=schema_url,
+        nats_url=nats_url,
+        deployment=deployment,
+        http=f"127.0.0.1:{port}",
+        job_histograms=False,
+        **FAST,
+    )
+    replica = spawn("run", "--config", str(path), label="replica")
+    conn = await asyncpg.connect(schema_url)
+    try:
+        await started(replica)
+        await insert_scheduled(conn, "ok", 2)
+        await insert_scheduled(conn, "bad", 1)
+
+        async def settled() -> bool:
+            ok, bad = await states(conn, "ok"), await states(conn, "bad")
+            return ok.get("succeeded", 0) == 2 and bad.get("failed", 0) == 1
+
+        await eventually(settled, timeout=30, what="three runs recorded")
+    finally:
+        await conn.close()
+    got = await metrics(port)
+    for name in ("claimd_start_lag_seconds", "claimd_run_duration_seconds"):
+        series = {labels for (n, labels) in got if n.startswith(name)}
+        assert all("claimd_job" not in dict(labels) for labels in series), (name, series)
+        assert got[(f"{name}_count", frozenset())] == 3
+    assert got[("claimd_runs_started_total", frozenset({("claimd_job", "ok")}))] == 2
+    assert got[("claimd_runs_started_total", frozenset({("claimd_job", "bad")}))] == 1

@@ -90,6 +90,29 @@ def test_a_histogram_exposes_what_prometheus_client_does(
     assert _help_and_types(ours_registry) == _help_and_types(theirs_registry)
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(JOBS, st.floats(0, 120, allow_nan=False))))
+def test_an_aggregated_histogram_exposes_what_an_unlabelled_prometheus_histogram_does(
+    observations: list[tuple[str, float]],
+) -> None:
+    """job_histograms = false: every job's observations in one series, no claimd_job label."""
+    theirs_registry, ours_registry = CollectorRegistry(), CollectorRegistry()
+    theirs = Histogram("claimd_y_seconds", "Lag", buckets=BUCKETS, registry=theirs_registry)
+    ours = JobHistogram("claimd_y_seconds", "Lag", ["claimd_job"], buckets=BUCKETS)
+    ours.aggregate(True)
+    ours_registry.register(ours)
+    for job, value in observations:
+        theirs.observe(value)
+        ours.labels(job).observe(value)
+    assert _samples(ours_registry) == _samples(theirs_registry)
+    assert _help_and_types(ours_registry) == _help_and_types(theirs_registry)
+    # Back to per job: one series per job again, the aggregate gone.
+    ours.aggregate(False)
+    ours.labels("backup").observe(1.0)
+    labels = {dict(k[1]).get("claimd_job") for k in _samples(ours_registry)}
+    assert labels == {"backup"}
+
+
 def test_series_created_at_zero_are_exposed_before_anything_happens() -> None:
     registry = CollectorRegistry()
     counter = JobCounter("claimd_z_total", "Z", ["claimd_job"])
