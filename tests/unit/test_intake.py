@@ -342,12 +342,30 @@ async def test_a_worker_whose_leases_cannot_be_extended_fetches_nothing_until_th
 
 async def test_unrecorded_verdicts_hold_the_worker_even_when_the_database_answers_pings() -> None:
     store, executor, stop = Store(), Executor(), asyncio.Event()
-    inbox = Inbox(messages=3, judge=lambda: store.record_failures > 0 and not store.verdicts_record)
+    # Judged on what the worker knows: from the completer's report of a failed
+    # record until its report of one that got through. (The fake store's own
+    # failure count is a few loop steps ahead of that: complete_runs runs
+    # shielded, in a task of its own, and a fetch in between is no fault.)
+    reported = {"failing": False}
+    inbox = Inbox(messages=3, judge=lambda: reported["failing"])
     worker = _worker(store, inbox, executor, stop)
+    keeping_failed, keeping_succeeded = worker.keeping.failed, worker.keeping.succeeded
+
+    def failed(source: str, error: str) -> None:
+        reported["failing"] |= source == COMPLETIONS
+        keeping_failed(source, error)
+
+    def succeeded(source: str) -> None:
+        if source == COMPLETIONS:
+            reported["failing"] = False
+        keeping_succeeded(source)
+
+    worker.keeping.failed = failed  # type: ignore[method-assign]
+    worker.keeping.succeeded = succeeded  # type: ignore[method-assign]
     store.verdicts_record = False
     executor.finish.set()  # runs finish at once; their verdicts cannot be recorded
     task = asyncio.create_task(worker.run())
-    await _until(lambda: store.record_failures >= 2, "completions to fail")
+    await _until(lambda: store.record_failures >= 3, "completions to fail")
     store.verdicts_record = True
     await _until(lambda: len(store.recorded) == 3, "every verdict recorded")
     await _stopped(worker, task, executor)
