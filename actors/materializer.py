@@ -66,7 +66,7 @@ class Materializer:
         now = await self.clock.read()
         states = await self.store.active_jobs()
         plans: list[tuple[JobState, Plan]] = []
-        for name, state in states.items():
+        for state in states.values():
             if state.paused:
                 continue
             if self._nothing_to_plan(state, now):
@@ -82,14 +82,6 @@ class Materializer:
                 first_seen=state.created_at,
                 on_time=self.on_time,
             )
-            if plan.missed:
-                RUNS_MISSED.labels(name).inc(plan.missed)
-                log.warning(
-                    "missed instants dropped by catch-up policy",
-                    job=name,
-                    missed=plan.missed,
-                    catchup=job.catchup.value,
-                )
             if plan.runs or plan.missed or self._mark_due(state, plan, now):
                 plans.append((state, plan))
             elif state.materialized_until is not None:
@@ -99,11 +91,24 @@ class Materializer:
         # A plan that reaches the database later than its on-time tolerance
         # writes nothing (it would keep instants that are missed by then).
         fresh_until = now + self.on_time if self.guard_stale_plans else None
-        inserted = await self.store.materialize_many(plans, fresh_until)
-        RUNS_MATERIALIZED.inc(inserted)
-        if inserted:
-            log.debug("materialized", runs=inserted, jobs=len(plans))
-        return inserted
+        written = await self.store.materialize_many(plans, fresh_until)
+        RUNS_MATERIALIZED.inc(written.runs)
+        if written.runs:
+            log.debug("materialized", runs=written.runs, jobs=len(plans))
+        # Counted as recorded, not as planned: replicas planning the same
+        # dropped instants count them once between them (the first records
+        # the gap), and a plan that wrote nothing counts nothing.
+        for state, plan in plans:
+            if missed := written.missed.get(state.id, 0):
+                RUNS_MISSED.labels(state.name).inc(missed)
+                log.warning(
+                    "missed instants dropped by catch-up policy",
+                    job=state.name,
+                    missed=missed,
+                    first=plan.dropped[0].first.isoformat() if plan.dropped else None,
+                    reason=plan.dropped[0].reason if plan.dropped else None,
+                )
+        return written.runs
 
     def _nothing_to_plan(self, state: JobState, now: datetime) -> bool:
         """True when this tick's plan for the job would be empty and keep its mark.

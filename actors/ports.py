@@ -7,8 +7,8 @@ test of an actor's logic, never as the proof of the distributed behaviour.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -23,6 +23,19 @@ from actors.domain import (
     RunContext,
     RunState,
 )
+
+
+@dataclass(frozen=True)
+class Materialized:
+    """What one write of plans did: rows inserted, and instants recorded missed by job id.
+
+    ``missed`` counts only the gaps this write recorded: a replica that planned
+    the same dropped instants from the same mark records none (the first did),
+    so the replicas' counters sum to what the history holds.
+    """
+
+    runs: int = 0
+    missed: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -167,7 +180,7 @@ class RunStore(Protocol):
     async def active_jobs(self) -> dict[str, JobState]: ...
     async def materialize_many(
         self, plans: Sequence[tuple[JobState, Plan]], fresh_until: datetime | None = None
-    ) -> int: ...
+    ) -> Materialized: ...
     async def skip_unrunnable(self, limit: int) -> list[tuple[str, str]]: ...
     async def claim_due_runs(
         self,

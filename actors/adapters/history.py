@@ -36,16 +36,20 @@ SELECT u.job_id, u.from_at, u.to_at, u.count, u.reason
  WHERE u.job_id = ANY ($6::bigint[])
    AND NOT EXISTS (SELECT 1 FROM job_run_gaps g
                     WHERE g.job_id = u.job_id AND g.from_at <= u.to_at AND g.to_at >= u.from_at)
+RETURNING job_id, count
 """
 
 
 async def record_gaps(
     conn: asyncpg.Connection, current: Sequence[int], gaps: Sequence[tuple[int, Gap]]
-) -> None:
-    """Write the gaps of the plans being written (``current``: the job ids still current)."""
+) -> dict[int, int]:
+    """Write the gaps of the plans being written (``current``: the job ids still current).
+
+    Returns the instants recorded missed, by job id: none for a gap already recorded.
+    """
     if not gaps:
-        return
-    await conn.execute(
+        return {}
+    rows = await conn.fetch(
         RECORD_GAPS,
         [job for job, _ in gaps],
         [g.first for _, g in gaps],
@@ -54,6 +58,10 @@ async def record_gaps(
         [g.reason for _, g in gaps],
         list(current),
     )
+    missed: dict[int, int] = {}
+    for row in rows:
+        missed[row["job_id"]] = missed.get(row["job_id"], 0) + row["count"]
+    return missed
 
 
 # --- reads ---------------------------------------------------------------------

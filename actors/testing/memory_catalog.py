@@ -12,7 +12,14 @@ from typing import Any
 
 from actors.domain import DecodedJobs, Job, Plan, RunState, encode_job
 from actors.domain.history import Gap
-from actors.ports import Clock, ClusterReading, JobReading, JobState, StoreUnavailable
+from actors.ports import (
+    Clock,
+    ClusterReading,
+    JobReading,
+    JobState,
+    Materialized,
+    StoreUnavailable,
+)
 from actors.testing.memory_rows import AttemptRow, JobRow, RunRow, must_not_run
 
 ACTIVE = (RunState.CLAIMED, RunState.RUNNING)
@@ -231,20 +238,29 @@ class InMemoryJobCatalog:
 
     async def materialize_many(
         self, plans: Sequence[tuple[JobState, Plan]], fresh_until: datetime | None = None
-    ) -> int:
-        """ADVANCE_HIGH_WATER (fenced by fingerprint and freshness), INSERT_PLANNED_RUNS."""
+    ) -> Materialized:
+        """ADVANCE_HIGH_WATER (fenced: fingerprint, freshness), RECORD_GAPS, INSERT_PLANNED_RUNS."""
         now = self._now()
         if fresh_until is not None and now > fresh_until:
-            return 0
+            return Materialized()
         by_id = {j.id: j for j in self.jobs.values()}
         taken = {(r.job, r.scheduled_at) for r in self.runs.values()}
         inserted = 0
+        missed: dict[int, int] = {}
         for state, plan in plans:
             job = by_id.get(state.id)
             if job is None or not job.enabled or job.fingerprint != state.fingerprint:
                 continue  # a plan from a superseded definition writes nothing
-            # What the plan dropped, recorded with it: no silent hole in history.
-            self.gaps += [(job.name, gap) for gap in plan.dropped]
+            # What the plan dropped, recorded with it: no silent hole in history;
+            # a gap overlapping one already recorded (another replica's) is not.
+            for gap in plan.dropped:
+                if any(
+                    name == job.name and old.first <= gap.last and old.last >= gap.first
+                    for name, old in self.gaps
+                ):
+                    continue
+                self.gaps.append((job.name, gap))
+                missed[job.id] = missed.get(job.id, 0) + gap.count
             job.materialized_until = max(
                 job.materialized_until or plan.materialized_until, plan.materialized_until
             )
@@ -254,7 +270,7 @@ class InMemoryJobCatalog:
                 taken.add((job.name, planned.scheduled_at))
                 self.add_run(job.name, planned.scheduled_at, due_at=planned.due_at)
                 inserted += 1
-        return inserted
+        return Materialized(inserted, missed)
 
     async def set_paused(self, job: str, paused: bool) -> None:
         """What `claimd pause` / `resume` change (SET_PAUSED): a pause hands back claims."""

@@ -103,14 +103,13 @@ async def test_a_plan_that_reaches_the_database_too_late_writes_nothing(
     plan = plan_materialization(job, None, now, HORIZON, first_seen=state.created_at)
     assert plan.runs
 
-    assert (
-        await store.materialize_many([(state, plan)], fresh_until=now - timedelta(seconds=1)) == 0
-    )
+    stale = await store.materialize_many([(state, plan)], fresh_until=now - timedelta(seconds=1))
+    assert stale.runs == 0
     assert await store.pool.fetchval("SELECT count(*) FROM job_runs") == 0
     assert await store.pool.fetchval("SELECT materialized_until FROM jobs") is None
 
     written = await store.materialize_many([(state, plan)], fresh_until=now + timedelta(seconds=30))
-    assert written == len(plan.runs)
+    assert written.runs == len(plan.runs)
     assert (
         await store.pool.fetchval("SELECT materialized_until FROM jobs") == plan.materialized_until
     )

@@ -7,10 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
+from prometheus_client import REGISTRY
 
 from actors.adapters.postgres import PostgresRunStore
 from actors.clock import DatabaseClock
-from actors.domain import IntervalSchedule, Job, PythonSpec, plan_materialization
+from actors.domain import Catchup, IntervalSchedule, Job, PythonSpec, plan_materialization
 from actors.materializer import Materializer
 from tests.integration.helpers import add_job
 
@@ -83,7 +84,7 @@ async def test_materializer_manual_insert_and_replay_leave_one_row_per_instant(
     await store.pool.execute("UPDATE jobs SET materialized_until = NULL")
     assert await _materializer(store, job).tick() == 0
     state = (await store.active_jobs())[job.name]
-    assert await store.materialize_many([(state, expected)]) == 0
+    assert (await store.materialize_many([(state, expected)])).runs == 0
     assert await _rows_per_instant(store) == dict.fromkeys(instants, 1)
     assert await store.pool.fetchval("SELECT count(*) FROM job_runs") == len(instants)
 
@@ -109,7 +110,7 @@ async def test_a_plan_from_a_superseded_definition_writes_nothing(store: Postgre
         name=job.name, schedule=IntervalSchedule(timedelta(seconds=2)), executor=job.executor
     )
     await store.sync_jobs([changed])
-    assert await store.materialize_many([(stale, plan)]) == 0
+    assert (await store.materialize_many([(stale, plan)])).runs == 0
     assert await store.pool.fetchval("SELECT count(*) FROM job_runs") == 0
     # The current definition plans and writes as usual (the sync reset the
     # job's mark to the database's now, so plan on the database's clock here).
@@ -179,3 +180,63 @@ async def test_a_tick_with_nothing_new_to_plan_leaves_the_job_row_alone(
     # once per half horizon, not 120 times each.
     assert len(marks["ten"]) <= 13
     assert len(marks["daily"]) <= 9
+
+
+class _BothPlanned:
+    """The store, with each write held until both materializers have planned.
+
+    Forces the interleaving of two replicas ticking at once: both read the
+    same mark and plan the same dropped instants before either writes.
+    """
+
+    def __init__(self, store: PostgresRunStore) -> None:
+        self._store = store
+        self._arrived = 0
+        self._both = asyncio.Event()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def materialize_many(self, *args: object, **kwargs: object) -> object:
+        self._arrived += 1
+        if self._arrived == 2:
+            self._both.set()
+        await asyncio.wait_for(self._both.wait(), 10)
+        return await self._store.materialize_many(*args, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_two_replicas_planning_the_same_dropped_instants_count_them_once(
+    store: PostgresRunStore,
+) -> None:
+    """claimd_runs_missed_total, summed over replicas, is what the gap table holds."""
+    job = Job(
+        name="beat",
+        schedule=IntervalSchedule(timedelta(minutes=1)),
+        executor=PythonSpec("tests.integration.helpers:record_call"),
+        catchup=Catchup.NONE,
+    )
+    await store.sync_jobs([job])
+    # Planned up to NOW once; the replicas were then down for ten minutes.
+    await store.pool.execute("UPDATE jobs SET created_at = $1, materialized_until = $1", NOW)
+    clock = MovableClock(NOW + timedelta(minutes=10, seconds=30))
+    held = _BothPlanned(store)
+
+    def missed() -> float:
+        return REGISTRY.get_sample_value("claimd_runs_missed_total", {"claimd_job": "beat"}) or 0.0
+
+    before = missed()
+    replicas = [
+        Materializer(
+            held,  # type: ignore[arg-type]
+            clock,
+            HORIZON,
+            timedelta(seconds=1),
+            asyncio.Event(),
+            guard_stale_plans=False,
+        )
+        for _ in range(2)
+    ]
+    await asyncio.gather(*(r.tick() for r in replicas))
+    recorded = await store.pool.fetchval("SELECT coalesce(sum(count), 0) FROM job_run_gaps")
+    assert recorded == 10  # NOW+1m .. NOW+10m, dropped by catchup = none
+    assert missed() - before == recorded

@@ -156,11 +156,11 @@ async def test_materializing_the_same_plan_twice_writes_each_instant_once() -> N
     plan = plan_materialization(
         decode_job(state.name, state.definition), None, clock.now(), timedelta(minutes=5)
     )
-    assert await store.materialize_many([(state, plan)]) == 5
-    assert await store.materialize_many([(state, plan)]) == 0
+    assert (await store.materialize_many([(state, plan)])).runs == 5
+    assert (await store.materialize_many([(state, plan)])).runs == 0
     assert len(store.runs) == 5
     stale = await store.materialize_many([(state, plan)], fresh_until=clock.now() - LEASE)
-    assert stale == 0
+    assert stale.runs == 0
 
 
 async def test_an_interrupted_run_goes_back_at_once_with_its_attempt() -> None:

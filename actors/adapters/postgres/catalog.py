@@ -25,7 +25,7 @@ from actors.adapters.postgres.statements import (
     WITHDRAW_FUTURE_RUNS,
 )
 from actors.domain import Job, Plan, encode_job
-from actors.ports import JobState
+from actors.ports import JobState, Materialized
 
 
 @store_methods_report_outages
@@ -113,7 +113,7 @@ class PostgresJobCatalog:
 
     async def materialize_many(
         self, plans: Sequence[tuple[JobState, Plan]], fresh_until: datetime | None = None
-    ) -> int:
+    ) -> Materialized:
         """Insert every planned run of several jobs and advance their marks, in one go.
 
         With ``fresh_until``, nothing is written once the database's now() is past it.
@@ -135,16 +135,16 @@ class PostgresJobCatalog:
                 fresh_until,
             )
             if not current:
-                return 0
+                return Materialized()
             # What the plans dropped, recorded with them: no silent hole in history.
-            await record_gaps(
+            missed = await record_gaps(
                 conn,
                 [r["id"] for r in current],
                 [(job.id, gap) for job, plan in plans for gap in plan.dropped],
             )
             if not job_ids:
-                return 0
+                return Materialized(0, missed)
             status = await conn.execute(
                 INSERT_PLANNED_RUNS, job_ids, scheduled, due, [r["id"] for r in current]
             )
-        return int(status.split()[-1])
+        return Materialized(int(status.split()[-1]), missed)
