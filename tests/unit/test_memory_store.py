@@ -172,3 +172,32 @@ async def test_an_interrupted_run_goes_back_at_once_with_its_attempt() -> None:
     assert await store.interrupt_runs("w", [(run.id, run.epoch)]) == 1
     assert (run.state, run.attempt, run.due_at) == (RunState.PENDING, 1, clock.now())
     assert [a.outcome for a in store.attempts] == [Outcome.INTERRUPTED]
+
+
+async def test_a_run_claimed_ahead_stays_within_reach_of_pause_reload_and_removal() -> None:
+    """SET_PAUSED, WITHDRAW_FUTURE_RUNS, DISABLE_REMOVED_JOBS on a claimed, unstarted run."""
+    clock, store, _ = await world()
+    ahead = timedelta(seconds=1)
+
+    async def claimed_ahead() -> RunRow:
+        run = store.add_run("beat", clock.now() + timedelta(milliseconds=500))
+        [claim] = await store.claim_due_runs("a", 10, LEASE, 100, ahead=ahead)
+        assert claim.run_id == run.id
+        return run
+
+    paused = await claimed_ahead()
+    await store.set_paused("beat", True)
+    assert (paused.state, paused.lease_owner, paused.epoch) == (RunState.PENDING, None, 1)
+    clock.advance(ahead)
+    _, [stale] = await store.start_runs("w", [message(paused)], LEASE)
+    assert stale.reason == "stale"
+    await store.set_paused("beat", False)
+    del store.runs[paused.id]
+
+    withdrawn = await claimed_ahead()
+    await store.sync_jobs([job(every=timedelta(minutes=7))])
+    assert withdrawn.id not in store.runs
+
+    removed = await claimed_ahead()
+    await store.sync_jobs([])
+    assert (removed.state, removed.error) == (RunState.CANCELLED, "job removed from config")
