@@ -295,7 +295,9 @@ def register(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=50)
 
     command(
-        "pause", "stop materializing and claiming a job's runs", _action("pause", "job")
+        "pause",
+        "stop materializing and claiming a job's runs (claimed, unstarted ones go back to pending)",
+        _action("pause", "job"),
     ).add_argument("job")
     command("resume", "undo pause", _action("resume", "job")).add_argument("job")
     p = command("trigger", "a run now (one run per instant still)", _action("trigger", "job", "at"))
