@@ -98,15 +98,15 @@ class Materializer:
         # Counted as recorded, not as planned: replicas planning the same
         # dropped instants count them once between them (the first records
         # the gap), and a plan that wrote nothing counts nothing.
-        for state, plan in plans:
+        for state, _ in plans:
             if missed := written.missed.get(state.id, 0):
                 RUNS_MISSED.labels(state.name).inc(missed)
+                job = self._job(state)  # decoded when planned: a lookup here
                 log.warning(
                     "missed instants dropped by catch-up policy",
                     job=state.name,
                     missed=missed,
-                    first=plan.dropped[0].first.isoformat() if plan.dropped else None,
-                    reason=plan.dropped[0].reason if plan.dropped else None,
+                    catchup=job.catchup.value if job else None,
                 )
         return written.runs
 

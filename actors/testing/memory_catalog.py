@@ -275,6 +275,8 @@ class InMemoryJobCatalog:
     async def set_paused(self, job: str, paused: bool) -> None:
         """What `claimd pause` / `resume` change (SET_PAUSED): a pause hands back claims."""
         self._now()
+        if not self.jobs[job].enabled:
+            return  # WHERE name = $1 AND enabled: a removed job is not paused
         self.jobs[job].paused = paused
         if not paused:
             return

@@ -227,6 +227,12 @@ class InMemoryRunStore(InMemoryJobCatalog):
             if run.epoch != m.epoch or not (run.state is RunState.CLAIMED or retaken):
                 refused.append(NotStarted(m.run_id, m.epoch, _why_not(run, m.epoch), run.state))
                 continue
+            if run.state is RunState.CLAIMED and self._job_of(run).paused:
+                # START_RUNS hands a claimed run of a paused job back to pending.
+                run.state = RunState.PENDING
+                run.lease_owner = run.lease_expires_at = run.claimed_at = None
+                refused.append(NotStarted(m.run_id, m.epoch, "stale", RunState.PENDING))
+                continue
             if run.state is RunState.CLAIMED and run.due_at > now:
                 # START_RUNS starts no claimed run before it is due.
                 refused.append(NotStarted(m.run_id, m.epoch, "early", run.state))

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from actors.adapters.postgres import Operations, PostgresRunStore
+from actors.adapters.postgres.statements import CLAIM_DUE_RUNS
 from actors.app import Replica
 from actors.config import LoadedConfig
 from actors.domain import CronSchedule
@@ -253,3 +254,30 @@ async def test_removing_a_job_cancels_its_run_claimed_ahead(store: PostgresRunSt
     started, refused = await store.start_runs("worker", [message], LONG_LEASE)
     assert started == []
     assert [(r.run_id, r.reason) for r in refused] == [(run_id, "terminal")]
+
+
+async def test_a_claim_not_yet_committed_when_the_pause_was_starts_nothing(
+    store: PostgresRunStore,
+) -> None:
+    """The pause cannot see a claim still in flight; the start sees the pause."""
+    job_id = await add_job(store, make_job("racing"))
+    [run_id] = await insert_due_runs(store, job_id, 1)
+    async with store.pool.acquire() as conn:
+        claim = conn.transaction()
+        await claim.start()
+        # The claim has read the job unpaused and locked the pending row...
+        [row] = await conn.fetch(CLAIM_DUE_RUNS, "me", 10, LONG_LEASE, timedelta(0))
+        # ...the pause commits meanwhile (the row is pending in its snapshot)...
+        await Operations(store.pool).pause("racing")
+        await claim.commit()  # ...and the claim commits a claimed run of a paused job.
+    assert await _state(store, run_id) == "claimed"
+    message = DispatchMessage(
+        run_id, row["claim_epoch"], "racing", row["scheduled_at"], row["attempt"], "d"
+    )
+    started, refused = await store.start_runs("worker", [message], LONG_LEASE)
+    assert started == []
+    assert [(r.run_id, r.reason) for r in refused] == [(run_id, "stale")]
+    assert await _state(store, run_id) == "pending"
+    await Operations(store.pool).resume("racing")
+    [again] = await store.claim_due_runs("me", 10, LONG_LEASE, 100)
+    assert (again.run_id, again.epoch) == (run_id, message.epoch + 1)

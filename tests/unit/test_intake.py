@@ -346,13 +346,14 @@ async def test_unrecorded_verdicts_hold_the_worker_even_when_the_database_answer
     # record until its report of one that got through. (The fake store's own
     # failure count is a few loop steps ahead of that: complete_runs runs
     # shielded, in a task of its own, and a fetch in between is no fault.)
-    reported = {"failing": False}
+    reported = {"failing": False, "ever": False}
     inbox = Inbox(messages=3, judge=lambda: reported["failing"])
     worker = _worker(store, inbox, executor, stop)
     keeping_failed, keeping_succeeded = worker.keeping.failed, worker.keeping.succeeded
 
     def failed(source: str, error: str) -> None:
-        reported["failing"] |= source == COMPLETIONS
+        if source == COMPLETIONS:
+            reported["failing"] = reported["ever"] = True
         keeping_failed(source, error)
 
     def succeeded(source: str) -> None:
@@ -366,8 +367,12 @@ async def test_unrecorded_verdicts_hold_the_worker_even_when_the_database_answer
     executor.finish.set()  # runs finish at once; their verdicts cannot be recorded
     task = asyncio.create_task(worker.run())
     await _until(lambda: store.record_failures >= 3, "completions to fail")
+    # The judge is only as good as the report it reads: the completer made it.
+    assert reported["ever"], "the completer never reported its failures"
+    fetches = inbox.fetches
     store.verdicts_record = True
     await _until(lambda: len(store.recorded) == 3, "every verdict recorded")
+    await _until(lambda: inbox.fetches > fetches, "fetching to resume once recorded")
     await _stopped(worker, task, executor)
     assert inbox.fetched_when_it_should_not == 0
 

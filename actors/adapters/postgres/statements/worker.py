@@ -22,6 +22,13 @@ from actors.adapters.postgres.statements.claim import MUST_NOT_RUN
 # `skipped` set; the worker acks its message as changing nothing). A run
 # already running is not judged again: its start was decided.
 #
+# A claimed run of a paused job is not started: it goes back to pending under
+# the same epoch (its message is then stale; the worker is told so and acks),
+# as SET_PAUSED hands back the claims it sees. This catches the claim that was
+# not yet committed when the pause was: it read the job unpaused, and the
+# pause, which locks only claimed rows, did not see its row. A start begins
+# after the claim committed, so once the pause has committed no run starts.
+#
 # A claimed run is never started before it is due on the database's clock: a
 # run claimed ahead (claim_ahead) whose worker's estimate of that clock ran a
 # little fast is left claimed, and the worker is told "early" and holds it a
@@ -30,12 +37,21 @@ START_RUNS = """
 WITH m AS (SELECT * FROM unnest($1::uuid[], $2::bigint[], $5::boolean[])
                  AS m(id, epoch, retake)),
 locked AS MATERIALIZED (
-    SELECT r.id, CASE WHEN r.state = 'claimed' THEN """ + MUST_NOT_RUN + """ END AS skip
+    SELECT r.id, CASE WHEN r.state = 'claimed' THEN """ + MUST_NOT_RUN + """ END AS skip,
+           (r.state = 'claimed' AND j.paused) AS paused
       FROM job_runs r
       JOIN jobs j ON j.id = r.job_id
      WHERE r.id = ANY ($1::uuid[])
      ORDER BY r.id
        FOR NO KEY UPDATE OF r
+),
+handed_back AS (
+    UPDATE job_runs r
+       SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, claimed_at = NULL,
+           updated_at = now()
+      FROM m JOIN locked l ON l.id = m.id
+     WHERE r.id = m.id AND l.paused AND r.claim_epoch = m.epoch AND r.state = 'claimed'
+    RETURNING r.id
 ),
 moved AS (
     UPDATE job_runs r
@@ -50,7 +66,7 @@ moved AS (
            finished_at = CASE WHEN l.skip IS NULL THEN r.finished_at ELSE now() END,
            updated_at = now()
       FROM m JOIN locked l ON l.id = m.id
-     WHERE r.id = m.id AND r.claim_epoch = m.epoch
+     WHERE r.id = m.id AND r.claim_epoch = m.epoch AND NOT l.paused
        AND (r.state = 'claimed' OR (r.state = 'running' AND r.lease_owner = $3 AND m.retake))
        AND (r.state <> 'claimed' OR r.due_at <= now())
     RETURNING r.id, r.claim_epoch, r.job_id, r.scheduled_at, r.attempt, l.skip, r.trigger,
