@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from actors.api import OperatorApi
+from actors.observability import DELIVERIES_SKIPPED, FENCED_COMPLETIONS, REDELIVERIES
+from actors.observability.exposition import render as render_metrics
 
 ReadyCheck = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -27,11 +30,16 @@ PAGE_POLICY = (
 )
 
 
-def _samples(name: str) -> list[tuple[dict[str, str], float]]:
-    """Every sample of this process's registry named ``name``, whatever its labels."""
+def _samples(metric: Collector, name: str) -> list[tuple[dict[str, str], float]]:
+    """Every sample of ``metric`` named ``name``, whatever its labels.
+
+    Read from the metric itself, not the registry: a registry-wide collect
+    would build every per-job series (hundreds of thousands with 10,000 jobs)
+    on the event loop for three numbers.
+    """
     return [
         (dict(s.labels), s.value)
-        for family in REGISTRY.collect()
+        for family in metric.collect()
         for s in family.samples
         if s.name == name
     ]
@@ -39,16 +47,17 @@ def _samples(name: str) -> list[tuple[dict[str, str], float]]:
 
 def counters() -> dict[str, Any]:
     """What this replica counted since it started: duplicates skipped, completions fenced."""
-    skipped = _samples("claimd_deliveries_skipped_total")
+    skipped = _samples(DELIVERIES_SKIPPED, "claimd_deliveries_skipped_total")
     by_reason: dict[str, float] = {}
     for labels, value in skipped:
         reason = labels.get("reason", "")
         by_reason[reason] = by_reason.get(reason, 0.0) + value
+    fenced = _samples(FENCED_COMPLETIONS, "claimd_fenced_completions_total")
     return {
         "deliveries_skipped": sum(v for _, v in skipped),
         "deliveries_skipped_by_reason": by_reason,
-        "fenced_completions": sum(v for _, v in _samples("claimd_fenced_completions_total")),
-        "redeliveries": sum(v for _, v in _samples("claimd_redeliveries_total")),
+        "fenced_completions": sum(v for _, v in fenced),
+        "redeliveries": sum(v for _, v in _samples(REDELIVERIES, "claimd_redeliveries_total")),
     }
 
 
@@ -82,13 +91,19 @@ def build_app(
     ``refresh`` runs before each /metrics render (the cluster gauges; it must not raise).
     """
 
-    async def metrics(_: web.Request) -> web.Response:
+    async def metrics(request: web.Request) -> web.StreamResponse:
         if refresh is not None:
             await refresh()
         # Rendered off the event loop: with thousands of jobs the text is tens
         # of MB and takes seconds of Python, which would hold up every actor.
-        body = await asyncio.to_thread(generate_latest)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        chunks = await asyncio.to_thread(render_metrics)
+        response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE_LATEST})
+        response.content_length = sum(len(c) for c in chunks)
+        await response.prepare(request)
+        for chunk in chunks:
+            await response.write(chunk)
+        await response.write_eof()
+        return response
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

@@ -13,6 +13,8 @@ run beside ``job_histograms = false``.
 
     python -m bench.bench_metrics                   # 10,000 jobs, ~2 min
     python -m bench.bench_metrics --jobs 1000 --scrapes 3
+    git archive 4a338f2 | tar -x -C /tmp/before     # and the renderer before, same run:
+    python -m bench.bench_metrics --against /tmp/before --against-label 4a338f2
 """
 
 from __future__ import annotations
@@ -74,10 +76,11 @@ def _get(url: str, timeout: float = 30.0) -> tuple[int, bytes]:
         return 0, b""
 
 
-def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:
+def _start(config: Path, log: Path, tree: Path) -> subprocess.Popen[bytes]:
+    """`python -m` puts the working directory first on the path: ``tree``'s actors run."""
     return subprocess.Popen(
         [sys.executable, "-m", "actors.cli", "run", "--config", str(config)],
-        cwd=REPO,
+        cwd=tree,
         env=_child_env(),
         stdout=subprocess.DEVNULL,
         stderr=log.open("wb"),
@@ -91,7 +94,10 @@ def _rss_mb(pid: int) -> float:
     return float("nan")
 
 
-async def measure(label: str, per_job: bool, args: argparse.Namespace) -> dict[str, float]:
+async def measure(
+    label: str, per_job: bool | None, args: argparse.Namespace, tree: Path = REPO
+) -> dict[str, float]:
+    """One configuration; ``per_job`` None: the setting left out (a tree that lacks it)."""
     deployment = unique_name("bench")
     port = _free_port()
     last_job = f'claimd_job="job-{args.jobs - 1:05d}"'.encode()
@@ -99,13 +105,14 @@ async def measure(label: str, per_job: bool, args: argparse.Namespace) -> dict[s
         async with bench_schema() as url, migrated_store(url, max_size=2):
             with tempfile.TemporaryDirectory(prefix="claimd-metrics-") as tmp:
                 config = Path(tmp) / "claimd.toml"
+                settings = {} if per_job is None else {"job_histograms": per_job}
                 config.write_text(
-                    config_toml(
-                        url, deployment, mixed_jobs(args.jobs), job_histograms=per_job
-                    ).replace('http = "off"', f'http = "127.0.0.1:{port}"')
+                    config_toml(url, deployment, mixed_jobs(args.jobs), **settings).replace(
+                        'http = "off"', f'http = "127.0.0.1:{port}"'
+                    )
                 )
                 log = Path(tmp) / "claimd.log"
-                proc = _start(config, log)
+                proc = _start(config, log, tree)
                 try:
                     base = f"http://127.0.0.1:{port}"
                     deadline = time.monotonic() + args.max_seconds
@@ -172,6 +179,18 @@ async def main(args: argparse.Namespace) -> None:
         rows,
         ["ratio > 1: smaller or faster than the default"],
     )
+    if args.against is not None:
+        before = await measure(args.against_label, None, args, args.against)
+        rows = [
+            Row(name, default[name], before[name], unit, higher_is_better=False)
+            for name, unit in UNITS.items()
+        ]
+        print_table(
+            f"/metrics at the defaults: this tree (figure) against {args.against_label} "
+            "(baseline), same run",
+            rows,
+            ["ratio > 1: smaller or faster than the baseline"],
+        )
 
 
 if __name__ == "__main__":
@@ -179,4 +198,8 @@ if __name__ == "__main__":
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--scrapes", type=int, default=5)
     parser.add_argument("--max-seconds", type=float, default=300.0, help="to get ready")
+    parser.add_argument(
+        "--against", type=Path, default=None, help="another source tree, at its defaults"
+    )
+    parser.add_argument("--against-label", default="the other tree")
     asyncio.run(main(parser.parse_args()))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +11,13 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from actors.observability.exposition import (
+    escape,
+    help_and_type,
+    number,
+    rendering,
+    writes_own_text,
+)
 from actors.observability.metrics import JOB_LABEL
 
 # --- cluster-wide gauges: read from the database, the same on every replica ------------
@@ -45,6 +52,50 @@ class ClusterSnapshot:
     past_lease: int = 0
 
 
+# The per-job gauges: name, help, and the job's value (None: no sample).
+PER_JOB: tuple[tuple[str, str, Callable[[JobSnapshot], float | None]], ...] = (
+    (
+        "claimd_job_last_success_timestamp_seconds",
+        "When the job's last successful run finished (seconds since the "
+        "epoch; absent: never, within the history kept)",
+        lambda j: j.last_success,
+    ),
+    (
+        "claimd_job_last_failure_timestamp_seconds",
+        "When the job's last run that failed for good (failed or timed out, "
+        "no attempt left) finished (seconds since the epoch)",
+        lambda j: j.last_failure,
+    ),
+    (
+        "claimd_job_overdue_runs",
+        "The job's runs due and not yet started (0 while it is paused)",
+        lambda j: j.overdue,
+    ),
+    (
+        "claimd_job_overdue_oldest_age_seconds",
+        "How long the job's oldest run due and not started has been due",
+        lambda j: j.overdue_oldest_age,
+    ),
+    (
+        "claimd_job_period_seconds",
+        "The job's schedule period: the longest gap between its next ten "
+        "instants (a weekday cron reports its weekend gap)",
+        lambda j: j.period,
+    ),
+    (
+        "claimd_job_paused",
+        "1 while an operator has the job paused",
+        lambda j: 1.0 if j.paused else 0.0,
+    ),
+    (
+        "claimd_job_materialized_behind_seconds",
+        "How far the job's materialized rows stop short of now (0: planned "
+        "ahead; lasting: no materializer runs and due instants have no row)",
+        lambda j: j.materialized_behind,
+    ),
+)
+
+
 @dataclass(eq=False)  # hashable by identity: the registry keys collectors
 class ClusterCollector(Collector):
     """Yields the cluster gauges from the last snapshot read (see actors/cluster_metrics.py).
@@ -73,7 +124,8 @@ class ClusterCollector(Collector):
         snap = self.snapshot
         if snap is None:
             return
-        yield from self._per_job(snap)
+        if not rendering():  # /metrics: the per-job gauges are written by text()
+            yield from self._per_job(snap)
         overdue = [j for j in snap.jobs if j.overdue]
         yield GaugeMetricFamily(
             "claimd_overdue_runs",
@@ -104,51 +156,23 @@ class ClusterCollector(Collector):
 
     @staticmethod
     def _per_job(snap: ClusterSnapshot) -> Iterator[GaugeMetricFamily]:
-        def family(name: str, text: str) -> GaugeMetricFamily:
-            return GaugeMetricFamily(name, f"{text}; {CLUSTER_NOTE}", labels=[JOB_LABEL])
+        for name, text, value in PER_JOB:
+            family = GaugeMetricFamily(name, f"{text}; {CLUSTER_NOTE}", labels=[JOB_LABEL])
+            for job in snap.jobs:
+                if (v := value(job)) is not None:
+                    family.add_metric([job.name], v)
+            yield family
 
-        success = family(
-            "claimd_job_last_success_timestamp_seconds",
-            "When the job's last successful run finished (seconds since the "
-            "epoch; absent: never, within the history kept)",
-        )
-        failure = family(
-            "claimd_job_last_failure_timestamp_seconds",
-            "When the job's last run that failed for good (failed or timed out, "
-            "no attempt left) finished (seconds since the epoch)",
-        )
-        overdue = family(
-            "claimd_job_overdue_runs",
-            "The job's runs due and not yet started (0 while it is paused)",
-        )
-        oldest = family(
-            "claimd_job_overdue_oldest_age_seconds",
-            "How long the job's oldest run due and not started has been due",
-        )
-        period = family(
-            "claimd_job_period_seconds",
-            "The job's schedule period: the longest gap between its next ten "
-            "instants (a weekday cron reports its weekend gap)",
-        )
-        paused = family("claimd_job_paused", "1 while an operator has the job paused")
-        behind = family(
-            "claimd_job_materialized_behind_seconds",
-            "How far the job's materialized rows stop short of now (0: planned "
-            "ahead; lasting: no materializer runs and due instants have no row)",
-        )
-        for job in snap.jobs:
-            labels = [job.name]
-            if job.last_success is not None:
-                success.add_metric(labels, job.last_success)
-            if job.last_failure is not None:
-                failure.add_metric(labels, job.last_failure)
-            overdue.add_metric(labels, job.overdue)
-            oldest.add_metric(labels, job.overdue_oldest_age)
-            if job.period is not None:
-                period.add_metric(labels, job.period)
-            paused.add_metric(labels, 1.0 if job.paused else 0.0)
-            behind.add_metric(labels, job.materialized_behind)
-        yield from (success, failure, overdue, oldest, period, paused, behind)
+    def text(self) -> Iterator[str]:
+        """The per-job gauges' /metrics text (see actors.observability.exposition)."""
+        snap = self.snapshot
+        if snap is None:
+            return
+        for name, text, value in PER_JOB:
+            yield help_and_type(name, f"{text}; {CLUSTER_NOTE}", "gauge")
+            for job in snap.jobs:
+                if (v := value(job)) is not None:
+                    yield f'{name}{{{JOB_LABEL}="{escape(job.name)}"}} {number(v)}\n'
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())  # names vary with the snapshot; registered without checks
@@ -156,3 +180,4 @@ class ClusterCollector(Collector):
 
 CLUSTER = ClusterCollector()
 REGISTRY.register(CLUSTER)
+writes_own_text(CLUSTER)

@@ -28,6 +28,8 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, M
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from actors.observability.exposition import help_and_type, label_text, number, rendering
+
 
 class _CounterChild:
     __slots__ = ("value",)
@@ -76,10 +78,19 @@ class JobCounter(Collector):
         yield CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
 
     def collect(self) -> Iterator[Metric]:
+        if rendering():
+            return  # /metrics: written by text()
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for values, child in list(self._children.items()):
             family.add_metric(values, child.value)
         yield family
+
+    def text(self) -> Iterator[str]:
+        name = self.name + "_total"
+        yield help_and_type(name, self.documentation, "counter")
+        names = self.labelnames
+        for values, child in list(self._children.items()):
+            yield f"{name}{{{label_text(names, values)}}} {number(child.value)}\n"
 
 
 class JobHistogram(Collector):
@@ -130,6 +141,8 @@ class JobHistogram(Collector):
         yield HistogramMetricFamily(self.name, self.documentation, labels=self._labels())
 
     def collect(self) -> Iterator[Metric]:
+        if rendering():
+            return  # /metrics: written by text()
         family = HistogramMetricFamily(self.name, self.documentation, labels=self._labels())
         if self._all is not None:
             self._add(family, (), self._all)
@@ -147,3 +160,23 @@ class JobHistogram(Collector):
             running += count
             cumulative.append((le, float(running)))
         family.add_metric(list(values), cumulative, child.sum)
+
+    def text(self) -> Iterator[str]:
+        name = self.name
+        yield help_and_type(name, self.documentation, "histogram")
+        if self._all is not None:
+            yield from self._series_text("", self._all)
+            return
+        names = self.labelnames
+        for values, child in list(self._children.items()):
+            yield from self._series_text(label_text(names, values), child)
+
+    def _series_text(self, labels: str, child: _HistogramChild) -> Iterator[str]:
+        name, sep = self.name, "," if labels else ""
+        counts, total = list(child.counts), child.sum  # one reading of a series
+        running = 0
+        for le, count in zip(self._le, counts, strict=True):
+            running += count
+            yield f'{name}_bucket{{{labels}{sep}le="{le}"}} {running}.0\n'
+        braces = f"{{{labels}}}" if labels else ""
+        yield f"{name}_count{braces} {running}.0\n{name}_sum{braces} {number(total)}\n"

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, Info
 
 from actors.domain import Outcome
+from actors.observability.exposition import writes_own_text
 from actors.observability.job_series import JobCounter, JobHistogram
 from actors.observability.logs import get_logger, redact
 
@@ -25,8 +26,10 @@ _PerJob = TypeVar("_PerJob", JobCounter, JobHistogram)
 
 
 def _per_job(collector: _PerJob) -> _PerJob:
-    """Registered like prometheus_client's own metrics (the default registry)."""
+    """Registered like prometheus_client's own metrics (the default registry); its
+    /metrics text written by itself (actors.observability.exposition)."""
     REGISTRY.register(collector)
+    writes_own_text(collector)
     return collector
 
 

@@ -122,3 +122,32 @@ async def test_before_the_store_connects_refresh_does_nothing() -> None:
     collector = ClusterCollector()
     await ClusterMetrics(None, collector=collector).refresh()
     assert samples(collector) == {"claimd_cluster_metrics_age_seconds": float("inf")}
+
+
+async def test_the_per_job_gauges_text_says_what_prometheus_client_writes_for_them() -> None:
+    """/metrics takes the per-job gauges from text(); the reference is generate_latest."""
+    ticks = Ticks()
+    collector = ClusterCollector(monotonic=ticks)
+    beat = reading(datetime(2026, 3, 4, 11, 59, 30, tzinfo=UTC)).jobs[0]
+    odd = JobReading(
+        name='odd "quoted" \\ name',
+        paused=True,
+        fingerprint="f2",
+        definition="not json",  # no period: that gauge has no sample for it
+        last_success=None,
+        last_failure=NOW,
+        overdue=0,
+        overdue_oldest_age=0.0,
+        materialized_behind=12.5,
+    )
+    store = Store(ClusterReading(jobs=(beat, odd), claimed=0, running=0, past_lease=0))
+    await ClusterMetrics(store.read, collector=collector, monotonic=ticks).refresh()
+    reference = {k: v for k, v in samples(collector).items() if k.startswith("claimd_job_")}
+    assert len(reference) == 11  # beat: no failure yet; odd: no success, no period
+    text = "".join(collector.text())
+    written = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            key = s.name + "".join(f",{k}={v}" for k, v in sorted(s.labels.items()))
+            written[key] = s.value
+    assert written == reference

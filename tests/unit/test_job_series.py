@@ -31,6 +31,19 @@ def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, st
     return out
 
 
+def _text_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples of /metrics text as claimd writes it (exposition.render's per-job part)."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _help_and_types_of(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith(("# HELP", "# TYPE"))]
+
+
 def _help_and_types(registry: CollectorRegistry) -> list[str]:
     text = generate_latest(registry).decode()
     return [
@@ -56,6 +69,10 @@ def test_a_counter_exposes_what_prometheus_client_does(
         ours.labels(job, outcome).inc(n)
     assert _samples(ours_registry) == _samples(theirs_registry)
     assert _help_and_types(ours_registry) == _help_and_types(theirs_registry)
+    # The text /metrics serves, written by the collector itself, says the same.
+    text = "".join(ours.text())
+    assert _text_samples(text) == _samples(theirs_registry)
+    assert _help_and_types_of(text) == _help_and_types(theirs_registry)
 
 
 @settings(max_examples=200, deadline=None)
@@ -88,6 +105,9 @@ def test_a_histogram_exposes_what_prometheus_client_does(
         # Sums are added in the same order, so they agree to the last bit.
         assert ours_samples[key] == value, key
     assert _help_and_types(ours_registry) == _help_and_types(theirs_registry)
+    text = "".join(ours.text())
+    assert _text_samples(text) == theirs_samples
+    assert _help_and_types_of(text) == _help_and_types(theirs_registry)
 
 
 @settings(max_examples=100, deadline=None)
@@ -106,6 +126,7 @@ def test_an_aggregated_histogram_exposes_what_an_unlabelled_prometheus_histogram
         ours.labels(job).observe(value)
     assert _samples(ours_registry) == _samples(theirs_registry)
     assert _help_and_types(ours_registry) == _help_and_types(theirs_registry)
+    assert _text_samples("".join(ours.text())) == _samples(theirs_registry)
     # Back to per job: one series per job again, the aggregate gone.
     ours.aggregate(False)
     ours.labels("backup").observe(1.0)

@@ -1,0 +1,82 @@
+"""The /metrics text: prometheus_client's for the fixed series, written directly for per-job ones.
+
+With 10,000 jobs the per-job families are ~480,000 samples. Through
+prometheus_client's exposition each becomes a ``Sample`` object with a labels
+dict before it is formatted: a scrape took 10 s of CPU (past Prometheus's
+default scrape timeout) and left the process at 337 MB. The per-job
+collectors (``job_series``, the cluster gauges) therefore write their text
+lines themselves, from their plain numbers, in the format prometheus_client
+writes (the unit tests parse both and compare them sample for sample);
+``collect()`` still yields the same families for anything else that asks
+(``REGISTRY.get_sample_value``, a test).
+
+While :func:`render` runs generate_latest over the registry, a thread-local
+flag tells those collectors to yield nothing there, so each series is written
+once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.utils import floatToGoString
+
+_rendering = threading.local()
+
+
+class WritesText(Protocol):
+    def text(self) -> Iterator[str]:
+        """The family's exposition: HELP, TYPE, then one line per sample."""
+        ...
+
+
+_WRITERS: list[WritesText] = []
+
+
+def writes_own_text(writer: WritesText) -> None:
+    """``writer``'s families are left out of generate_latest and written by :func:`render`."""
+    _WRITERS.append(writer)
+
+
+def rendering() -> bool:
+    """True inside :func:`render`'s generate_latest (in its thread): yield nothing there."""
+    return bool(getattr(_rendering, "on", False))
+
+
+def render() -> list[bytes]:
+    """The whole /metrics page, as chunks (the per-job families are a few MB each)."""
+    _rendering.on = True
+    try:
+        chunks = [generate_latest(REGISTRY)]
+    finally:
+        _rendering.on = False
+    for writer in _WRITERS:
+        chunks.append("".join(writer.text()).encode())
+    return chunks
+
+
+def help_and_type(name: str, documentation: str, kind: str) -> str:
+    escaped = documentation.replace("\\", r"\\").replace("\n", r"\n")
+    return f"# HELP {name} {escaped}\n# TYPE {name} {kind}\n"
+
+
+def label_text(names: Sequence[str], values: Sequence[str]) -> str:
+    """``a="x",b="y"`` in label-name order, values escaped as the text format says."""
+    if len(names) == 1:  # the per-job series: the one label, written at scrape for each
+        return f'{names[0]}="{escape(values[0])}"'
+    pairs = sorted(zip(names, values, strict=True))
+    return ",".join(f'{k}="{escape(v)}"' for k, v in pairs)
+
+
+def escape(value: str) -> str:
+    """A label value as the text format writes it (backslash, newline, quote escaped)."""
+    if "\\" in value or '"' in value or "\n" in value:
+        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+    return value
+
+
+def number(value: float) -> str:
+    return floatToGoString(value)
