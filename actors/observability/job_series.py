@@ -172,11 +172,13 @@ class JobHistogram(Collector):
             yield from self._series_text(label_text(names, values), child)
 
     def _series_text(self, labels: str, child: _HistogramChild) -> Iterator[str]:
+        """One series' lines as one string (the page is written a piece at a time)."""
         name, sep = self.name, "," if labels else ""
         counts, total = list(child.counts), child.sum  # one reading of a series
-        running = 0
+        lines, running = [], 0
         for le, count in zip(self._le, counts, strict=True):
             running += count
-            yield f'{name}_bucket{{{labels}{sep}le="{le}"}} {running}.0\n'
+            lines.append(f'{name}_bucket{{{labels}{sep}le="{le}"}} {running}.0\n')
         braces = f"{{{labels}}}" if labels else ""
-        yield f"{name}_count{braces} {running}.0\n{name}_sum{braces} {number(total)}\n"
+        lines.append(f"{name}_count{braces} {running}.0\n{name}_sum{braces} {number(total)}\n")
+        yield "".join(lines)
