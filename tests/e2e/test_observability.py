@@ -74,7 +74,13 @@ FAST = {
 
 
 def config(
-    tmp_path: Path, database_url: str, nats_url: str, deployment: str, port: int, jobs: str = JOBS
+    tmp_path: Path,
+    database_url: str,
+    nats_url: str,
+    deployment: str,
+    port: int,
+    jobs: str = JOBS,
+    **settings: str | int,
 ) -> Path:
     return write_config(
         tmp_path / "claimd.toml",
@@ -83,7 +89,7 @@ def config(
         nats_url=nats_url,
         deployment=deployment,
         http=f"127.0.0.1:{port}",
-        **FAST,
+        **(FAST | settings),
     )
 
 
@@ -636,16 +642,7 @@ async def test_job_histograms_off_exposes_one_series_for_all_jobs_through_the_re
 ) -> None:
     """job_histograms = false: the two run histograms lose claimd_job; the counters keep it."""
     port = free_port()
-    path = write_config(
-        tmp_path / "claimd.toml",
-        jobs=JOBS,
-        database_url=schema_url,
-        nats_url=nats_url,
-        deployment=deployment,
-        http=f"127.0.0.1:{port}",
-        job_histograms=False,
-        **FAST,
-    )
+    path = config(tmp_path, schema_url, nats_url, deployment, port, job_histograms=False)
     replica = spawn("run", "--config", str(path), label="replica")
     conn = await asyncpg.connect(schema_url)
     try:
