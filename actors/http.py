@@ -12,8 +12,10 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from actors.api import OperatorApi
-from actors.observability import DELIVERIES_SKIPPED, FENCED_COMPLETIONS, REDELIVERIES
+from actors.observability import DELIVERIES_SKIPPED, FENCED_COMPLETIONS, REDELIVERIES, get_logger
 from actors.observability.exposition import render as render_metrics
+
+log = get_logger("http")
 
 ReadyCheck = Callable[[], Awaitable[dict[str, Any]]]
 
@@ -92,17 +94,25 @@ def build_app(
     """
 
     async def metrics(request: web.Request) -> web.StreamResponse:
+        headers = {"Content-Type": CONTENT_TYPE_LATEST}
+        if request.method == "HEAD":  # a streamed body is not held back for HEAD
+            return web.Response(headers=headers)
         if refresh is not None:
             await refresh()
         # Rendered off the event loop: with thousands of jobs the text is tens
-        # of MB and takes seconds of Python, which would hold up every actor.
+        # of MB and takes a good part of a second of Python, which would hold up
+        # every actor. Sent a chunk at a time (the page is held once, as bytes).
         chunks = await asyncio.to_thread(render_metrics)
-        response = web.StreamResponse(headers={"Content-Type": CONTENT_TYPE_LATEST})
+        response = web.StreamResponse(headers=headers)
         response.content_length = sum(len(c) for c in chunks)
         await response.prepare(request)
-        for chunk in chunks:
-            await response.write(chunk)
-        await response.write_eof()
+        try:
+            for chunk in chunks:
+                await response.write(chunk)
+            await response.write_eof()
+        except ConnectionError:
+            # The scraper gave up (its timeout) or went away: nothing to report.
+            log.debug("metrics scrape: client went away mid-response")
         return response
 
     async def healthz(_: web.Request) -> web.Response:

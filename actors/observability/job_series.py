@@ -178,7 +178,14 @@ class JobHistogram(Collector):
         lines, running = [], 0
         for le, count in zip(self._le, counts, strict=True):
             running += count
-            lines.append(f'{name}_bucket{{{labels}{sep}le="{le}"}} {running}.0\n')
+            lines.append(f'{name}_bucket{{{labels}{sep}le="{le}"}} {_count(running)}\n')
         braces = f"{{{labels}}}" if labels else ""
-        lines.append(f"{name}_count{braces} {running}.0\n{name}_sum{braces} {number(total)}\n")
+        lines.append(
+            f"{name}_count{braces} {_count(running)}\n{name}_sum{braces} {number(total)}\n"
+        )
         yield "".join(lines)
+
+
+def _count(n: int) -> str:
+    """``n`` as prometheus_client writes a float count (Go's form: 1.234567e+06 from 1e6)."""
+    return f"{n}.0" if n < 1_000_000 else number(float(n))

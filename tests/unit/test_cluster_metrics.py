@@ -130,7 +130,7 @@ async def test_the_per_job_gauges_text_says_what_prometheus_client_writes_for_th
     collector = ClusterCollector(monotonic=ticks)
     beat = reading(datetime(2026, 3, 4, 11, 59, 30, tzinfo=UTC)).jobs[0]
     odd = JobReading(
-        name='odd "quoted" \\ name',
+        name='odd "quoted" \\ name\nand a \\n',
         paused=True,
         fingerprint="f2",
         definition="not json",  # no period: that gauge has no sample for it
@@ -151,3 +151,8 @@ async def test_the_per_job_gauges_text_says_what_prometheus_client_writes_for_th
             key = s.name + "".join(f",{k}={v}" for k, v in sorted(s.labels.items()))
             written[key] = s.value
     assert written == reference
+    # Line for line, HELP and TYPE included, as prometheus_client writes them.
+    registry = CollectorRegistry()
+    registry.register(collector)
+    theirs = generate_latest(registry).decode().splitlines()
+    assert set(text.splitlines()) == {line for line in theirs if "claimd_job_" in line}

@@ -17,7 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from actors.observability.job_series import JobCounter, JobHistogram
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-JOBS = st.sampled_from(["backup", "nightly-export", 'odd "quoted" name', "ünïcode"])
+JOBS = st.sampled_from(
+    ["backup", "nightly-export", 'odd "quoted" name', "ünïcode", "ends\\", "new\nline", "lit\\n"]
+)
 
 
 def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -37,6 +39,15 @@ def _text_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], fl
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(text)
         for sample in family.samples
+    }
+
+
+def _lines(text: str) -> set[str]:
+    """The sample lines, as written (prometheus_client's ``_created`` ones aside)."""
+    return {
+        line
+        for line in text.splitlines()
+        if line and not line.startswith("#") and "_created" not in line.split(" ")[0]
     }
 
 
@@ -73,6 +84,7 @@ def test_a_counter_exposes_what_prometheus_client_does(
     text = "".join(ours.text())
     assert _text_samples(text) == _samples(theirs_registry)
     assert _help_and_types_of(text) == _help_and_types(theirs_registry)
+    assert _lines(text) == _lines(generate_latest(theirs_registry).decode())
 
 
 @settings(max_examples=200, deadline=None)
@@ -108,6 +120,7 @@ def test_a_histogram_exposes_what_prometheus_client_does(
     text = "".join(ours.text())
     assert _text_samples(text) == theirs_samples
     assert _help_and_types_of(text) == _help_and_types(theirs_registry)
+    assert _lines(text) == _lines(generate_latest(theirs_registry).decode())
 
 
 @settings(max_examples=100, deadline=None)
@@ -126,7 +139,7 @@ def test_an_aggregated_histogram_exposes_what_an_unlabelled_prometheus_histogram
         ours.labels(job).observe(value)
     assert _samples(ours_registry) == _samples(theirs_registry)
     assert _help_and_types(ours_registry) == _help_and_types(theirs_registry)
-    assert _text_samples("".join(ours.text())) == _samples(theirs_registry)
+    assert _lines("".join(ours.text())) == _lines(generate_latest(theirs_registry).decode())
     # Back to per job: one series per job again, the aggregate gone.
     ours.aggregate(False)
     ours.labels("backup").observe(1.0)
