@@ -109,7 +109,7 @@ class ClusterMetrics:
         )
 
     def _job(self, job: JobReading) -> JobSnapshot:
-        if job.fingerprint not in self._periods:
+        if job.fingerprint not in self._periods and job.definition is not None:
             self._periods[job.fingerprint] = schedule_period(job.definition, datetime.now(UTC))
         return JobSnapshot(
             name=job.name,
@@ -118,6 +118,6 @@ class ClusterMetrics:
             last_failure=None if job.last_failure is None else job.last_failure.timestamp(),
             overdue=job.overdue,
             overdue_oldest_age=job.overdue_oldest_age,
-            period=self._periods[job.fingerprint],
+            period=self._periods.get(job.fingerprint),
             materialized_behind=job.materialized_behind,
         )

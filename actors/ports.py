@@ -133,7 +133,7 @@ class JobReading:
     name: str
     paused: bool
     fingerprint: str
-    definition: str
+    definition: str | None  # None: it changed while being read (the next read has it)
     last_success: datetime | None  # finished_at of its latest succeeded run
     last_failure: datetime | None  # finished_at of its latest run failed for good
     overdue: int  # runs due and not started (0 while paused)

@@ -24,6 +24,7 @@ from actors.adapters.postgres.statements import (
     UPSERT_JOB,
     WITHDRAW_FUTURE_RUNS,
 )
+from actors.adapters.postgres.stored_definitions import StoredDefinitions
 from actors.domain import Job, Plan, encode_job
 from actors.ports import JobState, Materialized
 
@@ -34,6 +35,7 @@ class PostgresJobCatalog:
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
+        self._definitions = StoredDefinitions()
 
     async def sync_jobs(self, jobs: Sequence[Job], keep: Sequence[str] = ()) -> dict[str, str]:
         """Upsert the config's jobs; disable those gone from it (but not ``keep``).
@@ -97,7 +99,9 @@ class PostgresJobCatalog:
         )
 
     async def active_jobs(self) -> dict[str, JobState]:
+        """The enabled jobs; one whose definition changed during this read is left to the next."""
         rows = await self._pool.fetch(ACTIVE_JOBS)
+        definitions = await self._definitions.of(self._pool, rows, every_job=True)
         return {
             r["name"]: JobState(
                 id=r["id"],
@@ -105,10 +109,11 @@ class PostgresJobCatalog:
                 materialized_until=r["materialized_until"],
                 paused=r["paused"],
                 fingerprint=r["fingerprint"],
-                definition=r["definition"],
+                definition=definitions[r["id"]],
                 created_at=r["created_at"],
             )
             for r in rows
+            if r["id"] in definitions
         }
 
     async def materialize_many(

@@ -326,13 +326,14 @@ class PostgresRunStore(PostgresJobCatalog):
             jobs = await conn.fetch(CLUSTER_JOB_FIGURES, timeout=timeout)
             leases = await conn.fetchrow(CLUSTER_LEASE_FIGURES, timeout=timeout)
         assert leases is not None
+        definitions = await self._definitions.of(self._pool, jobs)
         return ClusterReading(
             jobs=tuple(
                 JobReading(
                     name=r["name"],
                     paused=r["paused"],
                     fingerprint=r["fingerprint"],
-                    definition=r["definition"],
+                    definition=definitions.get(r["id"]),
                     last_success=r["last_success"],
                     last_failure=r["last_failure"],
                     overdue=r["overdue"],

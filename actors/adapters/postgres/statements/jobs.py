@@ -77,8 +77,10 @@ RETURNING r.id
 """
 # The enabled jobs a sync will disable: gone from the config (and not kept).
 REMOVED_JOBS = "SELECT name FROM jobs WHERE enabled AND NOT (name = ANY($1::text[]))"
+# No definition: it comes from actors/adapters/postgres/stored_definitions.py,
+# read once per fingerprint (it was most of this statement's cost).
 ACTIVE_JOBS = """
-SELECT id, name, materialized_until, paused, fingerprint, definition, created_at
+SELECT id, name, materialized_until, paused, fingerprint, created_at
   FROM jobs WHERE enabled
 """
 # The one clock: every replica plans on the database's now(), never its own.

@@ -4,7 +4,8 @@
 # reports the same figures straight from the truth. "Overdue": due and not yet
 # started (pending, or claimed and still on its way to a worker), of enabled
 # jobs that are not paused. Each part uses an index: the pending partial index,
-# the leased one, and job_runs_job_last_finished (one probe per job).
+# the leased one, and job_runs_job_last_finished (one probe per job). The
+# definition (for the period) comes from stored_definitions, once per fingerprint.
 CLUSTER_JOB_FIGURES = """
 WITH due AS (
     SELECT job_id, due_at FROM job_runs WHERE state = 'pending' AND due_at <= now()
@@ -12,7 +13,7 @@ WITH due AS (
     SELECT job_id, due_at FROM job_runs WHERE state = 'claimed' AND due_at <= now()
 ),
 overdue AS (SELECT job_id, count(*) AS n, min(due_at) AS oldest FROM due GROUP BY job_id)
-SELECT j.name, j.paused, j.fingerprint, j.definition,
+SELECT j.id, j.name, j.paused, j.fingerprint,
        s.finished_at AS last_success, f.finished_at AS last_failure,
        CASE WHEN j.paused THEN 0 ELSE coalesce(o.n, 0) END AS overdue,
        CASE WHEN j.paused OR o.oldest IS NULL THEN 0
