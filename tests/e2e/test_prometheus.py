@@ -267,6 +267,28 @@ run = { shell = ["sh", "-c", "echo no such table >&2; exit 1"] }
     (series,) = await query(base, promql)
     assert "exported_job" not in series["metric"]
     assert series["metric"]["instance"] == f"127.0.0.1:{port}"
+    # The histogram and the cluster gauge that claimd writes as text itself
+    # (actors/observability/exposition.py), as this Prometheus reads them.
+    durations = 'claimd_run_duration_seconds_count{job="claimd",claimd_job="beat"}'
+    median = 'histogram_quantile(0.5, claimd_run_duration_seconds_bucket{claimd_job="beat"})'
+    paused_gauge = 'claimd_job_paused{job="claimd",claimd_job="beat"}'
+
+    async def written_text_read() -> bool:
+        counts = [float(r["value"][1]) for r in await query(base, durations)]
+        quantile = [float(r["value"][1]) for r in await query(base, median)]
+        flag = [float(r["value"][1]) for r in await query(base, paused_gauge)]
+        return (
+            counts == [float(recorded)]
+            and len(quantile) == 1
+            and 0 <= quantile[0] < 60
+            and flag == [1.0]
+        )
+
+    await eventually(
+        written_text_read,
+        timeout=30,
+        what="Prometheus to read beat's durations histogram and its paused gauge",
+    )
     print(
         f"\n[prometheus] {promql} = {recorded} = succeeded attempts in SQL; "
         f"ClaimdJobFailing firing for claimd_job=broken"
