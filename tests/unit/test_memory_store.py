@@ -198,6 +198,15 @@ async def test_a_run_claimed_ahead_stays_within_reach_of_pause_reload_and_remova
     await store.sync_jobs([job(every=timedelta(minutes=7))])
     assert withdrawn.id not in store.runs
 
+    # A claim the pause did not see (it committed after the pause read): the start hands it back.
+    unseen = await claimed_ahead()
+    store.jobs["beat"].paused = True
+    clock.advance(ahead)
+    _, [refused] = await store.start_runs("w", [message(unseen)], LEASE)
+    assert (refused.reason, unseen.state, unseen.lease_owner) == ("stale", RunState.PENDING, None)
+    store.jobs["beat"].paused = False
+    del store.runs[unseen.id]
+
     removed = await claimed_ahead()
     await store.sync_jobs([])
     assert (removed.state, removed.error) == (RunState.CANCELLED, "job removed from config")
