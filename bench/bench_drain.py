@@ -72,12 +72,14 @@ from bench.common import (
     REPO,
     Row,
     bench_schema,
+    child_env,
     config_toml,
     delete_stream,
     environment,
     migrated_store,
     nats_url,
     print_table,
+    stop_processes,
 )
 from tests.servers import unique_name
 
@@ -378,17 +380,6 @@ def _settings(pairs: Sequence[str]) -> dict[str, object]:
     return out
 
 
-def _child_env() -> dict[str, str]:
-    """No server overrides or test faults leaking into the replicas from ours."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("CLAIMD_DATABASE_URL", "CLAIMD_NATS_URL") and not k.startswith("CLAIMD_FAULT_")
-    }
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 def _spawn(
     config: Path, roles: Sequence[str], logs: Sequence[Path], log_level: str, tree: Path
 ) -> list[subprocess.Popen[bytes]]:
@@ -412,7 +403,7 @@ def _spawn(
                 log_level,
             ],
             cwd=tree,
-            env=_child_env(),
+            env=child_env(),
             stdout=subprocess.DEVNULL,
             stderr=log.open("wb"),
         )
@@ -457,8 +448,8 @@ async def claimd(name: str, args: argparse.Namespace, tree: Path = REPO) -> Drai
                         ),
                     )
                 finally:
-                    _stop(spies, signal.SIGINT)
-                    _stop(procs)
+                    stop_processes(spies, signal.SIGINT)
+                    stop_processes(procs)
                 for proc, log in zip(procs, logs, strict=True):
                     if proc.returncode not in (0, -signal.SIGTERM):
                         tail = log.read_text(errors="replace")[-2000:]
@@ -526,19 +517,6 @@ async def _until_drained(
     if cpu0 is not None:
         result.cpu_s = sum(_cpu_seconds(p.pid) for p in procs) - sum(cpu0)
         result.cpu_runs = await store.pool.fetchval(SUCCEEDED) - recorded0
-
-
-def _stop(procs: Sequence[subprocess.Popen[bytes]], sig: int = signal.SIGTERM) -> None:
-    """Signal each process we started; kill the ones still running a minute later."""
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(sig)
-    for p in procs:
-        try:
-            p.wait(60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 # --- the claim statement: SKIP LOCKED against plain FOR UPDATE ------------------------------

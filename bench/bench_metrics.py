@@ -34,16 +34,17 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.bench_drain import _child_env, _stop
 from bench.common import (
     REPO,
     Row,
     bench_schema,
+    child_env,
     config_toml,
     delete_stream,
     environment,
     migrated_store,
     print_table,
+    stop_processes,
 )
 from tests.servers import unique_name
 
@@ -81,7 +82,7 @@ def _start(config: Path, log: Path, tree: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "actors.cli", "run", "--config", str(config)],
         cwd=tree,
-        env=_child_env(),
+        env=child_env(),
         stdout=subprocess.DEVNULL,
         stderr=log.open("wb"),
     )
@@ -144,7 +145,7 @@ async def measure(
                     samples = sum(len(f.samples) for f in families)
                     rss = _rss_mb(proc.pid)
                 finally:
-                    _stop([proc], signal.SIGTERM)
+                    stop_processes([proc], signal.SIGTERM)
         return {
             "MB per scrape": statistics.median(sizes) / 1e6,
             "samples per scrape": samples,

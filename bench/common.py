@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -250,6 +251,30 @@ def print_table(title: str, rows: Sequence[Row], notes: Sequence[str] = ()) -> N
 
 
 # --- configurations in subprocesses of their own -------------------------------------------
+
+
+def child_env() -> dict[str, str]:
+    """No server overrides or test faults leaking into the replicas from ours."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("CLAIMD_DATABASE_URL", "CLAIMD_NATS_URL") and not k.startswith("CLAIMD_FAULT_")
+    }
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def stop_processes(procs: Sequence[subprocess.Popen[bytes]], sig: int = signal.SIGTERM) -> None:
+    """Signal each process we started; kill the ones still running a minute later."""
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(sig)
+    for p in procs:
+        try:
+            p.wait(60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def print_result(result: dict[str, Any]) -> None:
