@@ -30,7 +30,7 @@ from actors.testing.memory_inbox import MemoryInbox
 from actors.testing.memory_replica import MEMORY_HEALTH, MemoryAdapters
 from tests.unit.memory_world import until
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(180)
 
 SETTINGS = {
     "deployment": "mem",
@@ -120,7 +120,11 @@ async def run_a_minute(tmp_path: Path, broker: InMemoryBroker) -> Minute:
                 due = [r for r in store.runs.values() if r.due_at <= now]
                 return all(r.state is RunState.SUCCEEDED for r in due)
 
-            await until(recorded, f"every run due by {now} recorded", timeout=15)
+            # A deadline, not a wait: a step usually settles in milliseconds, but
+            # after a jump of the store's clock some take 4-5 s of real time (seen
+            # on the previous tree too; the cause is not yet found, see the issue
+            # note), and more than 15 s on a loaded CI machine.
+            await until(recorded, f"every run due by {now} recorded", timeout=40)
     finally:
         replica.stop_requested.set()
         await asyncio.wait_for(task, 30)
