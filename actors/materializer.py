@@ -6,19 +6,52 @@ definitions stored in ``jobs`` (what the last sync or reload wrote), never from
 a replica's own copy of the config file, so replicas that reloaded at
 different moments still plan the same instants.
 
-It plans on the database's clock, read once per tick, never on the replica's
-own: with a replica minutes ahead or behind, the instants it calls past or
-future, and where a new job starts, are the same as on every other replica.
+It plans on the database's clock, never on the replica's own: with a replica
+minutes ahead or behind, the instants it calls past or future, and where a new
+job starts, are the same as on every other replica.
+
+Its cost follows the instants entering the horizon, not the jobs that exist.
+It keeps every job it plans in memory with the moment the job is next due for
+planning (its next instant minus the horizon), in a heap: a tick pops the jobs
+whose moment has come and costs nothing for the others. The catalog is read
+again only when its version moves (a sync, a reload, a pause: sql/0009). A
+job's high-water mark is written just before its next instant, so a daily job
+is written once a day. Several replicas plan the same jobs; a write from a mark
+another replica has moved since is refused and answered with the mark now, so
+only one of them writes each plan.
+
+Planning never holds the event loop for long: jobs are planned in slices that
+yield, and written in chunks of their own, each planned from a fresh read of
+the database's clock. A chunk the database finds stale (a stalled process)
+writes nothing, is counted and logged, and is planned again at once. Ticks
+keep out of the seconds around an instant that many runs share (a herd): the
+claimer and the workers have those seconds to themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+import heapq
+import time
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 
-from actors.domain import DecodedJobs, Job, Plan, plan_materialization
+from actors.domain import (
+    DecodedJobs,
+    Job,
+    Plan,
+    next_plan,
+    plan_materialization,
+)
 from actors.flow import wait_for_stop
-from actors.observability import RUNS_MATERIALIZED, RUNS_MISSED, get_logger
+from actors.observability import (
+    PLANNING_BEHIND,
+    PLANNING_JOBS,
+    PLANS_DISCARDED,
+    RUNS_MATERIALIZED,
+    RUNS_MISSED,
+    get_logger,
+)
 from actors.ports import DatabaseTime, JobState, RunStore
 
 log = get_logger("materializer")
@@ -28,8 +61,25 @@ log = get_logger("materializer")
 # time rather than missed: a job's first tick after it was added, or a tick
 # that came a little late, must not drop instants under catchup latest/none.
 MIN_ON_TIME = timedelta(seconds=5)
-# How far ahead a job's next instant is looked for when its plan was empty.
-FAR_AHEAD = timedelta(days=400)
+# Jobs planned and written together: one statement of a few thousand rows.
+CHUNK_JOBS = 2_000
+# Planning yields to the event loop after this much work (seconds of CPU).
+SLICE_SECONDS = 0.005
+# An instant with at least this many runs planned is a herd: ticks keep out of
+# the seconds around it (from `quiet_before` before it to HERD_QUIET_AFTER after).
+HERD_RUNS = 200
+HERD_QUIET_AFTER = timedelta(seconds=4)
+# A tick waits out a herd only while its oldest due job can wait this long.
+MAX_POSTPONE = timedelta(seconds=15)
+
+
+@dataclass
+class _Planned:
+    """What the materializer keeps per job: the row it read, the job, when it is due."""
+
+    state: JobState
+    job: Job
+    due: datetime  # when the job must next be planned (its next instant - horizon)
 
 
 class Materializer:
@@ -44,111 +94,188 @@ class Materializer:
         stop: asyncio.Event,
         *,
         guard_stale_plans: bool = True,
+        quiet_before: timedelta = timedelta(seconds=3),
     ) -> None:
         """``clock`` is the database's (tests may move a fake one, and then turn
-        ``guard_stale_plans`` off: the database's own now() cannot agree with it)."""
+        ``guard_stale_plans`` off: the database's own now() cannot agree with it).
+        ``quiet_before``: how long before a herd's instant ticks stop (the
+        claimer's claim-ahead and a margin)."""
         self.store = store
-        self._decoded = DecodedJobs()  # each stored definition decoded once
+        self._decoded = DecodedJobs(size=0)  # each stored definition decoded once
         self.clock = clock
         self.horizon = horizon
         self.interval = interval
         self.stop = stop
         self.on_time = max(MIN_ON_TIME, 2 * interval)
         self.guard_stale_plans = guard_stale_plans
-        # Per job: (fingerprint, high-water mark, the first instant after it).
-        self._next: dict[str, tuple[str, datetime, datetime | None]] = {}
+        self.quiet_before = quiet_before
+        self._jobs: dict[int, _Planned] = {}
+        self._heap: list[tuple[datetime, int]] = []  # (due, job id); stale entries skipped
+        self._version: int | None = None
+        self._herds: dict[datetime, int] = {}  # instant -> runs planned at it
+        self._behind = timedelta(0)  # the latest a job of this tick was planned
+        self._warned_behind = False
+
+    # -- one tick ----------------------------------------------------------------------
 
     async def tick(self) -> int:
-        """Materialize once; returns the number of rows inserted."""
-        # One clock for the whole tick, the database's, read before the jobs:
-        # a plan made from it and written a moment later is never ahead of
-        # the database, so it never drops an instant a fresher plan keeps.
+        """Materialize what is due once; returns the number of rows inserted."""
         now = await self.clock.read()
-        states = await self.store.active_jobs()
-        plans: list[tuple[JobState, Plan]] = []
-        for state in states.values():
-            if state.paused:
-                continue
-            if self._nothing_to_plan(state, now):
-                continue
-            job = self._job(state)
-            if job is None:
-                continue
-            plan = plan_materialization(
-                job,
-                state.materialized_until,
-                now,
-                self.horizon,
-                first_seen=state.created_at,
-                on_time=self.on_time,
-            )
-            if plan.runs or plan.missed or self._mark_due(state, plan, now):
-                plans.append((state, plan))
-            elif state.materialized_until is not None:
-                self._remember_next(state, job)
+        await self._refresh_catalog()
+        now = await self._keep_out_of_herds(now)
+        written, self._behind = 0, timedelta(0)
+        while due := self._pop_due(now, CHUNK_JOBS):
+            runs = await self._plan_and_write(due, now)
+            if runs is None or self.stop.is_set():
+                break  # a stale chunk: the next tick plans it again, on a fresh clock
+            written += runs
+            now = await self.clock.read()
+        self._report_behind()
+        return written
+
+    async def _plan_and_write(self, due: list[_Planned], now: datetime) -> int | None:
+        """Plan one chunk of jobs from ``now`` and write it; the rows written, None if stale."""
+        plans = await self._plan(due, now)
         if not plans:
             return 0
         # A plan that reaches the database later than its on-time tolerance
         # writes nothing (it would keep instants that are missed by then).
         fresh_until = now + self.on_time if self.guard_stale_plans else None
         written = await self.store.materialize_many(plans, fresh_until)
+        if written.stale:
+            PLANS_DISCARDED.inc()
+            log.warning(
+                "plan reached the database after its on-time tolerance; planning it again",
+                jobs=len(plans),
+                tolerance_s=self.on_time.total_seconds(),
+            )
+            for state, _ in plans:
+                self._again(state.id, state.materialized_until, now)
+            return None
+        by_id = {state.id: (state, plan) for state, plan in plans}
+        for job_id in written.written:
+            self._again(job_id, by_id[job_id][1].materialized_until, None)
+        for job_id, current in written.moved.items():
+            self._again(job_id, current, now)  # another replica planned it: from its mark
         RUNS_MATERIALIZED.inc(written.runs)
         if written.runs:
-            log.debug("materialized", runs=written.runs, jobs=len(plans))
+            log.debug("materialized", runs=written.runs, jobs=len(written.written))
         # Counted as recorded, not as planned: replicas planning the same
         # dropped instants count them once between them (the first records
         # the gap), and a plan that wrote nothing counts nothing.
-        for state, _ in plans:
-            if missed := written.missed.get(state.id, 0):
-                RUNS_MISSED.labels(state.name).inc(missed)
-                job = self._job(state)  # decoded when planned: a lookup here
-                log.warning(
-                    "missed instants dropped by catch-up policy",
-                    job=state.name,
-                    missed=missed,
-                    catchup=job.catchup.value if job else None,
-                )
+        for job_id, missed in written.missed.items():
+            job = by_id[job_id][0]
+            RUNS_MISSED.labels(job.name).inc(missed)
+            log.warning(
+                "missed instants dropped by catch-up policy",
+                job=job.name,
+                missed=missed,
+                catchup=self._jobs[job_id].job.catchup.value if job_id in self._jobs else None,
+            )
         return written.runs
 
-    def _nothing_to_plan(self, state: JobState, now: datetime) -> bool:
-        """True when this tick's plan for the job would be empty and keep its mark.
+    async def _plan(self, due: list[_Planned], now: datetime) -> list[tuple[JobState, Plan]]:
+        """The plans of the jobs with something to write; the others due at their next instant.
 
-        That is: the mark stays (see ``_mark_due``) and the job's first instant
-        after it, remembered from an earlier tick with the same definition and
-        mark, is beyond now + horizon. A tick then costs a comparison per job
-        instead of a plan (10,000 jobs: most of them, most ticks).
+        Yields to the event loop every SLICE_SECONDS of work.
         """
-        mark = state.materialized_until
-        known = self._next.get(state.name)
-        if mark is None or known is None or known[:2] != (state.fingerprint, mark):
-            return False
-        if mark < now + self.horizon / 2:
-            return False
-        following, until = known[2], now + self.horizon
-        if following is None:  # none within FAR_AHEAD of the mark
-            return until < mark + FAR_AHEAD
-        return following > until
+        plans: list[tuple[JobState, Plan]] = []
+        began = time.process_time()
+        for planned in due:
+            if planned.due is not _EARLIEST:
+                self._behind = max(self._behind, now - planned.due)
+            plan = plan_materialization(
+                planned.job,
+                planned.state.materialized_until,
+                now,
+                self.horizon,
+                first_seen=planned.state.created_at,
+                on_time=self.on_time,
+            )
+            mark = plan.materialized_until
+            if plan.runs or plan.missed or self._mark_behind(planned.state, mark, now):
+                ahead = next_plan(planned.job, mark)
+                plans.append((planned.state, replace(plan, materialized_until=ahead.mark)))
+                for run in plan.runs:
+                    self._herds[run.scheduled_at] = self._herds.get(run.scheduled_at, 0) + 1
+            else:  # the mark already covers the horizon
+                self._due_at(planned, planned.state.materialized_until)
+            if time.process_time() - began > SLICE_SECONDS:
+                await asyncio.sleep(0)  # starts, heartbeats and completions go first
+                began = time.process_time()
+        return plans
 
-    def _remember_next(self, state: JobState, job: Job) -> None:
-        mark = state.materialized_until
-        assert mark is not None
-        following = next(iter(job.schedule.fire_times(mark, mark + FAR_AHEAD)), None)
-        self._next[state.name] = (state.fingerprint, mark, following)
+    def _mark_behind(self, state: JobState, mark: datetime, now: datetime) -> bool:
+        """Whether a plan with no instant to write must still write its mark.
 
-    def _mark_due(self, state: JobState, plan: Plan, now: datetime) -> bool:
-        """Whether a plan with no instant to write still moves the high-water mark.
-
-        Only once the mark is less than half the horizon ahead of now. Moving
-        it every tick rewrote every job row every second (10,000 jobs: 10,000
-        row versions a second), which bloated ``jobs`` for every statement
-        that reads it. Holding it back changes no plan: nothing is due between
-        the mark and now + horizon (else the plan would have runs), and the
-        mark stays ahead of now, so no instant after it is past or missed.
+        A job never planned, or whose mark is behind now + horizon: its mark
+        then moves to just before its next instant (next_plan), so it stays
+        ahead of now until that instant and is written once per instant, not
+        every tick (10,000 jobs wrote 10,000 row versions a second once).
         """
-        mark = state.materialized_until
-        if plan.materialized_until == mark:
-            return False
-        return mark is None or mark < now + self.horizon / 2
+        current = state.materialized_until
+        return current is None or (current < now + self.horizon and mark != current)
+
+    def _again(self, job_id: int, mark: datetime | None, now: datetime | None) -> None:
+        """The job's mark is ``mark`` now; due again at ``now`` (plan at once) or after it."""
+        planned = self._jobs.get(job_id)
+        if planned is None:
+            return
+        planned.state = replace(planned.state, materialized_until=mark)
+        if now is not None:
+            planned.due = now
+            heapq.heappush(self._heap, (now, job_id))
+        else:
+            self._due_at(planned, mark)
+
+    def _due_at(self, planned: _Planned, mark: datetime | None) -> None:
+        """Due for planning when the job's next instant after ``mark`` enters the horizon."""
+        if mark is None:
+            return
+        ahead = next_plan(planned.job, mark)
+        instant = ahead.mark if ahead.instant is None else ahead.instant
+        planned.due = instant - self.horizon
+        heapq.heappush(self._heap, (planned.due, planned.state.id))
+
+    def _pop_due(self, now: datetime, limit: int) -> list[_Planned]:
+        """Up to ``limit`` jobs whose planning moment has come, oldest first."""
+        out: list[_Planned] = []
+        while self._heap and self._heap[0][0] <= now and len(out) < limit:
+            due, job_id = heapq.heappop(self._heap)
+            planned = self._jobs.get(job_id)
+            if planned is None or planned.due != due or planned.state.paused:
+                continue  # superseded entry, removed or paused job
+            planned.due = _NEVER  # out of the heap until planned
+            out.append(planned)
+        return out
+
+    # -- the catalog -------------------------------------------------------------------
+
+    async def _refresh_catalog(self) -> None:
+        """Read every job again when the catalog's version moved; keep what is unchanged."""
+        version = await self.store.catalog_version()
+        if version == self._version:
+            return
+        states = await self.store.active_jobs()
+        self._version = version
+        kept: dict[int, _Planned] = {}
+        for state in states.values():
+            old = self._jobs.get(state.id)
+            if old is not None and _same(old.state, state):
+                kept[state.id] = old
+                continue
+            job = self._job(state)
+            if job is None:
+                continue
+            # The definition text is decoded into `job`: not kept twice per job.
+            planned = _Planned(replace(state, definition=""), job, _NEVER)
+            kept[state.id] = planned
+            if not state.paused:  # new, edited, resumed or moved: plan it at once
+                planned.due = _EARLIEST
+                heapq.heappush(self._heap, (planned.due, state.id))
+        self._jobs = kept
+        self._decoded.keep({(p.state.name, p.state.fingerprint) for p in kept.values()})
+        PLANNING_JOBS.set(len(kept))
 
     def _job(self, state: JobState) -> Job | None:
         try:
@@ -157,7 +284,62 @@ class Materializer:
             log.error("stored job definition unreadable; skipped", job=state.name, error=repr(exc))
             return None
 
+    # -- herds and lateness ------------------------------------------------------------
+
+    async def _keep_out_of_herds(self, now: datetime) -> datetime:
+        """Wait out the seconds around a herd's instant, if the due jobs can wait."""
+        for instant in [t for t in self._herds if t < now - HERD_QUIET_AFTER]:
+            del self._herds[instant]
+        herd = min(
+            (
+                t
+                for t, runs in self._herds.items()
+                if runs >= HERD_RUNS and t - self.quiet_before <= now <= t + HERD_QUIET_AFTER
+            ),
+            default=None,
+        )
+        if herd is None or not self._heap or self._heap[0][0] > now:
+            return now
+        quiet_until = herd + HERD_QUIET_AFTER
+        if quiet_until - self._heap[0][0] > MAX_POSTPONE:
+            return now  # the oldest due job cannot wait that long
+        await wait_for_stop(self.stop, (quiet_until - now).total_seconds())
+        return await self.clock.read()
+
+    def _report_behind(self) -> None:
+        """The gauge, and one warning when planning falls behind (one more when it recovers).
+
+        Behind: a job planned later than its moment (its next instant minus the
+        horizon) by more than a quarter of the horizon. Its instants are still
+        planned before they are due while that is under the horizon.
+        """
+        PLANNING_BEHIND.set(self._behind.total_seconds())
+        late = self._behind > self.horizon / 4
+        if late and not self._warned_behind:
+            log.warning(
+                "materializer falling behind: jobs planned late",
+                behind_s=round(self._behind.total_seconds(), 1),
+                horizon_s=self.horizon.total_seconds(),
+                jobs=len(self._jobs),
+            )
+        elif not late and self._warned_behind:
+            log.info("materializer keeping up again", jobs=len(self._jobs))
+        self._warned_behind = late
+
     async def run(self) -> None:
         while not self.stop.is_set():
             await self.tick()
             await wait_for_stop(self.stop, self.interval.total_seconds())
+
+
+_EARLIEST = datetime.min.replace(tzinfo=UTC)  # a job to plan at once
+_NEVER = datetime.max.replace(tzinfo=UTC)  # a job out of the heap (being planned, paused)
+
+
+def _same(old: JobState, new: JobState) -> bool:
+    """The same job as planned: definition, pause and mark (another replica may move it)."""
+    return (old.fingerprint, old.paused, old.materialized_until) == (
+        new.fingerprint,
+        new.paused,
+        new.materialized_until,
+    )

@@ -36,6 +36,13 @@ class Materialized:
 
     runs: int = 0
     missed: Mapping[int, int] = field(default_factory=dict)
+    # The jobs whose plan was written (their marks are now the plans' marks).
+    written: frozenset[int] = frozenset()
+    # Plans refused because the job's mark had moved since it was read (another
+    # replica planned it): the job id and its mark now. Plan again from there.
+    moved: Mapping[int, datetime | None] = field(default_factory=dict)
+    # Nothing was written: the plans were older than their on-time tolerance.
+    stale: bool = False
 
 
 @dataclass(frozen=True)
@@ -178,6 +185,14 @@ class RunStore(Protocol):
     async def sync_jobs(self, jobs: Sequence[Job], keep: Sequence[str] = ()) -> dict[str, str]: ...
     async def database_now(self) -> datetime: ...
     async def active_jobs(self) -> dict[str, JobState]: ...
+    async def catalog_version(self) -> int:
+        """A number that moves whenever ``active_jobs`` would answer differently.
+
+        Not for the high-water marks: those move with every plan, and a write
+        from a mark that moved is refused and answered with the mark now.
+        """
+        ...
+
     async def materialize_many(
         self, plans: Sequence[tuple[JobState, Plan]], fresh_until: datetime | None = None
     ) -> Materialized: ...

@@ -41,7 +41,14 @@ from actors.domain.lease import (
     check_lease_invariant,
     check_timeout_budget,
 )
-from actors.domain.planning import Plan, PlannedRun, plan_materialization
+from actors.domain.planning import (
+    FAR_AHEAD,
+    NextPlan,
+    Plan,
+    PlannedRun,
+    next_plan,
+    plan_materialization,
+)
 from actors.domain.runs import (
     TERMINAL_STATES,
     ClaimedRun,
@@ -58,6 +65,7 @@ __all__ = [
     "DEFAULT_LEASE",
     "DEFAULT_TIMEOUTS",
     "DEFINITION_VERSION",
+    "FAR_AHEAD",
     "TERMINAL_STATES",
     "UNREADABLE_RETRY",
     "AttemptVerdict",
@@ -77,6 +85,7 @@ __all__ = [
     "Job",
     "LeaseInvariantViolated",
     "LeaseSettings",
+    "NextPlan",
     "Outcome",
     "Overlap",
     "Plan",
@@ -97,6 +106,7 @@ __all__ = [
     "encode_job",
     "executor_to_dict",
     "format_duration",
+    "next_plan",
     "parse_cron",
     "parse_duration",
     "plan_materialization",

@@ -117,10 +117,11 @@ def decode_schedule(data: Mapping[str, Any]) -> CronSchedule | IntervalSchedule:
 
 
 class DecodedJobs:
-    """Stored definitions decoded once per (job, fingerprint): a small bounded cache.
+    """Stored definitions decoded once per (job, fingerprint): a bounded cache.
 
     Keyed by the name too: two jobs may have the same definition, and a Job
-    carries its name.
+    carries its name. ``size`` 0: unbounded, for a reader that holds every job
+    and says which to keep (``keep``).
     """
 
     def __init__(self, size: int = 1024) -> None:
@@ -134,8 +135,13 @@ class DecodedJobs:
         if job is None:
             job = decode_job(name, definition)
             self._jobs[key] = job
-            if len(self._jobs) > self._size:
+            if self._size and len(self._jobs) > self._size:
                 self._jobs.popitem(last=False)
-        else:
+        elif self._size:
             self._jobs.move_to_end(key)
         return job
+
+    def keep(self, keys: set[tuple[str, str]]) -> None:
+        """Forget every decoded job but those named by (name, fingerprint) ``keys``."""
+        for key in [k for k in self._jobs if k not in keys]:
+            del self._jobs[key]

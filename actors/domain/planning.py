@@ -91,6 +91,35 @@ def plan_materialization(
     )
 
 
+# How far ahead a job's next instant is looked for (a yearly job's is within it).
+FAR_AHEAD = timedelta(days=400)
+_JUST_BEFORE = timedelta(microseconds=1)  # timestamptz's resolution
+
+
+@dataclass(frozen=True)
+class NextPlan:
+    """Where a job's plan may end without changing what is planned, and when it is due again.
+
+    ``mark``: the furthest high-water mark equal in effect to the plan's: just
+    before the job's next instant (nothing lies between), so a daily job's
+    mark is written once a day and stays ahead of now until that instant.
+    ``instant``: that next instant, None when there is none within ``FAR_AHEAD``
+    (then ``mark`` is the plan's mark plus ``FAR_AHEAD``, where the search
+    resumes).
+    """
+
+    mark: datetime
+    instant: datetime | None
+
+
+def next_plan(job: Job, mark: datetime, limit: timedelta = FAR_AHEAD) -> NextPlan:
+    """The job's first instant after ``mark``, and the mark that stops just before it."""
+    following = take(job.schedule.fire_times(mark, mark + limit), 1)
+    if not following:
+        return NextPlan(mark + limit, None)
+    return NextPlan(max(mark, following[0] - _JUST_BEFORE), following[0])
+
+
 def _gaps(job: Job, dropped: list[datetime], now: datetime) -> tuple[Gap, ...]:
     """Consecutive dropped instants grouped by why they were dropped."""
     window = format_duration(job.catchup_window)

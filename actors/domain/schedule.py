@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -76,6 +76,55 @@ def local_to_instant(naive: datetime, zone: ZoneInfo) -> datetime:
     raise InvalidSchedule(f"no valid local time after {naive} in {zone.key}")  # pragma: no cover
 
 
+# A memo, not state: the answers depend on the zone's rules alone. Bounded so
+# that a process planning for years of instants does not grow without end.
+_STEADY_UTC_DAYS: dict[tuple[ZoneInfo, int], timedelta | None] = {}
+_STEADY_LOCAL_DAYS: dict[tuple[ZoneInfo, int], timedelta | None] = {}
+_MEMO_LIMIT = 200_000
+
+
+def _steady_utc_offset(zone: ZoneInfo, ordinal: int) -> timedelta | None:
+    """The zone's UTC offset if it is the same all through UTC day ``ordinal``, else None.
+
+    Read at 00:00, 06:00, 12:00, 18:00 and 24:00 UTC: a transition changes the
+    offset, and no zone has two transitions that cancel within six hours.
+    """
+    key = (zone, ordinal)
+    if key in _STEADY_UTC_DAYS:
+        return _STEADY_UTC_DAYS[key]
+    midnight = datetime.combine(date.fromordinal(ordinal), time(), UTC)
+    offsets = {
+        (midnight + timedelta(hours=h)).astimezone(zone).utcoffset() for h in range(0, 25, 6)
+    }
+    value = offsets.pop() if len(offsets) == 1 else None
+    if len(_STEADY_UTC_DAYS) >= _MEMO_LIMIT:
+        _STEADY_UTC_DAYS.clear()
+    _STEADY_UTC_DAYS[key] = value
+    return value
+
+
+def _steady_local_offset(zone: ZoneInfo, ordinal: int) -> timedelta | None:
+    """The offset that maps every wall-clock time of local day ``ordinal``, if one does.
+
+    The wall times of a local day are instants within the UTC days before,
+    of and after it (offsets lie within -12 h and +14 h). When the offset is
+    the same all through those three days, every wall time of the day exists
+    exactly once and is ``wall - offset``; otherwise None (use local_to_instant).
+    """
+    key = (zone, ordinal)
+    if key in _STEADY_LOCAL_DAYS:
+        return _STEADY_LOCAL_DAYS[key]
+    value = None
+    if date.min.toordinal() < ordinal < date.max.toordinal() - 1:
+        around = {_steady_utc_offset(zone, ordinal + d) for d in (-1, 0, 1)}
+        if len(around) == 1:
+            value = around.pop()
+    if len(_STEADY_LOCAL_DAYS) >= _MEMO_LIMIT:
+        _STEADY_LOCAL_DAYS.clear()
+    _STEADY_LOCAL_DAYS[key] = value
+    return value
+
+
 @dataclass(frozen=True)
 class CronSchedule:
     """A five-field cron expression evaluated in an IANA time zone.
@@ -112,9 +161,19 @@ class CronSchedule:
         zone = self.zone
         # Iterate on the naive local wall clock, then map each slot to an
         # instant with the DST rule above (gap -> its end, repeated -> first).
-        # Start two hours early: the slot just after `after` may sit in a
-        # repeated hour whose first occurrence is before `after` in naive terms.
-        start_local = after.astimezone(zone).replace(tzinfo=None) - timedelta(hours=2)
+        # On a local day whose UTC offset holds all around it (most days of
+        # every zone) a slot maps by one subtraction; only days near a
+        # transition take the zone conversions of local_to_instant.
+        after_local = after.astimezone(zone).replace(tzinfo=None)
+        # Start two hours early when a transition is near: the slot just after
+        # `after` may sit in a repeated hour whose first occurrence is before
+        # `after` in naive terms. On a steady day there is no repeated hour.
+        early = after_local - timedelta(hours=2)
+        steady = (
+            _steady_local_offset(zone, after_local.toordinal()) is not None
+            and _steady_local_offset(zone, early.toordinal()) is not None
+        )
+        start_local = after_local if steady else early
         # No slot two days past `until`'s wall clock can map to an instant at or
         # before `until` (UTC offsets differ by at most 26 hours), so stop there
         # rather than search on for a sparse expression's next slot.
@@ -123,8 +182,16 @@ class CronSchedule:
             until_day + timedelta(days=2) if until_day < date.max - timedelta(days=2) else date.max
         )
         last: datetime | None = None
+        day = -1
+        offset: timedelta | None = None
         for naive in self.cron.slots_after(start_local, last_day):
-            instant = local_to_instant(naive, zone)
+            ordinal = naive.toordinal()
+            if ordinal != day:
+                day, offset = ordinal, _steady_local_offset(zone, ordinal)
+            if offset is not None:
+                instant = (naive - offset).replace(tzinfo=UTC)
+            else:
+                instant = local_to_instant(naive, zone)
             if instant > until:
                 return
             if instant <= after or instant == last:

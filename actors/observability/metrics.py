@@ -36,6 +36,19 @@ def _per_job(collector: _PerJob) -> _PerJob:
 RUNS_MATERIALIZED = Counter(
     "claimd_runs_materialized_total", "Runs inserted by the materializer (duplicates excluded)"
 )
+PLANS_DISCARDED = Counter(
+    "claimd_plans_discarded_total",
+    "Parts of a materializer plan not written because they reached the database later than "
+    "their on-time tolerance (planned again at once from a fresh clock)",
+)
+PLANNING_BEHIND = Gauge(
+    "claimd_materializer_behind_seconds",
+    "How long the oldest job due for planning on this replica has waited past its time "
+    "(0 while the materializer keeps up; past horizon / 2 instants risk being planned late)",
+)
+PLANNING_JOBS = Gauge(
+    "claimd_materializer_jobs", "Jobs this replica's materializer keeps a plan for"
+)
 # Per-job series (created for every job at start: init_job_series) are kept
 # compact (actors.observability.job_series): 10,000 jobs would otherwise hold
 # 150 MB of prometheus_client objects.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from dataclasses import dataclass
+from datetime import timedelta
 
 from actors.claimer import Claimer
 from actors.compensator import Compensator
@@ -92,7 +93,13 @@ async def run_actors(
         tasks: dict[str, asyncio.Task[None]] = {}
         if role.schedules:
             materializer = Materializer(
-                store, clock, settings.horizon, settings.materialize_interval, stop_claiming
+                store,
+                clock,
+                settings.horizon,
+                settings.materialize_interval,
+                stop_claiming,
+                # Ticks keep out of a herd's seconds: from its claim-ahead on.
+                quiet_before=settings.effective_claim_ahead + timedelta(seconds=2),
             )
             claimer = Claimer(
                 store,

@@ -236,21 +236,39 @@ class InMemoryJobCatalog:
             if j.enabled
         }
 
+    async def catalog_version(self) -> int:
+        """CATALOG_VERSION: here derived from what the trigger of sql/0009 watches."""
+        self._now()
+        return hash(
+            tuple(
+                (j.id, j.fingerprint, j.enabled, j.paused, j.created_at) for j in self.jobs.values()
+            )
+        )
+
     async def materialize_many(
         self, plans: Sequence[tuple[JobState, Plan]], fresh_until: datetime | None = None
     ) -> Materialized:
-        """ADVANCE_HIGH_WATER (fenced: fingerprint, freshness), RECORD_GAPS, INSERT_PLANNED_RUNS."""
+        """ADVANCE_HIGH_WATER (fenced: fingerprint, mark, freshness), CURRENT_MARKS,
+        RECORD_GAPS, INSERT_PLANNED_RUNS."""
         now = self._now()
         if fresh_until is not None and now > fresh_until:
-            return Materialized()
+            return Materialized(stale=True)
         by_id = {j.id: j for j in self.jobs.values()}
         taken = {(r.job, r.scheduled_at) for r in self.runs.values()}
         inserted = 0
         missed: dict[int, int] = {}
+        written: set[int] = set()
+        moved: dict[int, datetime | None] = {}
         for state, plan in plans:
             job = by_id.get(state.id)
             if job is None or not job.enabled or job.fingerprint != state.fingerprint:
+                if job is not None:
+                    moved[job.id] = job.materialized_until
                 continue  # a plan from a superseded definition writes nothing
+            if job.materialized_until != state.materialized_until:
+                moved[job.id] = job.materialized_until
+                continue  # planned from a mark that has moved since
+            written.add(job.id)
             # What the plan dropped, recorded with it: no silent hole in history;
             # a gap overlapping one already recorded (another replica's) is not.
             for gap in plan.dropped:
@@ -270,7 +288,7 @@ class InMemoryJobCatalog:
                 taken.add((job.name, planned.scheduled_at))
                 self.add_run(job.name, planned.scheduled_at, due_at=planned.due_at)
                 inserted += 1
-        return Materialized(inserted, missed)
+        return Materialized(inserted, missed, frozenset(written), moved)
 
     async def set_paused(self, job: str, paused: bool) -> None:
         """What `claimd pause` / `resume` change (SET_PAUSED): a pause hands back claims."""

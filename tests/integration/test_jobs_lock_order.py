@@ -70,12 +70,15 @@ async def test_two_reloads_listing_the_jobs_in_different_orders_do_not_deadlock(
 ) -> None:
     a, b = make_job("a"), make_job("b")
     await store.sync_jobs([a, b])
+    # Edited, so that each reload writes both rows (an unchanged job is not written).
+    a2, b2 = make_job("a", max_attempts=4), make_job("b", max_attempts=4)
+    a3, b3 = make_job("a", max_attempts=5), make_job("b", max_attempts=5)
 
     errors = await _race_behind_a_lock(
         schema_url,
         one_connection_stores,
-        lambda s: s.sync_jobs([a, b]),
-        lambda s: s.sync_jobs([b, a]),
+        lambda s: s.sync_jobs([a2, b2]),
+        lambda s: s.sync_jobs([b3, a3]),
     )
     assert errors == [None, None]
 
@@ -88,11 +91,12 @@ async def test_a_reload_and_a_materializer_do_not_deadlock(
     states = await store.active_jobs()
     now = await store.database_now()
     plans = [(states[name], Plan([], now + timedelta(minutes=1), 0)) for name in ("a", "b")]
+    edited = [make_job("b", max_attempts=4), make_job("a", max_attempts=4)]
 
     errors = await _race_behind_a_lock(
         schema_url,
         one_connection_stores,
-        lambda s: s.sync_jobs([b, a]),
+        lambda s: s.sync_jobs(edited),
         lambda s: s.materialize_many(plans),
     )
     assert errors == [None, None]

@@ -4,9 +4,9 @@ their plans written."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -15,18 +15,34 @@ from actors.adapters.postgres.errors import store_methods_report_outages
 from actors.adapters.postgres.statements import (
     ACTIVE_JOBS,
     ADVANCE_HIGH_WATER,
+    CATALOG_VERSION,
+    CURRENT_MARKS,
     DATABASE_NOW,
     DISABLE_REMOVED_JOBS,
     INSERT_PLANNED_RUNS,
+    JOBS_AS_SYNCED,
     JOBS_SUMMARY,
     LOCK_JOBS_FOR_SYNC,
+    LOCK_SYNC,
+    OLD_SCHEDULES,
+    PLAN_IS_FRESH,
     REMOVED_JOBS,
-    UPSERT_JOB,
+    UPSERT_JOBS,
     WITHDRAW_FUTURE_RUNS,
 )
 from actors.adapters.postgres.stored_definitions import StoredDefinitions
 from actors.domain import Job, Plan, encode_job
 from actors.ports import JobState, Materialized
+
+# Jobs written per upsert statement: bounded parameter arrays, one statement
+# of a few hundred milliseconds at most.
+SYNC_CHUNK = 5_000
+T = TypeVar("T")
+
+
+def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
 
 
 @store_methods_report_outages
@@ -41,38 +57,60 @@ class PostgresJobCatalog:
         """Upsert the config's jobs; disable those gone from it (but not ``keep``).
 
         Returns what happened to each job whose row changed: added, changed,
-        removed.
+        removed. Only those rows are written: the table is read first, and a
+        job whose definition and enabled flag are as stored costs nothing.
         """
         changes: dict[str, str] = {}
         names = [job.name for job in jobs] + list(keep)
+        wanted = set(names)
         async with self._pool.acquire() as conn, conn.transaction():
-            await conn.fetch(LOCK_JOBS_FOR_SYNC, names)
-            for job in sorted(jobs, key=lambda j: j.name):
-                definition = encode_job(job)
-                row = await conn.fetchrow(
-                    UPSERT_JOB,
-                    job.name,
-                    json.dumps(definition),
-                    job.fingerprint(),
+            await conn.execute(LOCK_SYNC)
+            stored = {r["name"]: r for r in await conn.fetch(JOBS_AS_SYNCED)}
+            rows: list[tuple[Job, dict[str, Any], str]] = []
+            for job in jobs:
+                fingerprint = job.fingerprint()
+                old = stored.get(job.name)
+                if old is None or (old["fingerprint"], old["enabled"]) != (
+                    fingerprint,
                     job.enabled,
-                    job.max_attempts,
-                    job.overlap.value,
-                    job.catchup.value,
-                    job.start_deadline(),
+                ):
+                    rows.append((job, encode_job(job), fingerprint))
+            removed_ids = [
+                r["id"] for r in stored.values() if r["enabled"] and r["name"] not in wanted
+            ]
+            changed_ids = [stored[j.name]["id"] for j, _, _ in rows if j.name in stored]
+            await conn.fetch(LOCK_JOBS_FOR_SYNC, sorted(changed_ids + removed_ids))
+            old_schedules = {
+                r["id"]: r["schedule"] for r in await conn.fetch(OLD_SCHEDULES, changed_ids)
+            }
+            rows.sort(key=lambda row: row[0].name)
+            for chunk in _chunks(rows, SYNC_CHUNK):
+                written = await conn.fetch(
+                    UPSERT_JOBS,
+                    [job.name for job, _, _ in chunk],
+                    [json.dumps(definition) for _, definition, _ in chunk],
+                    [fingerprint for _, _, fingerprint in chunk],
+                    [job.enabled for job, _, _ in chunk],
+                    [job.max_attempts for job, _, _ in chunk],
+                    [job.overlap.value for job, _, _ in chunk],
+                    [job.catchup.value for job, _, _ in chunk],
+                    [job.start_deadline() for job, _, _ in chunk],
                 )
-                if row is None:
-                    continue
-                if row["inserted"]:
-                    changes[job.name] = "added"
-                    continue
-                changes[job.name] = "changed"
-                old_schedule = row["old_schedule"]
-                if old_schedule is not None and json.loads(old_schedule) != definition["schedule"]:
-                    await conn.fetchval(WITHDRAW_FUTURE_RUNS, row["id"])
-            removed = await conn.fetch(REMOVED_JOBS, names)
-            await conn.fetch(DISABLE_REMOVED_JOBS, names)
-            for r in removed:
-                changes[r["name"]] = "removed"
+                by_name = {job.name: definition for job, definition, _ in chunk}
+                for row in written:
+                    if row["inserted"]:
+                        changes[row["name"]] = "added"
+                        continue
+                    changes[row["name"]] = "changed"
+                    old_schedule = old_schedules.get(row["id"])
+                    new_schedule = by_name[row["name"]]["schedule"]
+                    if old_schedule is not None and json.loads(old_schedule) != new_schedule:
+                        await conn.fetchval(WITHDRAW_FUTURE_RUNS, row["id"])
+            if removed_ids:
+                removed = await conn.fetch(REMOVED_JOBS, names)
+                await conn.fetch(DISABLE_REMOVED_JOBS, names)
+                for r in removed:
+                    changes[r["name"]] = "removed"
         return changes
 
     async def database_now(self) -> datetime:
@@ -116,12 +154,19 @@ class PostgresJobCatalog:
             if r["id"] in definitions
         }
 
+    async def catalog_version(self) -> int:
+        """CATALOG_VERSION: moves with every change of what ``active_jobs`` answers."""
+        version: int = await self._pool.fetchval(CATALOG_VERSION)
+        return version
+
     async def materialize_many(
         self, plans: Sequence[tuple[JobState, Plan]], fresh_until: datetime | None = None
     ) -> Materialized:
         """Insert every planned run of several jobs and advance their marks, in one go.
 
-        With ``fresh_until``, nothing is written once the database's now() is past it.
+        A plan is written only from the mark its JobState carries; the others are
+        answered in ``moved`` with the mark now. With ``fresh_until``, nothing is
+        written once the database's now() is past it (``stale``).
         """
         job_ids: list[int] = []
         scheduled: list[datetime] = []
@@ -132,15 +177,26 @@ class PostgresJobCatalog:
                 scheduled.append(run.scheduled_at)
                 due.append(run.due_at)
         async with self._pool.acquire() as conn, conn.transaction():
+            if not await conn.fetchval(PLAN_IS_FRESH, fresh_until):
+                return Materialized(stale=True)
             current = await conn.fetch(
                 ADVANCE_HIGH_WATER,
                 [j.id for j, _ in plans],
                 [p.materialized_until for _, p in plans],
                 [j.fingerprint for j, _ in plans],
                 fresh_until,
+                [j.materialized_until for j, _ in plans],
             )
+            written = frozenset(r["id"] for r in current)
+            refused = [j.id for j, _ in plans if j.id not in written]
+            moved: dict[int, datetime | None] = {}
+            if refused:
+                moved = {
+                    r["id"]: r["materialized_until"]
+                    for r in await conn.fetch(CURRENT_MARKS, refused)
+                }
             if not current:
-                return Materialized()
+                return Materialized(moved=moved)
             # What the plans dropped, recorded with them: no silent hole in history.
             missed = await record_gaps(
                 conn,
@@ -148,8 +204,8 @@ class PostgresJobCatalog:
                 [(job.id, gap) for job, plan in plans for gap in plan.dropped],
             )
             if not job_ids:
-                return Materialized(0, missed)
+                return Materialized(0, missed, written, moved)
             status = await conn.execute(
                 INSERT_PLANNED_RUNS, job_ids, scheduled, due, [r["id"] for r in current]
             )
-        return Materialized(int(status.split()[-1]), missed)
+        return Materialized(int(status.split()[-1]), missed, written, moved)

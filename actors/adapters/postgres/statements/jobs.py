@@ -1,9 +1,33 @@
 """The job catalog: syncing the config's jobs into ``jobs``; reading the active ones."""
 
-UPSERT_JOB = """
+# A sync reads what the table holds first and writes only the jobs whose
+# definition or enabled flag differ: at 100,000 jobs an unchanged restart or
+# reload is one read, not 100,000 upserts (and the catalog version, sql/0009,
+# moves only when something changed).
+JOBS_AS_SYNCED = "SELECT id, name, fingerprint, enabled FROM jobs"
+# Syncs (replicas starting, reloads) take turns: each reads the table and
+# writes the difference, so two syncs at once must not interleave. The lock is
+# per schema and ends with the transaction.
+LOCK_SYNC = "SELECT pg_advisory_xact_lock(hashtext('claimd.sync:' || current_schema()))"
+# The schedules of the jobs about to change, before the change: a job whose
+# schedule changes has its future runs withdrawn (WITHDRAW_FUTURE_RUNS).
+OLD_SCHEDULES = """
+SELECT id, definition -> 'schedule' AS schedule FROM jobs WHERE id = ANY ($1::bigint[])
+"""
+# Every job row the sync changes is locked first, in id order, as the
+# materializer's high-water update locks its rows (see "row locks" in
+# __init__): two statements that share rows then wait, never deadlock. Jobs
+# new to the table are inserted in name order, so two syncs adding the same
+# jobs wait on each other's inserts in one order too.
+LOCK_JOBS_FOR_SYNC = """
+SELECT id FROM jobs WHERE id = ANY ($1::bigint[]) ORDER BY id FOR NO KEY UPDATE
+"""
+UPSERT_JOBS = """
 INSERT INTO jobs (name, definition, fingerprint, enabled, max_attempts, overlap, catchup,
                   start_deadline)
-VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7, $8)
+SELECT * FROM unnest($1::text[], $2::jsonb[], $3::text[], $4::bool[], $5::int[], $6::text[],
+                     $7::text[], $8::interval[])
+ ORDER BY 1
 ON CONFLICT (name) DO UPDATE
    SET definition = EXCLUDED.definition,
        fingerprint = EXCLUDED.fingerprint,
@@ -15,19 +39,7 @@ ON CONFLICT (name) DO UPDATE
        updated_at = now()
  WHERE jobs.fingerprint IS DISTINCT FROM EXCLUDED.fingerprint
     OR jobs.enabled IS DISTINCT FROM EXCLUDED.enabled
-RETURNING id, (xmax = 0) AS inserted,
-          (SELECT j.definition -> 'schedule' FROM jobs j WHERE j.name = $1) AS old_schedule
-"""
-# A reload changes many job rows in one transaction (the upserts, the
-# disabling of removed jobs): it locks every row it may change first, in id
-# order, as the materializer's high-water update does. Upserting in the
-# config's order instead locked them in that order: two replicas whose files
-# list the jobs differently (a rolling deploy), or a reload beside a
-# materializer, deadlocked. Jobs new to the table are then inserted in name
-# order, so two reloads adding the same jobs wait on each other's inserts in
-# one order too.
-LOCK_JOBS_FOR_SYNC = """
-SELECT id FROM jobs WHERE enabled OR name = ANY ($1::text[]) ORDER BY id FOR NO KEY UPDATE
+RETURNING id, name, (xmax = 0) AS inserted
 """
 # A changed schedule: future runs of the old schedule are withdrawn and the
 # materializer starts again from now (where the audit starts judging it).
@@ -77,6 +89,9 @@ RETURNING r.id
 """
 # The enabled jobs a sync will disable: gone from the config (and not kept).
 REMOVED_JOBS = "SELECT name FROM jobs WHERE enabled AND NOT (name = ANY($1::text[]))"
+# Moves whenever the catalog changes what a materializer plans (sql/0009): a
+# materializer reads the whole catalog again only then.
+CATALOG_VERSION = "SELECT version FROM job_catalog_version"
 # No definition: it comes from actors/adapters/postgres/stored_definitions.py,
 # read once per fingerprint (it was most of this statement's cost).
 ACTIVE_JOBS = """

@@ -4,9 +4,10 @@
 # the same instants; the second insert of (job, instant) changes nothing.
 #
 # A plan is written only while the job's definition is the one it was made
-# from. The guarded UPDATE of the high-water mark runs first, in the same
-# transaction, and row-locks each job whose fingerprint still matches; the
-# insert then writes only for those jobs. A reload's UPSERT of the same job row
+# from, and only from the high-water mark it was made from. The guarded UPDATE
+# of the high-water mark runs first, in the same transaction, and row-locks
+# each job whose fingerprint and mark still match; the insert then writes only
+# for those jobs. A reload's UPSERT of the same job row
 # waits for that lock, so its withdrawal of future runs sees (and deletes) the
 # rows written here; a plan from a superseded definition writes nothing.
 #
@@ -24,12 +25,23 @@ WITH locked AS MATERIALIZED (
     SELECT id FROM jobs WHERE id = ANY ($1::bigint[]) ORDER BY id FOR NO KEY UPDATE
 )
 UPDATE jobs j SET materialized_until = GREATEST(COALESCE(j.materialized_until, u.until), u.until)
-  FROM unnest($1::bigint[], $2::timestamptz[], $3::text[]) AS u(id, until, fingerprint)
+  FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $5::timestamptz[])
+       AS u(id, until, fingerprint, planned_from)
   JOIN locked l ON l.id = u.id
  WHERE j.id = u.id AND j.fingerprint = u.fingerprint AND j.enabled
+   AND j.materialized_until IS NOT DISTINCT FROM u.planned_from
    AND ($4::timestamptz IS NULL OR now() <= $4::timestamptz)
 RETURNING j.id
 """
+# A plan is written only from the mark it was planned from ($5): a replica
+# whose copy of the mark is behind (another replica planned the job since)
+# writes nothing for that job and reads the current mark (CURRENT_MARKS)
+# instead. Without the comparison a stale copy would call instants missed that
+# another replica already wrote, and record a gap beside their rows.
+CURRENT_MARKS = "SELECT id, materialized_until FROM jobs WHERE id = ANY ($1::bigint[])"
+# Whether a plan of the database's now() minus its on-time tolerance is still
+# fresh: now() is the transaction's start, the same for every statement in it.
+PLAN_IS_FRESH = "SELECT $1::timestamptz IS NULL OR now() <= $1::timestamptz"
 INSERT_PLANNED_RUNS = """
 INSERT INTO job_runs (job_id, scheduled_at, due_at)
 SELECT u.job_id, u.scheduled_at, u.due_at

@@ -1,0 +1,451 @@
+"""The herd at :00: N jobs on one cron instant plus M spread jobs, R real replicas.
+
+Each build (this tree, and optionally ``--against`` another source tree, the
+baseline, in the same run) gets a schema and a stream of its own, one config
+file with ``--herd`` jobs on ``* * * * *`` and ``--spread`` daily jobs at
+seeded times in several zones (every job an async python no-op,
+``bench.common:anoop``), and ``--replicas`` real ``claimd run`` processes
+started at once. The bench then watches ``--minutes`` minute boundaries and
+reads ``job_runs`` (both ends of a lag on the database's clock):
+
+- first row / first start: seconds from the replicas' start to the first
+  ``job_runs`` row and to the first started run;
+- per minute instant of the herd: rows written, how long before the instant
+  the last of them was written (``planned ahead``: every instant must be
+  planned before it is due), start lag p50 / p99 / max
+  (``started_at - scheduled_at``; a run not started by the end counts with the
+  lag it had reached), runs not started and runs not succeeded;
+- per replica, scraped from its own ``/metrics`` every few seconds (the last
+  scrape of each process is kept, so a restarted replica's counters add up):
+  redeliveries, deliveries that changed nothing, failed publishes, and the
+  largest RSS seen;
+- doubled: (job, instant) with two rows, runs with two attempts.
+
+``--roll``: a rolling restart during the measured minutes, one replica at a
+time (SIGTERM, wait for it to exit, start it again), 20 s after a boundary.
+
+    python -m bench.bench_burst                                   # 10,000 at :00, 2 replicas
+    python -m bench.bench_burst --herd 10000 --spread 90000       # 100,000 jobs
+    python -m bench.bench_burst --roll --minutes 4
+    git archive main | tar -x -C /tmp/main-tree                   # the baseline, same run:
+    python -m bench.bench_burst --against /tmp/main-tree --against-label main
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import asyncpg
+
+from bench.common import (
+    REPO,
+    Row,
+    bench_schema,
+    child_env,
+    config_toml,
+    delete_stream,
+    environment,
+    migrated_store,
+    print_table,
+    stop_processes,
+)
+from tests.servers import unique_name
+
+ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo", "Australia/Sydney")
+COUNTERS = {
+    "redeliveries": "claimd_redeliveries_total",
+    "changed nothing": "claimd_deliveries_skipped_total",
+    "publish failed": "claimd_dispatch_publish_failed_total",
+    "plans discarded": "claimd_plans_discarded_total",
+}
+
+PER_INSTANT = """
+SELECT r.scheduled_at,
+       count(*) AS rows,
+       extract(epoch FROM r.scheduled_at - max(r.created_at))::float8 AS planned_ahead_s,
+       count(*) FILTER (WHERE r.started_at IS NULL) AS not_started,
+       count(*) FILTER (WHERE r.state <> 'succeeded') AS not_succeeded,
+       percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (
+           ORDER BY extract(epoch FROM COALESCE(r.started_at, $3) - r.scheduled_at)) AS lag,
+       max(extract(epoch FROM COALESCE(r.started_at, $3) - r.scheduled_at))::float8 AS max_lag
+  FROM job_runs r JOIN jobs j ON j.id = r.job_id
+ WHERE j.name LIKE 'herd-%' AND r.scheduled_at >= $1 AND r.scheduled_at <= $2
+ GROUP BY r.scheduled_at ORDER BY r.scheduled_at
+"""
+DOUBLED = """
+SELECT (SELECT count(*) FROM (SELECT 1 FROM job_runs GROUP BY job_id, scheduled_at
+                               HAVING count(*) > 1) d)
+     + (SELECT count(*) FROM (SELECT 1 FROM job_run_attempts GROUP BY run_id
+                               HAVING count(*) > 1) a)
+"""
+SPREAD_DUE = """
+SELECT count(*) FILTER (WHERE r.state <> 'succeeded') AS not_succeeded, count(*) AS rows
+  FROM job_runs r JOIN jobs j ON j.id = r.job_id
+ WHERE j.name LIKE 'spread-%' AND r.scheduled_at <= $1
+"""
+
+
+def jobs_toml(herd: int, spread: int, seed: int) -> str:
+    """``herd`` jobs every minute at :00 and ``spread`` daily jobs at seeded local times."""
+    rng = random.Random(seed)
+    parts = [
+        f'[jobs.herd-{i:06d}]\ncron = "* * * * *"\nrun = {{ python = "bench.common:anoop" }}\n'
+        for i in range(herd)
+    ]
+    for i in range(spread):
+        minute, hour, zone = rng.randrange(60), rng.randrange(24), ZONES[i % len(ZONES)]
+        parts.append(
+            f'[jobs.spread-{i:06d}]\ncron = "{minute} {hour} * * *"\ntimezone = "{zone}"\n'
+            'run = { python = "bench.common:anoop" }\n'
+        )
+    return "\n".join(parts)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _scrape(port: int) -> dict[str, float] | None:
+    """The counters above, summed over their labels, from one replica's /metrics."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=20) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return None
+    out = dict.fromkeys(COUNTERS, 0.0)
+    for key, name in COUNTERS.items():
+        for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M):
+            out[key] += float(m.group(1))
+    return out
+
+
+@dataclass
+class Proc:
+    """One replica process: its port, log, the last counters and largest RSS it showed."""
+
+    index: int
+    port: int
+    log: Path
+    popen: subprocess.Popen[bytes]
+    counters: dict[str, float] = field(default_factory=dict)
+    rss_max: float = 0.0
+
+
+@dataclass
+class Build:
+    """What one build did: the figures the table prints."""
+
+    label: str
+    first_row_s: float = float("nan")
+    first_start_s: float = float("nan")
+    instants: list[dict[str, Any]] = field(default_factory=list)
+    counters: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0.0))
+    rss_max: float = 0.0
+    doubled: int = 0
+    spread_not_succeeded: int = 0
+    spread_rows: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _start(config: Path, port: int, log: Path, tree: Path, level: str) -> subprocess.Popen[bytes]:
+    env = child_env()
+    env["CLAIMD_HTTP"] = f"127.0.0.1:{port}"
+    return subprocess.Popen(
+        [sys.executable, "-m", "actors.cli", "run", "--config", str(config), "--log-level", level],
+        cwd=tree,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("ab"),
+    )
+
+
+async def _watch(procs: list[Proc], build: Build, stop: asyncio.Event) -> None:
+    """Scrape and sample every replica every few seconds until ``stop``."""
+    while not stop.is_set():
+        for p in procs:
+            build.rss_max = max(build.rss_max, _rss_mb(p.popen.pid))
+            p.rss_max = max(p.rss_max, _rss_mb(p.popen.pid))
+        got = await asyncio.gather(*(asyncio.to_thread(_scrape, p.port) for p in procs))
+        for p, counters in zip(procs, got, strict=True):
+            if counters is not None:
+                p.counters = counters
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 3)
+
+
+def _fold(p: Proc, build: Build) -> None:
+    """A process's last counters into the build's totals (before it is restarted)."""
+    for key, value in p.counters.items():
+        build.counters[key] += value
+    p.counters = {}
+
+
+async def _roll(procs: list[Proc], build: Build, args: argparse.Namespace, tree: Path) -> None:
+    """SIGTERM one replica at a time and start it again, at +20 s of successive minutes."""
+    for p in list(procs):
+        await _sleep_until_second(20)
+        began = time.monotonic()
+        p.popen.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(p.popen.wait, 120)
+        _fold(p, build)
+        stopped = time.monotonic() - began
+        p.popen = _start(args.config_path, p.port, p.log, tree, args.log_level)
+        build.notes.append(f"replica {p.index} restarted (its SIGTERM stop took {stopped:.1f} s)")
+        await asyncio.sleep(30)
+
+
+async def _sleep_until_second(second: int) -> None:
+    now = time.time()
+    target = (now // 60) * 60 + second
+    if target <= now + 1:
+        target += 60
+    await asyncio.sleep(target - now)
+
+
+async def measure(label: str, tree: Path, args: argparse.Namespace) -> Build:
+    """One build: start the replicas, watch the boundaries, read the figures."""
+    build = Build(label)
+    deployment = unique_name("burst")
+    try:
+        async with bench_schema("burst_") as url, migrated_store(url, max_size=2) as store:
+            pool = store.pool
+            with tempfile.TemporaryDirectory(prefix="claimd-burst-") as tmp:
+                config = Path(tmp) / "claimd.toml"
+                config.write_text(
+                    config_toml(
+                        url,
+                        deployment,
+                        jobs_toml(args.herd, args.spread, args.seed),
+                        **_settings(args.set),
+                    )
+                )
+                args.config_path = config
+                began_db: datetime = await pool.fetchval("SELECT now()")
+                began = time.monotonic()
+                procs = [
+                    Proc(i, port, log, _start(config, port, log, tree, args.log_level))
+                    for i in range(args.replicas)
+                    for port, log in [(_free_port(), Path(tmp) / f"replica-{i}.log")]
+                ]
+                stop = asyncio.Event()
+                watcher = asyncio.create_task(_watch(procs, build, stop))
+                try:
+                    await _first_rows(pool, procs, build, began, args.max_start)
+                    # Measure from the first whole minute after the first start.
+                    waited = time.monotonic() - began  # to the first start, or the limit
+                    first = (began_db + timedelta(seconds=waited)).replace(
+                        second=0, microsecond=0
+                    ) + timedelta(minutes=1)
+                    last = first + timedelta(minutes=args.minutes - 1)
+                    roll = (
+                        asyncio.create_task(_roll(procs, build, args, tree)) if args.roll else None
+                    )
+                    await _sleep_db_until(pool, last + timedelta(seconds=args.settle))
+                    if roll is not None:
+                        await roll
+                    end: datetime = await pool.fetchval("SELECT now()")
+                finally:
+                    stop.set()
+                    await watcher
+                    for p in procs:
+                        _fold(p, build)
+                    stop_processes([p.popen for p in procs])
+                for p in procs:
+                    if p.popen.returncode not in (0, -signal.SIGTERM):
+                        tail = p.log.read_text(errors="replace")[-1500:]
+                        build.notes.append(f"replica {p.index} exited {p.popen.returncode}: {tail}")
+                for r in await pool.fetch(PER_INSTANT, first, last, end):
+                    lag = list(r["lag"] or [float("nan")] * 2)
+                    build.instants.append(
+                        {
+                            "at": r["scheduled_at"].strftime("%H:%M"),
+                            "rows": r["rows"],
+                            "planned_ahead_s": r["planned_ahead_s"],
+                            "not_started": r["not_started"],
+                            "not_succeeded": r["not_succeeded"],
+                            "p50_ms": lag[0] * 1000,
+                            "p99_ms": lag[1] * 1000,
+                            "max_ms": r["max_lag"] * 1000,
+                        }
+                    )
+                build.doubled = await pool.fetchval(DOUBLED)
+                s = await pool.fetchrow(SPREAD_DUE, end - timedelta(seconds=args.settle))
+                build.spread_not_succeeded, build.spread_rows = s["not_succeeded"], s["rows"]
+    finally:
+        await delete_stream(f"CLAIMD_{deployment}")
+    return build
+
+
+async def _first_rows(
+    pool: asyncpg.Pool, procs: list[Proc], build: Build, began: float, limit: float
+) -> None:
+    while time.monotonic() - began < limit:
+        if any(p.popen.poll() is not None for p in procs):
+            build.notes.append("a replica exited during start-up")
+            return
+        no_row_yet = build.first_row_s != build.first_row_s  # NaN until the first row
+        if no_row_yet and await pool.fetchval("SELECT EXISTS (SELECT 1 FROM job_runs)"):
+            build.first_row_s = time.monotonic() - began
+        if await pool.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM job_runs WHERE started_at IS NOT NULL)"
+        ):
+            build.first_start_s = time.monotonic() - began
+            return
+        await asyncio.sleep(0.25)
+    build.notes.append(f"no run started within {limit:.0f} s of the start")
+
+
+async def _sleep_db_until(pool: asyncpg.Pool, when: datetime) -> None:
+    now: datetime = await pool.fetchval("SELECT now()")
+    while now < when:
+        await asyncio.sleep(min(5.0, (when - now).total_seconds()))
+        now = await pool.fetchval("SELECT now()")
+
+
+def _settings(pairs: list[str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        v = value.strip()
+        out[key.strip()] = int(v) if v.isdigit() else (v == "true" if v in ("true", "false") else v)
+    return out
+
+
+def report(builds: list[Build], args: argparse.Namespace) -> None:
+    base = builds[1] if len(builds) > 1 else None
+    for b in builds:
+        print(
+            f"\n{b.label}: {args.herd:,} herd + {args.spread:,} spread jobs, "
+            f"{args.replicas} replicas"
+        )
+        print(
+            "  instant  rows    planned ahead  p50 ms   p99 ms   max ms  not started  not succeeded"
+        )
+        for i in b.instants:
+            print(
+                f"  {i['at']}   {i['rows']:>6}  {i['planned_ahead_s']:>10.1f} s"
+                f"  {i['p50_ms']:>7.0f}"
+                f"  {i['p99_ms']:>7.0f}  {i['max_ms']:>7.0f}  {i['not_started']:>11}"
+                f"  {i['not_succeeded']:>13}"
+            )
+        if not b.instants:
+            print("  (no herd run was written in the measured minutes)")
+        missing = args.minutes * args.herd - sum(i["rows"] for i in b.instants)
+        print(
+            f"  rows missing from the herd's instants: {missing}; doubled: {b.doubled}; "
+            f"spread rows due {b.spread_rows}, not succeeded {b.spread_not_succeeded}"
+        )
+        for note in b.notes:
+            print(f"  note: {note}")
+
+    def worst(b: Build, key: str) -> float:
+        return max((i[key] for i in b.instants), default=float("nan"))
+
+    def least(b: Build, key: str) -> float:
+        return min((i[key] for i in b.instants), default=float("nan"))
+
+    def pick(fn: Any, b: Build | None, key: str) -> float | None:
+        return None if b is None else float(fn(b, key))
+
+    b = builds[0]
+    figures: list[tuple[str, float, float | None, str, bool]] = [
+        ("first row after start", b.first_row_s, base.first_row_s if base else None, "s", False),
+        (
+            "first start after start",
+            b.first_start_s,
+            base.first_start_s if base else None,
+            "s",
+            False,
+        ),
+        (
+            "worst minute's p99 start lag",
+            worst(b, "p99_ms"),
+            pick(worst, base, "p99_ms"),
+            "ms",
+            False,
+        ),
+        (
+            "worst minute's max start lag",
+            worst(b, "max_ms"),
+            pick(worst, base, "max_ms"),
+            "ms",
+            False,
+        ),
+        (
+            "least planned ahead of its instant",
+            least(b, "planned_ahead_s"),
+            pick(least, base, "planned_ahead_s"),
+            "s",
+            True,
+        ),
+        ("peak RSS of a replica", b.rss_max, base.rss_max if base else None, "MB", False),
+    ]
+    figures += [(k, b.counters[k], base.counters[k] if base else None, "", False) for k in COUNTERS]
+    rows = [
+        Row(name, fig, baseline, unit, higher, compared=baseline is not None)
+        for name, fig, baseline, unit, higher in figures
+    ]
+    print_table(
+        f"burst: this tree against {base.label if base else 'no baseline'} (same run)", rows
+    )
+
+
+async def main(args: argparse.Namespace) -> None:
+    print(await environment(), f"load {os.getloadavg()[0]:.1f}")
+    builds = [await measure("this tree", REPO, args)]
+    if args.against:
+        builds.append(await measure(args.against_label, Path(args.against), args))
+    print(f"load after {os.getloadavg()[0]:.1f}")
+    report(builds, args)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--herd", type=int, default=10_000, help="jobs on * * * * * (default 10,000)")
+    p.add_argument("--spread", type=int, default=0, help="daily jobs at seeded times and zones")
+    p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--minutes", type=int, default=3, help="minute boundaries measured")
+    p.add_argument("--settle", type=float, default=20.0, help="seconds after the last boundary")
+    p.add_argument("--max-start", type=float, default=180.0, help="seconds to wait for a start")
+    p.add_argument("--roll", action="store_true", help="rolling restart during the minutes")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--set", action="append", default=[], help="claimd setting key=value")
+    p.add_argument("--log-level", default="warning")
+    p.add_argument("--against", help="another source tree, measured after this one")
+    p.add_argument("--against-label", default="baseline")
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(parse_args()))
