@@ -45,7 +45,16 @@ def _load(path: str) -> LoadedConfig:
 def _run_replica(
     path: Path, loaded: LoadedConfig, role: Role, on_http: Callable[[str, int], None] | None = None
 ) -> int:
-    replica = Replica(path, loaded, role, on_http=on_http)
+    return run_replica(Replica(path, loaded, role, on_http=on_http))
+
+
+def run_replica(replica: Replica) -> int:
+    """Run ``replica`` to its end; its exit status, every failure logged as one line.
+
+    Public so that another entry point composing its own replica (the chaos
+    harness's broken builds, on adapters of its own) stops and exits exactly
+    as `claimd run` does.
+    """
     try:
         asyncio.run(replica.run())
     except StreamSettingsRefused as exc:

@@ -254,11 +254,9 @@ def print_table(title: str, rows: Sequence[Row], notes: Sequence[str] = ()) -> N
 
 
 def child_env() -> dict[str, str]:
-    """No server overrides or test faults leaking into the replicas from ours."""
+    """No server overrides leaking into the replicas from ours (`claimd` has no fault switch)."""
     env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("CLAIMD_DATABASE_URL", "CLAIMD_NATS_URL") and not k.startswith("CLAIMD_FAULT_")
+        k: v for k, v in os.environ.items() if k not in ("CLAIMD_DATABASE_URL", "CLAIMD_NATS_URL")
     }
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -50,7 +50,8 @@ class Adapters(Protocol):
         ...
 
     def worker_store(self, store: ReplicaStore) -> RunStore:
-        """The store the worker records through (the harness's faults, when asked for)."""
+        """The store the worker records through: ``store`` itself in production (the
+        chaos harness's broken builds wrap it, in tests/chaos/broken.py)."""
         ...
 
     def executor(self) -> Executor: ...

@@ -1,7 +1,8 @@
 """The production adapters: PostgreSQL (asyncpg) and NATS JetStream (nats-py).
 
-The one place a replica's drivers are named, and where the chaos harness's
-broken builds are installed (read from the environment once, at start-up).
+The one place a replica's drivers are named. Nothing here reads a fault
+switch: the chaos harness builds its broken replicas on adapters of its own
+(tests/chaos/broken.py), through an entry point of its own.
 """
 
 from __future__ import annotations
@@ -21,11 +22,6 @@ from actors.config import Settings
 from actors.observability import DependencyHealth, get_logger
 from actors.operator import OperatorService
 from actors.ports import Executor, Inbox, Outage, ReplicaBroker, ReplicaStore, RunStore
-from actors.testing.faults import (
-    install_broker_faults,
-    install_store_faults,
-    install_worker_faults,
-)
 
 log = get_logger("replica")
 
@@ -42,12 +38,10 @@ class ProductionAdapters:
 
     async def open_store(self) -> ReplicaStore:
         settings = self.settings
-        store = install_store_faults(
-            await PostgresRunStore.connect(
-                settings.database_url,
-                max_size=min(20, 4 + settings.worker_concurrency),
-                timeouts=settings.timeouts,
-            )
+        store = await PostgresRunStore.connect(
+            settings.database_url,
+            max_size=min(20, 4 + settings.worker_concurrency),
+            timeouts=settings.timeouts,
         )
         try:
             applied = await store.migrate()
@@ -71,7 +65,7 @@ class ProductionAdapters:
             tls_ca=settings.nats_tls_ca,
             timeouts=settings.timeouts,
         )
-        return install_broker_faults(self._jetstream)
+        return self._jetstream
 
     async def prepare_broker(self, broker: ReplicaBroker) -> None:
         """The stream and the durable consumer, created or updated (idempotent)."""
@@ -106,7 +100,7 @@ class ProductionAdapters:
         )
 
     def worker_store(self, store: ReplicaStore) -> RunStore:
-        return install_worker_faults(store)
+        return store
 
     def executor(self) -> Executor:
         return LocalExecutor()
@@ -123,8 +117,8 @@ class ProductionAdapters:
         return OperatorService(_postgres(store).pool)
 
     def _opened(self) -> JetStreamBroker:
-        """The JetStream broker open_broker connected (the harness's faults wrap what it
-        returned, never this)."""
+        """The JetStream broker open_broker connected (a subclass's open_broker may wrap
+        what it returns; the stream and consumer are still this one's)."""
         assert self._jetstream is not None, "open_broker first"
         return self._jetstream
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from random import Random
 
 from actors.adapters.embedded import EmbeddedNats, EmbeddedPostgres
+from tests.chaos import broken
+from tests.chaos.broken import Faults
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -283,7 +285,10 @@ class PostgresControl:
 # --- replicas ------------------------------------------------------------------------
 
 
-def claimd_command() -> list[str]:
+def claimd_command(faults: Faults | None = None) -> list[str]:
+    """`claimd`; with faults asked for, the harness's own entry point of broken builds."""
+    if faults:
+        return broken.command(faults)
     beside = Path(sys.executable).parent / "claimd"
     return [str(beside)] if beside.exists() else [sys.executable, "-m", "actors.cli"]
 
@@ -295,6 +300,7 @@ class Replica:
     name: str
     log_path: Path
     extra_env: dict[str, str] = field(default_factory=dict)
+    faults: Faults = field(default_factory=Faults)  # none: the real `claimd run`
     proc: subprocess.Popen[bytes] | None = None
     down_on_purpose: bool = False  # killed by a fault (restart pending) or retired
     retired: bool = False
@@ -351,18 +357,32 @@ class ReplicaSet:
     its process logged, and fails the run.
     """
 
-    def __init__(self, config: Path, logs: Path, env: dict[str, str], log_level: str) -> None:
+    def __init__(
+        self,
+        config: Path,
+        logs: Path,
+        env: dict[str, str],
+        log_level: str,
+        faults: Faults | None = None,
+    ) -> None:
         self.config = config
         self.logs = logs
         self.env = env
         self.log_level = log_level
+        # The build every slot runs unless told otherwise (a broken build's faults).
+        self.faults = faults or Faults()
         self.replicas: dict[str, Replica] = {}
         self.unplanned: list[UnplannedExit] = []
         self.stops: list[StopRecord] = []
         self._watch: asyncio.Task[None] | None = None
 
-    def add(self, name: str, extra_env: dict[str, str] | None = None) -> Replica:
-        replica = Replica(name, self.logs / f"{name}.log", dict(extra_env or {}))
+    def add(
+        self, name: str, extra_env: dict[str, str] | None = None, faults: Faults | None = None
+    ) -> Replica:
+        """A slot started now, on the set's build unless ``faults`` says otherwise."""
+        replica = Replica(
+            name, self.logs / f"{name}.log", dict(extra_env or {}), faults or self.faults
+        )
         self.replicas[name] = replica
         self.spawn(replica)
         return replica
@@ -372,13 +392,13 @@ class ReplicaSet:
         with replica.log_path.open("ab") as log:
             log.write(
                 f"--- start #{replica.starts} at {datetime.now(UTC).isoformat()} "
-                f"env {replica.extra_env}\n".encode()
+                f"env {replica.extra_env} faults {replica.faults.args()}\n".encode()
             )
         log = replica.log_path.open("ab")  # handed to the child
         try:
             replica.proc = subprocess.Popen(
                 [
-                    *claimd_command(),
+                    *claimd_command(replica.faults),
                     "--log-level",
                     self.log_level,
                     "run",

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -61,6 +62,7 @@ from actors.adapters.embedded import start_nats, start_postgres
 from actors.adapters.postgres import PostgresRunStore
 from actors.config import load_config
 from actors.domain import Job
+from tests.chaos.broken import Faults
 from tests.chaos.faults import (
     NETWORK_KINDS,
     PROCESS_KINDS,
@@ -75,7 +77,7 @@ from tests.chaos.faults import (
 )
 from tests.chaos.invariants import Report, check_invariants, recovery_seconds
 from tests.chaos.proxy import FaultProxy, Mode, Upstream
-from tests.chaos.workload import DEFAULT_SLOW_JOB_S, EFFECTS_DDL, EFFECTS_DSN_ENV
+from tests.chaos.workload import DEFAULT_SLOW_JOB_S, EFFECTS_DDL, EFFECTS_DSN_ENV, SLOW_ENV
 from tests.servers import with_search_path
 
 LEASE_S = 6.0
@@ -104,9 +106,10 @@ SETTINGS = {
     "duplicate_window": "1m",
 }
 BROKEN_BUILDS = {
-    # The completion statement without its epoch guard: a zombie's late
-    # completion can overwrite the newer attempt (actors/testing/faults.py).
-    "epoch-guard": {"CLAIMD_FAULT_SKIP_EPOCH_GUARD": "1"},
+    # Completions without their epoch guard: a zombie's late completion can
+    # overwrite the newer attempt. Built by the harness's own entry point
+    # (tests/chaos/broken.py); `claimd run` has no such switch.
+    "epoch-guard": Faults(skip_epoch_guard=True),
 }
 # Log events worth a line in the table (replica logs, JSON lines).
 LOG_EVENTS = {
@@ -262,7 +265,7 @@ def via_proxy_nats(url: str, port: int) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def replica_env(effects_dsn: str, broken_build: str | None) -> dict[str, str]:
+def replica_env(effects_dsn: str) -> dict[str, str]:
     """The harness's environment, minus anything that would steer a replica elsewhere."""
     env = {
         k: v
@@ -271,8 +274,6 @@ def replica_env(effects_dsn: str, broken_build: str | None) -> dict[str, str]:
     }
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     env[EFFECTS_DSN_ENV] = effects_dsn
-    if broken_build:
-        env.update(BROKEN_BUILDS[broken_build])
     return env
 
 
@@ -395,7 +396,13 @@ class Harness:
         logs = workdir / "logs"
         logs.mkdir(exist_ok=True)
         self.database_url, self.nats_url = url, nats_url
-        self.replicas = ReplicaSet(config, logs, replica_env(url, o.broken_build), o.log_level)
+        self.replicas = ReplicaSet(
+            config,
+            logs,
+            replica_env(url),
+            o.log_level,
+            BROKEN_BUILDS[o.broken_build] if o.broken_build else None,
+        )
         self.stack.callback(self.replicas.kill_all)
         for i in range(o.replicas):
             await self._add_replica(f"r{i}")
@@ -459,7 +466,9 @@ class Harness:
             self.say(f"kept {workdir}")
         return result
 
-    async def _add_replica(self, name: str, env: dict[str, str] | None = None) -> None:
+    async def _add_replica(
+        self, name: str, env: dict[str, str] | None = None, faults: Faults | None = None
+    ) -> None:
         """A replica slot with its own proxy in front of each server (kept across restarts)."""
         assert self.replicas is not None
         links = self.links.get(name)
@@ -482,6 +491,7 @@ class Harness:
                 "CLAIMD_NATS_URL": via_proxy_nats(self.nats_url, links.nats.port),
                 **(env or {}),
             },
+            faults,
         )
 
     async def _first_start(
@@ -627,14 +637,17 @@ class Harness:
             return "postgres"
         if fault.kind.network:
             return await self._apply_network(fault)
-        env = (
-            {"CLAIMD_FAULT_PUBLISH_FAIL_EVERY": str(int(fault.param))}
-            if fault.kind is FaultKind.PUBLISH_FAILURES
-            else {"CLAIMD_CHAOS_SLOW_S": f"{fault.param:.2f}"}
-        )
+        # An extra replica: on the run's build, failing every Nth publish, or
+        # with slow completions (the workload's job reads CLAIMD_CHAOS_SLOW_S).
+        env: dict[str, str] = {}
+        faults: Faults | None = None
+        if fault.kind is FaultKind.PUBLISH_FAILURES:
+            faults = dataclasses.replace(replicas.faults, publish_fail_every=int(fault.param))
+        else:
+            env = {SLOW_ENV: f"{fault.param:.2f}"}
         self.extra += 1
         name = f"x{self.extra}"
-        await self._add_replica(name, env)
+        await self._add_replica(name, env, faults)
         await asyncio.sleep(fault.span)
         # Graceful stop in the background: the plan goes on while it drains.
         self._background(replicas.retire(name, timeout=STOP_BOUND_S + 10, during=fault.kind.label))

@@ -83,8 +83,10 @@ async def test_network_faults_lose_nothing_and_every_replica_recovers(
 async def test_broken_build_without_the_epoch_guard_is_caught(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # The completion statement loses its epoch guard: a replica paused past its
-    # lease wakes up and records its stale execution over the newer attempt.
+    # Completions lose their epoch guard (the harness's own broken build,
+    # tests/chaos/broken.py, started through tests/chaos/broken_replica.py): a
+    # replica paused past its lease wakes up and records its stale execution
+    # over the newer attempt.
     # The harness exists to catch exactly this; if it passed, it would prove nothing.
     with capsys.disabled():
         print("\n[chaos] deliberately broken build: this run is expected to FAIL its invariants")

@@ -38,11 +38,13 @@ def claimd_command() -> list[str]:
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """The environment for a child: no server overrides or faults leaking in from ours."""
+    """The environment for a child: no server overrides leaking in from ours.
+
+    (Faults cannot leak: `claimd` has no fault switch; the chaos harness's broken
+    builds have an entry point of their own, tests/chaos/broken_replica.py.)
+    """
     env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("CLAIMD_DATABASE_URL", "CLAIMD_NATS_URL") and not k.startswith("CLAIMD_FAULT_")
+        k: v for k, v in os.environ.items() if k not in ("CLAIMD_DATABASE_URL", "CLAIMD_NATS_URL")
     }
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)

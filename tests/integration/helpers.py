@@ -25,6 +25,8 @@ from actors.app import Replica
 from actors.domain import ClaimedRun, CronSchedule, ExecutorSpec, Job, PythonSpec, RunContext
 from actors.ports import DispatchMessage, RunStore
 from actors.worker import Worker, WorkerSettings
+from tests.chaos import broken
+from tests.chaos.broken import Faults
 
 # A schedule that (almost) never fires inside a test's horizon: the tests insert
 # the rows they want, and a running materializer adds none of its own.
@@ -166,19 +168,34 @@ class Replicas:
         self.log_dir = log_dir
         self.procs: list[asyncio.subprocess.Process] = []
 
-    async def start(self, config: Path, name: str, **env: str) -> asyncio.subprocess.Process:
+    async def start(
+        self,
+        config: Path,
+        name: str,
+        *,
+        faults: Faults | None = None,
+        role: str = "all",
+        **env: str,
+    ) -> asyncio.subprocess.Process:
+        """`claimd run` on ``config``; with ``faults``, the chaos harness's broken build.
+
+        ``env`` is added to the child's environment as given (a CLAIMD_* variable
+        there is the test's own choice).
+        """
         # Only the config file speaks: no CLAIMD_* variable of the test run leaks in.
         clean = {k: v for k, v in os.environ.items() if not k.startswith("CLAIMD_")}
         # Test job functions live in tests/: importable however claimd was installed.
         clean["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, clean.get("PYTHONPATH")]))
         with (self.log_dir / f"{name}.log").open("wb") as log:
             proc = await asyncio.create_subprocess_exec(
-                *claimd_command(),
+                *(broken.command(faults) if faults else claimd_command()),
                 "--log-level",
                 "WARNING",
                 "run",
                 "--config",
                 str(config),
+                "--role",
+                role,
                 env={**clean, **env},
                 stdout=log,
                 stderr=log,

@@ -14,7 +14,7 @@ from actors.dispatcher import Dispatcher
 from actors.domain import ClaimedRun
 from actors.flow import BrokerGate, ClaimedBatch
 from actors.reaper import Reaper
-from actors.testing.faults import FailingPublishes
+from tests.chaos.broken import FailingPublishes
 from tests.integration.helpers import (
     LONG_LEASE,
     add_job,

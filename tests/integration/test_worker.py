@@ -18,6 +18,7 @@ from actors.config import LoadedConfig
 from actors.domain import ClaimedRun, ShellSpec
 from actors.ports import Completion
 from actors.worker import Worker
+from tests.chaos.broken import EXIT_STATUS, Faults
 from tests.integration.helpers import (
     LONG_LEASE,
     RARE_CRON,
@@ -249,8 +250,8 @@ async def test_real_process_exiting_before_the_ack_leaves_one_execution(
     [run_id] = await insert_due_runs(store, job_id, 1)
 
     # The first replica records the completion, then exits before acking.
-    first = await replicas.start(config, "first", CLAIMD_FAULT_EXIT_AFTER_COMPLETE="1")
-    assert await asyncio.wait_for(first.wait(), 40) == 97
+    first = await replicas.start(config, "first", faults=Faults(exit_after_complete=1))
+    assert await asyncio.wait_for(first.wait(), 40) == EXIT_STATUS
     assert await _run_row(store, run_id) == ("succeeded", 1, 1)
     assert await consumer_counts(broker) == (0, 1)  # delivered, never acked
 

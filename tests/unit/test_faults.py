@@ -1,23 +1,24 @@
-"""The harness's broken build is installed at start-up, only when asked for."""
+"""The chaos harness's broken builds: wrappers of its own, composed only when asked for."""
 
 from __future__ import annotations
 
 from typing import Any, cast
 
-from actors.adapters.postgres import COMPLETE_RUNS, PostgresRunStore
+import pytest
+
 from actors.domain import ExecutionResult, Outcome
 from actors.ports import Completion, DispatchMessage
-from actors.testing.faults import (
-    EXIT_AFTER_COMPLETE,
-    EXIT_STATUS,
-    PUBLISH_FAIL_EVERY,
-    SKIP_EPOCH_GUARD,
-    ExitAfterComplete,
-    install_broker_faults,
-    install_store_faults,
-    install_worker_faults,
-)
+from actors.replica.production import ProductionAdapters
 from actors.testing.memory import InMemoryBroker
+from tests.chaos.broken import (
+    EXIT_STATUS,
+    BrokenAdapters,
+    ExitAfterComplete,
+    FailingPublishes,
+    Faults,
+    UnfencedCompletions,
+)
+from tests.chaos.broken_replica import build_parser
 from tests.fakes import WorkerStore
 from tests.unit.memory_world import T0
 
@@ -26,22 +27,48 @@ def dispatch(run_id: str) -> DispatchMessage:
     return DispatchMessage(run_id, 1, "job", T0, 1, "d")
 
 
-def test_the_unfenced_completion_is_installed_only_when_the_harness_asks() -> None:
-    store = PostgresRunStore(cast(Any, None))
-    assert install_store_faults(store, {}).complete_statement == COMPLETE_RUNS
-    assert install_store_faults(store, {SKIP_EPOCH_GUARD: "0"}).complete_statement == (
-        COMPLETE_RUNS
-    )
-    broken = install_store_faults(store, {SKIP_EPOCH_GUARD: "1"}).complete_statement
-    assert "r.claim_epoch = c.epoch" in COMPLETE_RUNS
-    assert "r.claim_epoch = c.epoch" not in broken
+def test_faults_round_trip_through_the_entry_points_options() -> None:
+    assert not Faults()
+    assert Faults().args() == []
+    faults = Faults(skip_epoch_guard=True, exit_after_complete=2, publish_fail_every=3)
+    assert faults
+    args = build_parser().parse_args([*faults.args(), "run", "--config", "c.toml"])
+    parsed = Faults(args.skip_epoch_guard, args.exit_after_complete, args.publish_fail_every)
+    assert parsed == faults
 
 
-async def test_the_exit_after_complete_is_a_store_wrapper_installed_only_when_asked() -> None:
+def test_no_fault_leaves_the_worker_store_as_production_has_it() -> None:
     store = WorkerStore().as_port()
-    assert install_worker_faults(store, {}) is store
-    assert install_worker_faults(store, {EXIT_AFTER_COMPLETE: "0"}) is store
-    assert isinstance(install_worker_faults(store, {EXIT_AFTER_COMPLETE: "1"}), ExitAfterComplete)
+    settings: Any = None
+    broken = BrokenAdapters(settings, "r", faults=Faults())
+    assert broken.worker_store(cast(Any, store)) is store
+    assert ProductionAdapters(settings, "r").worker_store(cast(Any, store)) is store
+    wrapped = BrokenAdapters(settings, "r", faults=Faults(exit_after_complete=1))
+    assert isinstance(wrapped.worker_store(cast(Any, store)), ExitAfterComplete)
+    # Forging epochs needs the PostgreSQL store's pool: asked of another store, it refuses.
+    forged = BrokenAdapters(settings, "r", faults=Faults(skip_epoch_guard=True))
+    with pytest.raises(AssertionError, match="opened by ProductionAdapters"):
+        forged.worker_store(cast(Any, store))
+
+
+async def test_unfenced_completions_carry_the_epoch_the_run_holds_now() -> None:
+    class Pool:
+        async def fetch(self, _sql: str, ids: list[str]) -> list[dict[str, Any]]:
+            return [{"id": "a", "claim_epoch": 7}]  # "b" is not running any more
+
+    store = WorkerStore().as_port()
+    unfenced = UnfencedCompletions(store, cast(Any, Pool()))
+    late = [
+        Completion(run_id, 1, ExecutionResult(Outcome.SUCCEEDED), None, "zombie")
+        for run_id in ("a", "b")
+    ]
+    await unfenced.complete_runs(late)
+    recorded = cast(WorkerStore, store).recorded
+    assert [(c.run_id, c.epoch) for c in recorded] == [("a", 7), ("b", 1)]
+
+
+async def test_the_exit_after_complete_exits_after_the_nth_recorded_batch() -> None:
+    store = WorkerStore().as_port()
     exits: list[int] = []
     wrapped = ExitAfterComplete(store, 2, exit=exits.append)
     verdict = Completion("a", 1, ExecutionResult(Outcome.SUCCEEDED), None, "w")
@@ -53,11 +80,9 @@ async def test_the_exit_after_complete_is_a_store_wrapper_installed_only_when_as
     await wrapped.ping()  # everything else is the store's own
 
 
-async def test_failing_publishes_are_installed_only_when_asked_and_fail_every_nth() -> None:
+async def test_failing_publishes_fail_every_nth() -> None:
     broker = InMemoryBroker()
-    assert install_broker_faults(broker, {}) is broker
-    assert install_broker_faults(broker, {PUBLISH_FAIL_EVERY: "0"}) is broker
-    failing = install_broker_faults(broker, {PUBLISH_FAIL_EVERY: "3"})
+    failing = FailingPublishes(broker, 3)
     messages = [dispatch(f"r{i}") for i in range(7)]
     results = await failing.publish_many(messages[:4]) + await failing.publish_many(messages[4:])
     assert [r is None for r in results] == [True, True, False, True, True, False, True]

@@ -18,7 +18,7 @@ from nats.js.errors import APIError
 
 from actors.adapters.nats import JetStreamBroker, decode
 from actors.ports import DispatchMessage
-from actors.testing.faults import FailingPublishes
+from tests.chaos.broken import FailingPublishes
 
 DEPLOYMENT = "prod"
 

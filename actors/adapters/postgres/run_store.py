@@ -30,7 +30,6 @@ from actors.adapters.postgres.statements import (
     CLAIM_EXCLUSIVE_RUNS,
     CLUSTER_JOB_FIGURES,
     CLUSTER_LEASE_FIGURES,
-    COMPLETE_RUNS,
     COUNT_CLAIMED,
     EXTEND_LEASES,
     NEXT_DUE_IN,
@@ -73,9 +72,6 @@ class PostgresRunStore(PostgresJobCatalog):
     ) -> None:
         super().__init__(pool)
         self._close_timeout = close_timeout
-        # Always COMPLETE_RUNS; only the chaos harness's broken build (installed
-        # at start-up by actors.testing.faults) swaps it.
-        self.complete_statement = COMPLETE_RUNS
         # Each stored definition decoded once, not once per run started.
         self._decoded = DecodedJobs()
 
@@ -305,7 +301,7 @@ class PostgresRunStore(PostgresJobCatalog):
         return {(r["id"], r["claim_epoch"]) for r in rows}
 
     async def complete_runs(self, completions: Sequence[Completion]) -> set[tuple[str, int]]:
-        return await verdicts.complete(self._pool, self.complete_statement, completions)
+        return await verdicts.complete(self._pool, completions)
 
     async def cancel_orphaned_runs(self) -> int:
         """Cancel pending runs of jobs no longer in the config."""

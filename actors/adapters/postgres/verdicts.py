@@ -16,6 +16,7 @@ from actors.adapters.postgres.errors import rejections
 from actors.adapters.postgres.statements import (
     APPLY_INTERRUPTED,
     APPLY_REAPED,
+    COMPLETE_RUNS,
     LOCK_EXPIRED_LEASES,
     LOCK_INTERRUPTED,
 )
@@ -40,16 +41,14 @@ def _verdict(outcome: Outcome, row: asyncpg.Record) -> AttemptVerdict:
     )
 
 
-async def complete(
-    pool: asyncpg.Pool, statement: str, completions: Sequence[Completion]
-) -> set[tuple[str, int]]:
+async def complete(pool: asyncpg.Pool, completions: Sequence[Completion]) -> set[tuple[str, int]]:
     """Record each completion's verdict where its epoch still holds (COMPLETE_RUNS)."""
     if not completions:
         return set()
     verdicts = [c.verdict or AttemptVerdict.final(c.result.outcome) for c in completions]
     with rejections():
         rows = await pool.fetch(
-            statement,
+            COMPLETE_RUNS,
             [c.run_id for c in completions],
             [c.epoch for c in completions],
             [c.result.outcome.value for c in completions],
