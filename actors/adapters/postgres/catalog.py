@@ -21,11 +21,13 @@ from actors.adapters.postgres.statements import (
     JOBS_SUMMARY,
     LOCK_JOBS_FOR_SYNC,
     REMOVED_JOBS,
+    RESTORE_READDED_JOB,
     UPSERT_JOB,
     WITHDRAW_FUTURE_RUNS,
 )
 from actors.adapters.postgres.stored_definitions import StoredDefinitions
 from actors.domain import Job, Plan, encode_job
+from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.ports import JobState, Materialized
 
 
@@ -41,7 +43,8 @@ class PostgresJobCatalog:
         """Upsert the config's jobs; disable those gone from it (but not ``keep``).
 
         Returns what happened to each job whose row changed: added, changed,
-        removed.
+        removed (a job added back after a removal is "changed", and gets every
+        instant ahead planned again: RESTORE_READDED_JOB).
         """
         changes: dict[str, str] = {}
         names = [job.name for job in jobs] + list(keep)
@@ -67,10 +70,17 @@ class PostgresJobCatalog:
                     continue
                 changes[job.name] = "changed"
                 old_schedule = row["old_schedule"]
-                if old_schedule is not None and json.loads(old_schedule) != definition["schedule"]:
+                rescheduled = (
+                    old_schedule is not None and json.loads(old_schedule) != definition["schedule"]
+                )
+                if job.enabled and row["was_enabled"] is False:
+                    # Back in the config: what the removal cancelled ahead is
+                    # planned again (this also covers a changed schedule).
+                    await conn.fetchval(RESTORE_READDED_JOB, row["id"], REMOVED_FROM_CONFIG)
+                elif rescheduled:
                     await conn.fetchval(WITHDRAW_FUTURE_RUNS, row["id"])
             removed = await conn.fetch(REMOVED_JOBS, names)
-            await conn.fetch(DISABLE_REMOVED_JOBS, names)
+            await conn.fetch(DISABLE_REMOVED_JOBS, names, REMOVED_FROM_CONFIG)
             for r in removed:
                 changes[r["name"]] = "removed"
         return changes

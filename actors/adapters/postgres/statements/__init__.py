@@ -45,6 +45,7 @@ from actors.adapters.postgres.statements.jobs import (
     JOBS_SUMMARY,
     LOCK_JOBS_FOR_SYNC,
     REMOVED_JOBS,
+    RESTORE_READDED_JOB,
     UPSERT_JOB,
     WITHDRAW_FUTURE_RUNS,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "PRUNE_HISTORY",
     "RELEASE_UNPUBLISHED",
     "REMOVED_JOBS",
+    "RESTORE_READDED_JOB",
     "RUN_STATES",
     "SET_PAUSED",
     "SKIP_UNRUNNABLE",
