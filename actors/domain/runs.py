@@ -28,6 +28,11 @@ class RunState(enum.StrEnum):
 TERMINAL_STATES = frozenset(
     {RunState.SUCCEEDED, RunState.FAILED, RunState.SKIPPED, RunState.CANCELLED}
 )
+# The error of a run cancelled because its job left the config file (by the
+# sync, or by the reaper for one that came back to pending). A re-add of the
+# job finds by it the rows of instants still ahead to plan again; an operator's
+# cancel says who cancelled, so it is never taken back.
+REMOVED_FROM_CONFIG = "job removed from config"
 
 ALLOWED_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     RunState.PENDING: frozenset({RunState.CLAIMED, RunState.SKIPPED, RunState.CANCELLED}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors import __version__
+from actors.domain.trigger import EARLIEST_TRIGGER
 from actors.openapi.schemas import SCHEMAS, STATES, TIME_HELP, obj, ref, scalar
 
 
@@ -76,6 +77,7 @@ def _action(
     summary: str,
     params: list[dict[str, Any]],
     body: dict[str, Any] | None = None,
+    description: str | None = None,
 ) -> dict[str, Any]:
     links = (
         _links("$response.body#/run_id", "run_id", "getRun")
@@ -92,6 +94,8 @@ def _action(
             **_errors(*ACTION_ERRORS),
         },
     }
+    if description is not None:
+        op["description"] = description
     if body is not None:
         op["requestBody"] = {"required": False, "content": {"application/json": {"schema": body}}}
     return {"post": op}
@@ -246,8 +250,24 @@ PATHS: dict[str, Any] = {
         {
             "type": "object",
             "additionalProperties": False,
-            "properties": {"at": scalar("string", description=TIME_HELP)},
+            "properties": {
+                "at": scalar(
+                    "string",
+                    description=(
+                        "the instant, at or before now on the database's clock and not "
+                        f"before {EARLIEST_TRIGGER.date().isoformat()}; otherwise 422 (a "
+                        "future instant would run now and use up that instant's scheduled "
+                        f"run). {TIME_HELP}"
+                    ),
+                )
+            },
         },
+        description=(
+            "Adds the run of one instant, due now. `scheduled_instant` in the answer says "
+            "whether the schedule names the instant (then this is that instant's run and "
+            "the schedule adds no other) or not (an extra run). An instant that already "
+            "has a run answers 409."
+        ),
     ),
     "/api/jobs/{name}/backfill": _action(
         "backfillJob",

@@ -170,6 +170,9 @@ ACTION_RESULT = {
     "at": TIME,
     "actor": scalar("string"),
     "scheduled_at": TIME,
+    "scheduled_instant": scalar(
+        "boolean", description="trigger: whether the job's schedule names the instant"
+    ),
     "added": scalar("integer"),
     "existing": scalar("integer"),
     "instants": scalar("integer"),
@@ -243,5 +246,8 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "Status": obj(STATUS),
-    "ActionResult": obj(ACTION_RESULT, optional=("scheduled_at", "added", "existing", "instants")),
+    "ActionResult": obj(
+        ACTION_RESULT,
+        optional=("scheduled_at", "scheduled_instant", "added", "existing", "instants"),
+    ),
 }

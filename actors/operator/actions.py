@@ -20,6 +20,7 @@ from actors.adapters.postgres import (
     Operations,
     UnknownJob,
 )
+from actors.domain.trigger import TriggerRefused, judge_trigger
 from actors.observability import get_logger
 from actors.operator.errors import (
     BadInput,
@@ -29,7 +30,7 @@ from actors.operator.errors import (
     Unprocessable,
 )
 from actors.operator.reads import OperatorReads
-from actors.operator.shapes import iso, parse_time, run_id_of, zone_named
+from actors.operator.shapes import iso, parse_time, run_id_of, schedule_of, zone_named
 
 log = get_logger("operator")
 LOCK_JOB = "SELECT id, paused FROM jobs WHERE name = $1 AND enabled FOR UPDATE"
@@ -68,16 +69,28 @@ class OperatorService(OperatorReads):
         raise error
 
     async def trigger(self, actor: Actor, job: str, at: str | None = None) -> dict[str, Any]:
-        """A run of ``job`` for the instant ``at`` (default: the database's now), due now."""
+        """A run of ``job`` for the instant ``at`` (default: the database's now), due now.
+
+        Only an instant at or before now on the database's clock, and not before
+        EARLIEST_TRIGGER: a future instant's row would run today and take the
+        place of that instant's scheduled run (see actors.domain.trigger). The
+        answer says whether the schedule names the instant.
+        """
         try:
             row = await self._job_row(job)
-            instant = (
-                parse_time(at, zone_named(row["timezone"]), row["now"], "at") if at else row["now"]
-            )
+            now = row["now"]
+            instant = parse_time(at, zone_named(row["timezone"]), now, "at") if at else now
+            try:
+                scheduled = judge_trigger(job, schedule_of(row["definition"], job), instant, now)
+            except TriggerRefused as refused:
+                raise Unprocessable(f"at {refused}") from None
         except OperatorError as bad:
             await self._record_refusal(actor, "trigger", bad, job=job, arguments={"at": at})
             raise
         arguments = {"at": at, "instant": iso(instant)}
+        what = (
+            f"a scheduled instant of {job}" if scheduled else f"not an instant of {job}'s schedule"
+        )
         error: OperatorError
         async with self._pool.acquire() as conn, conn.transaction():
             try:
@@ -85,17 +98,27 @@ class OperatorService(OperatorReads):
             except UnknownJob:
                 run_id, error = None, NotFound(f"no enabled job named {job!r}")
             else:
-                error = NothingToDo(f"{job} already has a run at {iso(instant)}; nothing added")
+                error = NothingToDo(
+                    f"{job} already has a run at {iso(instant)} ({what}); nothing added"
+                )
             if run_id is not None:
+                # Said in the answer, because the two differ in what follows: the
+                # run of a scheduled instant is that instant's run (the schedule
+                # adds no other), while any other instant is an extra run.
+                effect = (
+                    "this run is that instant's run; the schedule adds no other"
+                    if scheduled
+                    else "an extra run"
+                )
                 return await self._done(
                     conn,
                     actor,
                     "trigger",
-                    f"triggered {job}: run {run_id} at {iso(instant)}",
+                    f"triggered {job}: run {run_id} at {iso(instant)} ({what}: {effect})",
                     job=job,
                     run_id=run_id,
                     arguments=arguments,
-                    extra={"scheduled_at": iso(instant)},
+                    extra={"scheduled_at": iso(instant), "scheduled_instant": scheduled},
                 )
         await self._record_refusal(actor, "trigger", error, job=job, arguments=arguments)
         raise error

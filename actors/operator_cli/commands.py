@@ -4,7 +4,8 @@ Exit status (the same for every command):
   0  done; the audit is complete
   1  failed or incomplete: the audit found a missing, failed or stuck run, or a run
      not finished yet; the replica refused a reload
-  2  usage or bad input: a bad time, run id, state, range, URL, token or config file
+  2  usage or bad input: a bad time (a trigger of an instant after now), run id, state,
+     range, URL, token or config file
   3  nothing to do, or not found: no such job or run; the run is already finished;
      the instant already has a run (a backfill: every instant of the range); the
      job is already paused
@@ -28,6 +29,7 @@ from actors.adapters import database
 from actors.adapters.history import Actor, History, record_action
 from actors.adapters.postgres import BACKFILL_CHUNK, BACKFILL_MAX_RUNS
 from actors.config import ConfigError, load_config
+from actors.domain.trigger import EARLIEST_TRIGGER
 from actors.operator import BadInput, OperatorError, Unavailable
 from actors.operator_cli import render
 from actors.operator_cli.connect import (
@@ -300,9 +302,25 @@ def register(sub: Any) -> None:
         _action("pause", "job"),
     ).add_argument("job")
     command("resume", "undo pause", _action("resume", "job")).add_argument("job")
-    p = command("trigger", "a run now (one run per instant still)", _action("trigger", "job", "at"))
+    p = command(
+        "trigger",
+        "a run now, for now or a past instant (one run per instant still)",
+        _action("trigger", "job", "at"),
+    )
+    p.description = (
+        "Add a run of JOB for one instant, due now: --at (default: now on the database's "
+        "clock). Only an instant at or before now is accepted: a future one would run "
+        "today and use up that instant, so its scheduled run would never happen (refused, "
+        f"exit 2, as is an instant before {EARLIEST_TRIGGER.date().isoformat()}). The "
+        "answer says whether the schedule names the instant: if it does, this run is that "
+        "instant's run and the schedule adds no other; if not, it is an extra run. An "
+        "instant that already has a run is left alone (exit 3). " + TIME_NOTE
+    )
     p.add_argument("job")
-    p.add_argument("--at", help="the instant, in the job's zone without an offset (default: now)")
+    p.add_argument(
+        "--at",
+        help="the instant, at or before now; in the job's zone without an offset (default: now)",
+    )
     command("cancel", "cancel a pending or running run", _action("cancel", "run_id")).add_argument(
         "run_id"
     )

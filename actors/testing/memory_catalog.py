@@ -12,6 +12,7 @@ from typing import Any
 
 from actors.domain import DecodedJobs, Job, Plan, RunState, encode_job
 from actors.domain.history import Gap
+from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.ports import (
     Clock,
     ClusterReading,
@@ -169,7 +170,8 @@ class InMemoryJobCatalog:
     # -- the job catalog --------------------------------------------------------------
 
     async def sync_jobs(self, jobs: Sequence[Job], keep: Sequence[str] = ()) -> dict[str, str]:
-        """UPSERT_JOB, WITHDRAW_FUTURE_RUNS on a changed schedule, DISABLE_REMOVED_JOBS."""
+        """UPSERT_JOB, WITHDRAW_FUTURE_RUNS on a changed schedule (RESTORE_READDED_JOB on
+        a job back in the config), DISABLE_REMOVED_JOBS."""
         now = self._now()
         changes: dict[str, str] = {}
         for job in sorted(jobs, key=lambda j: j.name):
@@ -199,15 +201,13 @@ class InMemoryJobCatalog:
                 changes[job.name] = "added"
                 continue
             changes[job.name] = "changed"
-            if json.loads(old.definition)["schedule"] != definition["schedule"]:
-                for run in list(self.runs.values()):
-                    if (
-                        run.job == job.name
-                        and run.state in NOT_STARTED
-                        and run.trigger == "schedule"
-                        and run.scheduled_at > now
-                    ):
-                        del self.runs[run.id]
+            if job.enabled and not old.enabled:
+                # RESTORE_READDED_JOB: back in the config, what the removal
+                # cancelled ahead (and anything not started) is planned again.
+                self._withdraw_ahead(job.name, now, also_cancelled_by_removal=True)
+                row.materialized_until = now
+            elif json.loads(old.definition)["schedule"] != definition["schedule"]:
+                self._withdraw_ahead(job.name, now)
                 row.materialized_until = now
         names = {job.name for job in jobs} | set(keep)
         for row in self.jobs.values():
@@ -216,8 +216,26 @@ class InMemoryJobCatalog:
                 changes[row.name] = "removed"
                 for run in self.runs.values():
                     if run.job == row.name and run.state in NOT_STARTED:
-                        run.finish(RunState.CANCELLED, now, "job removed from config")
+                        run.finish(RunState.CANCELLED, now, REMOVED_FROM_CONFIG)
         return changes
+
+    def _withdraw_ahead(
+        self, job: str, now: datetime, *, also_cancelled_by_removal: bool = False
+    ) -> None:
+        """WITHDRAW_FUTURE_RUNS (and RESTORE_READDED_JOB's wider choice of rows)."""
+        for run in list(self.runs.values()):
+            taken_back = run.state in NOT_STARTED or (
+                also_cancelled_by_removal
+                and run.state is RunState.CANCELLED
+                and run.error == REMOVED_FROM_CONFIG
+            )
+            if (
+                run.job == job
+                and taken_back
+                and run.trigger == "schedule"
+                and run.scheduled_at > now
+            ):
+                del self.runs[run.id]
 
     async def active_jobs(self) -> dict[str, JobState]:
         """ACTIVE_JOBS."""

@@ -25,6 +25,7 @@ from actors.domain import (
     RunState,
     decide_attempt,
 )
+from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.ports import Completion, DispatchMessage, NotStarted, StartedRun
 from actors.testing.memory_catalog import ACTIVE, InMemoryJobCatalog
 from actors.testing.memory_rows import (
@@ -170,7 +171,7 @@ class InMemoryRunStore(InMemoryJobCatalog):
             if r.state is RunState.PENDING and not self._job_of(r).enabled
         ]
         for run in orphaned:
-            run.finish(RunState.CANCELLED, now, "job removed from config")
+            run.finish(RunState.CANCELLED, now, REMOVED_FROM_CONFIG)
         return len(orphaned)
 
     async def prune_history(self, older_than: timedelta, batch: int) -> int:

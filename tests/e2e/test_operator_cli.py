@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -52,6 +52,7 @@ cron = "0 3 * * *"
 run = { shell = ["/bin/true"] }
 """
 FINISHED_AT = datetime(2026, 1, 1, 1, 0, tzinfo=UTC)  # 02:00 in Berlin
+TOMORROW_0200 = f"{(datetime.now(UTC) + timedelta(days=1)).date().isoformat()} 02:00"
 UNKNOWN_RUN = "00000000-0000-4000-8000-000000000000"
 
 
@@ -178,6 +179,22 @@ BAD_INPUT = [
         "not an ISO 8601 time",
     ),
     (["trigger", "nope", "--database-url", "{db}"], 3, "no job named 'nope'"),
+    # Tomorrow's 02:00 (the issue's case): running it now would use up that instant.
+    (
+        ["trigger", "nightly", "--at", TOMORROW_0200, "--database-url", "{db}"],
+        2,
+        "is later than now",
+    ),
+    (
+        ["trigger", "nightly", "--at", "2999-01-01T00:00Z", "--database-url", "{db}"],
+        2,
+        "is later than now",
+    ),
+    (
+        ["trigger", "nightly", "--at", "1900-01-01 02:00", "--database-url", "{db}"],
+        2,
+        "before 2000-01-01",
+    ),
     (
         ["trigger", "nightly", "--at", "2026-01-01 02:00", "--database-url", "{db}"],
         3,
@@ -288,6 +305,8 @@ async def test_json_output_parses_and_times_are_read_in_the_jobs_zone(
     assert trig.code == 0, trig
     triggered = json.loads(trig.out)
     assert triggered["scheduled_at"] == "2026-12-01T01:00:00+00:00"
+    assert triggered["scheduled_instant"] is True
+    assert "a scheduled instant of nightly" in triggered["message"], triggered
     run = json.loads((await claimd("show", triggered["run_id"], *db)).out)
     assert (run["scheduled_local"], run["trigger"]) == ("2026-12-01T02:00:00+01:00", "manual")
 
@@ -314,6 +333,31 @@ async def test_json_output_parses_and_times_are_read_in_the_jobs_zone(
         ("trigger", "cli", True),
     ]
     assert everything[0]["actor"]  # the OS user
+
+
+async def test_a_refused_trigger_adds_nothing_and_is_recorded_and_its_answer_says_what_it_ran(
+    seeded: dict[str, str], store: PostgresRunStore
+) -> None:
+    """A future --at is refused with the reason and adds no row (the slot stays the schedule's).
+
+    A past instant the schedule does not name is an extra run, and the answer says so.
+    """
+    db = ["--database-url", seeded["db"]]
+    refused = await claimd("trigger", "nightly", "--at", TOMORROW_0200, *db)
+    assert (refused.code, refused.out) == (2, ""), refused
+    assert "own run of it would never happen" in refused.err, refused.err
+    assert await store.pool.fetchval("SELECT count(*) FROM job_runs WHERE trigger = 'manual'") == 0
+    recorded = await store.pool.fetchrow("SELECT ok, result FROM operator_actions")
+    assert recorded is not None
+    assert recorded["ok"] is False
+    assert "is later than now" in recorded["result"]
+
+    extra = await claimd("trigger", "nightly", "--at", "2026-01-01 02:30", *db)
+    assert extra.code == 0, extra
+    assert "not an instant of nightly's schedule: an extra run" in extra.out, extra.out
+    again = await claimd("trigger", "nightly", "--at", "2026-01-01 02:00", *db)
+    assert again.code == 3, again
+    assert "(a scheduled instant of nightly); nothing added" in again.err, again.err
 
 
 async def test_commands_find_a_running_claimd_dev_of_their_directory(

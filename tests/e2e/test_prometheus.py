@@ -8,6 +8,8 @@
   its query API equals the run history in SQL, carries the scrape's own `job`
   label beside `claimd_job` (no `exported_job`), and the failure alert fires
   for a job that always fails.
+- The same with only the outage alert's `for:` shortened: "no replica reporting"
+  clears while the replica answers and fires once it has stopped.
 """
 
 from __future__ import annotations
@@ -107,17 +109,40 @@ def prometheus_config(path: Path, claimd_port: int, rules: Path) -> Path:
     return path
 
 
+def shipped_rules(path: Path, waits: dict[str, str] | None = None) -> Path:
+    """docker/alerts.yml as it ships, or with the `for:` of the alerts in ``waits`` replaced.
+
+    Only the wait changes: a test cannot sit out a minute-long `for:`, but the
+    expression, labels and annotations it proves are the shipped ones.
+    """
+    if not waits:
+        shutil.copy(DOCKER / "alerts.yml", path)
+        return path
+    rules: dict[str, Any] = yaml.safe_load((DOCKER / "alerts.yml").read_text())
+    found = set()
+    for group in rules["groups"]:
+        for rule in group["rules"]:
+            if rule.get("alert") in waits:
+                rule["for"] = waits[rule["alert"]]
+                found.add(rule["alert"])
+    assert found == set(waits), f"no such alerts in docker/alerts.yml: {set(waits) - found}"
+    path.write_text(yaml.safe_dump(rules))
+    return path
+
+
 @pytest.fixture
-def prometheus(tmp_path: Path) -> Iterator[Callable[[int], str]]:
-    """Start a Prometheus scraping claimd on the given port; yields its base URL maker."""
+def prometheus(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """Start a Prometheus scraping claimd on the given port; yields its base URL maker.
+
+    ``waits``: alert name -> the `for:` to use instead of the shipped one.
+    """
     if PROMETHEUS is None:
         pytest.skip("prometheus not installed (Debian: apt-get install prometheus)")
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start(claimd_port: int) -> str:
+    def start(claimd_port: int, waits: dict[str, str] | None = None) -> str:
         assert PROMETHEUS is not None
-        rules = tmp_path / "alerts.yml"
-        shutil.copy(DOCKER / "alerts.yml", rules)  # the shipped rules, as they are
+        rules = shipped_rules(tmp_path / "alerts.yml", waits)
         config = prometheus_config(tmp_path / "prometheus.yml", claimd_port, rules)
         port = free_port()
         with (tmp_path / "prometheus.log").open("wb") as log:
@@ -146,6 +171,13 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[[int], str]]:
             proc.wait(10)
 
 
+async def alerts_named(base: str, name: str) -> list[dict[str, Any]]:
+    """The alerts of rule ``name`` Prometheus holds now (pending or firing)."""
+    status, body = await http_get(f"{base}/api/v1/alerts")
+    alerts: list[dict[str, Any]] = json.loads(body)["data"]["alerts"] if status == 200 else []
+    return [a for a in alerts if a["labels"]["alertname"] == name]
+
+
 async def query(base: str, promql: str) -> list[dict[str, Any]]:
     status, body = await http_get(
         f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
@@ -164,7 +196,7 @@ async def test_a_real_prometheus_reads_the_run_history_and_fires_the_failure_ale
     nats_url: str,
     deployment: str,
     spawn: Callable[..., ClaimdProcess],
-    prometheus: Callable[[int], str],
+    prometheus: Callable[..., str],
 ) -> None:
     port = free_port()
     jobs = """
@@ -294,3 +326,64 @@ run = { shell = ["sh", "-c", "echo no such table >&2; exit 1"] }
         f"ClaimdJobFailing firing for claimd_job=broken"
     )
     assert replica.returncode() is None
+
+
+@pytest.mark.e2e
+@pytest.mark.prometheus
+async def test_a_real_prometheus_fires_no_replica_reporting_once_the_last_replica_stops(
+    tmp_path: Path,
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+    spawn: Callable[..., ClaimdProcess],
+    prometheus: Callable[..., str],
+) -> None:
+    """The outage alert on a real server: quiet while a replica answers, firing once none does.
+
+    The shipped expression, labels and annotations; only its `for:` (a minute) is
+    3 s here, with the test's 1 s scrape and evaluation, to keep the run short.
+    """
+    port = free_port()
+    replica = spawn(
+        "run",
+        "--config",
+        str(
+            write_config(
+                tmp_path / "claimd.toml",
+                jobs='[jobs.beat]\nevery = "1s"\nrun = { shell = ["true"] }\n',
+                database_url=schema_url,
+                nats_url=nats_url,
+                deployment=deployment,
+                http=f"127.0.0.1:{port}",
+                shutdown_grace="5s",
+            )
+        ),
+        label="replica",
+    )
+    base = prometheus(port, waits={"ClaimdNoReplicaReporting": "3s"})
+
+    async def scraping() -> bool:
+        return [r["value"][1] for r in await query(base, 'up{job="claimd"}')] == ["1"]
+
+    await eventually(scraping, timeout=60, what="Prometheus to scrape claimd (up == 1)")
+
+    # Before the first scrape nothing answered, so the alert may have been
+    # pending (or firing): with the replica answering it must clear.
+    async def quiet() -> bool:
+        return await alerts_named(base, "ClaimdNoReplicaReporting") == []
+
+    await eventually(quiet, timeout=30, what="ClaimdNoReplicaReporting to clear while up == 1")
+
+    replica.terminate()
+    assert await replica.wait(30) == 0, replica.stderr()[-3000:]
+
+    async def firing() -> bool:
+        return any(
+            a["state"] == "firing" for a in await alerts_named(base, "ClaimdNoReplicaReporting")
+        )
+
+    await eventually(firing, timeout=60, what="ClaimdNoReplicaReporting to fire")
+    (alert,) = await alerts_named(base, "ClaimdNoReplicaReporting")
+    assert alert["labels"] == {"alertname": "ClaimdNoReplicaReporting", "severity": "critical"}
+    assert alert["annotations"]["summary"] == "no claimd replica is reporting"
+    print("\n[prometheus] ClaimdNoReplicaReporting firing after the only replica stopped")

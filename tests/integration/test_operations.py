@@ -506,6 +506,66 @@ async def test_reload_adds_changes_and_removes_jobs_and_rejects_a_broken_file(
     assert await _count(store, "e") == 0
 
 
+async def test_a_job_removed_and_added_back_runs_every_instant_due_after_it_is_back(
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore
+) -> None:
+    """Removed then re-added by reload: the instants ahead are planned again, not cancelled.
+
+    The removal cancels the rows made ahead (up to the horizon) as "job removed
+    from config"; the re-add must take those of instants still ahead back, or
+    the job skips a horizon of its runs while it is in the config (issue 18).
+    """
+    settings = {**FAST, "horizon": "1m"}
+    both = _job("back", 'every = "1s"') + _job("other", 'every = "1s"')
+    loaded = make_config(both, **settings)
+    replica = await _synced(store, loaded)
+    async with running(replica):
+
+        async def planned_ahead() -> bool:
+            return await _count(store, "back", "r.scheduled_at > now() + interval '30 seconds'") > 0
+
+        await eventually(planned_ahead, what="back's runs planned a horizon ahead")
+        # An operator's cancel of an instant ahead is a decision, not the removal's: it stays.
+        kept_off = await store.pool.fetchval(
+            "SELECT r.id::text FROM job_runs r JOIN jobs j ON j.id = r.job_id WHERE j.name = "
+            "'back' AND r.scheduled_at > now() + interval '20 seconds' ORDER BY r.scheduled_at "
+            "LIMIT 1"
+        )
+        assert await Operations(store.pool).cancel(kept_off, "cancelled by alice")
+        make_config(_job("other", 'every = "1s"'), **settings)
+        assert await replica.reload(store) is True
+        removed_why = "job removed from config"
+        removed = "r.state = 'cancelled' AND r.error = $2 AND r.scheduled_at > now()"
+        assert await _count(store, "back", removed, removed_why) > 0
+        make_config(both, **settings)
+        assert await replica.reload(store) is True
+        back_at = await _db_now(store)
+
+        # Nothing the removal cancelled of an instant after the re-add stays so,
+        # and the materializer plans the whole horizon again.
+        after = "r.scheduled_at > $2 AND r.scheduled_at <= $2 + interval '30 seconds'"
+        assert await _count(store, "back", f"{after} AND r.error = $3", back_at, removed_why) == 0
+
+        async def horizon_planned_again() -> bool:
+            return await _count(store, "back", after, back_at) == 30
+
+        await eventually(horizon_planned_again, what="back's next 30 instants planned again")
+
+        # And they run: each of the first three instants after the re-add succeeds.
+        first = "r.scheduled_at > $2 AND r.scheduled_at <= $2 + interval '3 seconds'"
+
+        async def ran_after_the_re_add() -> bool:
+            return await _count(store, "back", f"{first} AND r.state = 'succeeded'", back_at) == 3
+
+        await eventually(ran_after_the_re_add, what="back's instants after the re-add to run")
+        cancelled = await store.pool.fetch(
+            "SELECT r.id::text AS id, r.error FROM job_runs r JOIN jobs j ON j.id = r.job_id "
+            "WHERE j.name = 'back' AND r.state = 'cancelled' AND r.scheduled_at > $1",
+            back_at,
+        )
+        assert [tuple(r) for r in cancelled] == [(kept_off, "cancelled by alice")]
+
+
 # --- retention ----------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ import shutil
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +150,44 @@ async def test_actions_without_a_token_or_with_a_wrong_one_change_nothing(
     assert json.loads(rows[1]["arguments"])["instant"] == "2026-12-01T01:00:00+00:00"
     assert [a["id"] for a in listed] == [r["id"] for r in reversed(rows)]
     assert not any(TOKEN in json.dumps(event, default=str) for event in logs)
+
+
+async def test_a_trigger_of_a_future_or_absurd_instant_is_refused_and_changes_nothing(
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
+    """422 with the reason for an instant after now (the database's) or before 2000.
+
+    A future instant's row would run now and take that instant's scheduled run's
+    place for ever. An accepted one says whether the schedule names it.
+    """
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice-token {TOKEN}\n")
+    loaded = make_config(JOBS, api_token_file=str(tokens), **FAST)
+    async with api(loaded, tmp_path, store) as base:
+        trigger = base + "/api/jobs/nightly/trigger"
+        now = await store.pool.fetchval("SELECT now()")
+        tomorrow = f"{(now + timedelta(days=1)).date().isoformat()} 02:00"
+        for at, words in (
+            (tomorrow, "is later than now"),
+            ("2999-01-01T00:00:00Z", "is later than now"),
+            ("1900-01-01 02:00", "before 2000-01-01"),
+            ("0001-01-01T00:00:00Z", "before 2000-01-01"),
+        ):
+            status, answer, _ = await call("POST", trigger, TOKEN, json={"at": at})
+            assert status == 422, (at, answer)
+            assert words in answer["error"], (at, answer)
+        # The materializer adds its own rows meanwhile: only the manual ones count here.
+        manual = "SELECT count(*) FROM job_runs WHERE trigger = 'manual'"
+        assert await store.pool.fetchval(manual) == 0
+        refusals = "SELECT ok FROM operator_actions WHERE action = 'trigger'"
+        assert [r["ok"] for r in await store.pool.fetch(refusals)] == [False] * 4
+
+        status, named, _ = await call("POST", trigger, TOKEN, json={"at": "2026-06-01 02:00"})
+        assert (status, named["scheduled_instant"]) == (200, True), named
+        assert "a scheduled instant of nightly" in named["message"]
+        status, extra, _ = await call("POST", trigger, TOKEN, json={"at": "2026-06-01 02:30"})
+        assert (status, extra["scheduled_instant"]) == (200, False), extra
+        assert "not an instant of nightly's schedule" in extra["message"]
 
 
 async def test_reads_runs_pages_one_run_and_json_errors(

@@ -210,3 +210,36 @@ async def test_a_run_claimed_ahead_stays_within_reach_of_pause_reload_and_remova
     removed = await claimed_ahead()
     await store.sync_jobs([])
     assert (removed.state, removed.error) == (RunState.CANCELLED, "job removed from config")
+
+
+async def test_a_job_added_back_after_a_removal_has_its_instants_ahead_planned_again() -> None:
+    """RESTORE_READDED_JOB's rule, as tests/integration/test_operations.py proves it on SQL."""
+    from actors.domain import decode_job, plan_materialization
+
+    clock, store, _ = await world()
+
+    async def materialize() -> None:
+        (state,) = (await store.active_jobs()).values()
+        plan = plan_materialization(
+            decode_job(state.name, state.definition),
+            state.materialized_until,
+            clock.now(),
+            timedelta(minutes=5),
+        )
+        await store.materialize_many([(state, plan)])
+
+    await materialize()
+    ahead = {r.scheduled_at for r in store.runs.values()}
+    assert len(ahead) == 5
+    await store.sync_jobs([])
+    assert {r.state for r in store.runs.values()} == {RunState.CANCELLED}
+    operator_cancelled = min(store.runs.values(), key=lambda r: r.scheduled_at)
+    operator_cancelled.error = "cancelled by alice"  # not the removal's: stays cancelled
+    await store.sync_jobs([job()])
+    await materialize()
+    by_instant = {r.scheduled_at: r for r in store.runs.values()}
+    assert set(by_instant) == ahead
+    assert by_instant[operator_cancelled.scheduled_at].state is RunState.CANCELLED
+    assert [
+        r.state for t, r in sorted(by_instant.items()) if t != operator_cancelled.scheduled_at
+    ] == [RunState.PENDING] * 4

@@ -27,11 +27,13 @@ from actors.adapters.postgres.statements import (
     OLD_SCHEDULES,
     PLAN_IS_FRESH,
     REMOVED_JOBS,
+    RESTORE_READDED_JOB,
     UPSERT_JOBS,
     WITHDRAW_FUTURE_RUNS,
 )
 from actors.adapters.postgres.stored_definitions import StoredDefinitions
 from actors.domain import Job, Plan, encode_job
+from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.ports import JobState, Materialized
 
 # Jobs written per upsert statement: bounded parameter arrays, one statement
@@ -58,7 +60,9 @@ class PostgresJobCatalog:
 
         Returns what happened to each job whose row changed: added, changed,
         removed. Only those rows are written: the table is read first, and a
-        job whose definition and enabled flag are as stored costs nothing.
+        job whose definition and enabled flag are as stored costs nothing. A
+        job added back after a removal is "changed", and gets every instant
+        ahead planned again (RESTORE_READDED_JOB).
         """
         changes: dict[str, str] = {}
         names = [job.name for job in jobs] + list(keep)
@@ -84,6 +88,8 @@ class PostgresJobCatalog:
                 r["id"]: r["schedule"] for r in await conn.fetch(OLD_SCHEDULES, changed_ids)
             }
             rows.sort(key=lambda row: row[0].name)
+            stored_enabled = {name: r["enabled"] for name, r in stored.items()}
+            by_name_enabled = {job.name: job.enabled for job, _, _ in rows}
             for chunk in _chunks(rows, SYNC_CHUNK):
                 written = await conn.fetch(
                     UPSERT_JOBS,
@@ -104,11 +110,18 @@ class PostgresJobCatalog:
                     changes[row["name"]] = "changed"
                     old_schedule = old_schedules.get(row["id"])
                     new_schedule = by_name[row["name"]]["schedule"]
-                    if old_schedule is not None and json.loads(old_schedule) != new_schedule:
+                    rescheduled = (
+                        old_schedule is not None and json.loads(old_schedule) != new_schedule
+                    )
+                    if by_name_enabled[row["name"]] and stored_enabled.get(row["name"]) is False:
+                        # Back in the config: what the removal cancelled ahead is
+                        # planned again (this also covers a changed schedule).
+                        await conn.fetchval(RESTORE_READDED_JOB, row["id"], REMOVED_FROM_CONFIG)
+                    elif rescheduled:
                         await conn.fetchval(WITHDRAW_FUTURE_RUNS, row["id"])
             if removed_ids:
                 removed = await conn.fetch(REMOVED_JOBS, names)
-                await conn.fetch(DISABLE_REMOVED_JOBS, names)
+                await conn.fetch(DISABLE_REMOVED_JOBS, names, REMOVED_FROM_CONFIG)
                 for r in removed:
                     changes[r["name"]] = "removed"
         return changes

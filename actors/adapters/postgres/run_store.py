@@ -50,6 +50,7 @@ from actors.domain import (
     TimeoutBudget,
     decide_attempt,
 )
+from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.observability import RUNS_SKIPPED, get_logger
 from actors.ports import (
     ClusterReading,
@@ -305,7 +306,7 @@ class PostgresRunStore(PostgresJobCatalog):
 
     async def cancel_orphaned_runs(self) -> int:
         """Cancel pending runs of jobs no longer in the config."""
-        return len(await self._pool.fetch(CANCEL_ORPHANED_RUNS))
+        return len(await self._pool.fetch(CANCEL_ORPHANED_RUNS, REMOVED_FROM_CONFIG))
 
     async def prune_history(self, older_than: timedelta, batch: int) -> int:
         """Delete up to ``batch`` terminal runs finished before ``now - older_than``."""

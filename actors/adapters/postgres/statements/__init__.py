@@ -49,6 +49,7 @@ from actors.adapters.postgres.statements.jobs import (
     LOCK_SYNC,
     OLD_SCHEDULES,
     REMOVED_JOBS,
+    RESTORE_READDED_JOB,
     UPSERT_JOBS,
     WITHDRAW_FUTURE_RUNS,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "PRUNE_HISTORY",
     "RELEASE_UNPUBLISHED",
     "REMOVED_JOBS",
+    "RESTORE_READDED_JOB",
     "RUN_STATES",
     "SET_PAUSED",
     "SKIP_UNRUNNABLE",

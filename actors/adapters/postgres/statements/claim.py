@@ -232,6 +232,7 @@ RETURNING r.id::text, v.reason
 # Driven from the disabled jobs (jobs_disabled), one index range of pending
 # runs each (job_runs_pending_by_job): the reaper runs it every second, and a
 # join let the planner read every pending row of the horizon to find none.
+# $1: REMOVED_FROM_CONFIG (a re-add of the job finds them by it).
 CANCEL_ORPHANED_RUNS = """
 WITH orphaned AS MATERIALIZED (
     SELECT r.id FROM job_runs r
@@ -241,7 +242,7 @@ WITH orphaned AS MATERIALIZED (
        FOR NO KEY UPDATE OF r
 )
 UPDATE job_runs r
-   SET state = 'cancelled', outcome = 'cancelled', error = 'job removed from config',
+   SET state = 'cancelled', outcome = 'cancelled', error = $1,
        finished_at = now(), updated_at = now()
   FROM orphaned o
  WHERE r.id = o.id AND r.state = 'pending'

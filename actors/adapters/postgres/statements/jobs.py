@@ -67,9 +67,10 @@ UPDATE jobs SET materialized_until = now(), planned_since = now() WHERE id = $1
 RETURNING (SELECT count(*) FROM gone) AS withdrawn
 """
 # A job removed from the config file is disabled, its history kept and its
-# runs not yet started cancelled: pending ones, and claimed ones (claimed
-# ahead, or waiting in the stream), whose start then finds them terminal.
-# A run already running finishes; the row locks serialize this with a start.
+# runs not yet started cancelled ($2: REMOVED_FROM_CONFIG): pending ones, and
+# claimed ones (claimed ahead, or waiting in the stream), whose start then
+# finds them terminal. A run already running finishes; the row locks
+# serialize this with a start.
 DISABLE_REMOVED_JOBS = """
 WITH off AS (
     UPDATE jobs SET enabled = false, updated_at = now()
@@ -82,10 +83,39 @@ doomed AS MATERIALIZED (
      ORDER BY r.id
        FOR NO KEY UPDATE
 )
-UPDATE job_runs r SET state = 'cancelled', outcome = 'cancelled', error = 'job removed from config',
+UPDATE job_runs r SET state = 'cancelled', outcome = 'cancelled', error = $2,
        lease_owner = NULL, lease_expires_at = NULL, finished_at = now(), updated_at = now()
   FROM doomed d WHERE r.id = d.id AND r.state IN ('pending', 'claimed')
 RETURNING r.id
+"""
+# A job back in the config (removed and added again: a reload storm, a revert)
+# is owed every instant that comes due from now on. Its rows made ahead were
+# cancelled by the removal ($2: REMOVED_FROM_CONFIG, by DISABLE_REMOVED_JOBS or
+# the reaper's CANCEL_ORPHANED_RUNS) and its high-water mark is still past
+# them: left so, the materializer would resume beyond them and a horizon of
+# instants would stay cancelled while the job is in the config. So the rows of
+# instants still ahead that the removal cancelled (and any not started) are
+# deleted, and planning starts again from now, as after a schedule change (the
+# materializer plans them again, with the definition now in the config). The
+# instants that came due while the job was out of the config keep their
+# cancelled rows; none is planned for the time it was gone. An operator's
+# cancel of a future run has another reason and stays.
+RESTORE_READDED_JOB = """
+WITH doomed AS MATERIALIZED (
+    SELECT id FROM job_runs
+     WHERE job_id = $1 AND trigger = 'schedule' AND scheduled_at > now()
+       AND (state IN ('pending', 'claimed') OR (state = 'cancelled' AND error = $2))
+     ORDER BY id
+       FOR UPDATE
+),
+gone AS (
+    DELETE FROM job_runs r USING doomed d
+     WHERE r.id = d.id AND r.scheduled_at > now()
+       AND (r.state IN ('pending', 'claimed') OR (r.state = 'cancelled' AND r.error = $2))
+    RETURNING 1
+)
+UPDATE jobs SET materialized_until = now(), planned_since = now() WHERE id = $1
+RETURNING (SELECT count(*) FROM gone) AS restored
 """
 # The enabled jobs a sync will disable: gone from the config (and not kept).
 REMOVED_JOBS = "SELECT name FROM jobs WHERE enabled AND NOT (name = ANY($1::text[]))"

@@ -1,0 +1,53 @@
+"""Which instants an operator may trigger, and whether the schedule names one.
+
+A trigger writes the run of one instant (one row per job and instant, for
+ever). An instant still ahead is refused: its row would run now, and the
+schedule's own run of that instant, when it came due, would find the row taken
+and never happen. An instant before ``EARLIEST_TRIGGER`` is refused as a typo
+(``1926`` for ``2026``, a year of ``0001``): no job of claimd's ran then, and
+such a row would only clutter the history.
+
+Pure: the caller passes ``now`` read from the database's clock.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from actors.domain.schedule import Schedule
+
+# Documented in the README and in `claimd trigger --help`.
+EARLIEST_TRIGGER = datetime(2000, 1, 1, tzinfo=UTC)
+_TICK = timedelta(microseconds=1)  # the finest step a timestamptz (and a datetime) holds
+
+
+def _utc(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat()
+
+
+class TriggerRefused(ValueError):
+    """The instant may not be triggered; the message says why."""
+
+
+def names_instant(schedule: Schedule, instant: datetime) -> bool:
+    """Whether ``instant`` is one of the instants ``schedule`` makes due."""
+    return any(True for _ in schedule.fire_times(instant - _TICK, instant))
+
+
+def judge_trigger(job: str, schedule: Schedule, instant: datetime, now: datetime) -> bool:
+    """Whether ``instant`` is a scheduled instant of ``job``; TriggerRefused if not allowed.
+
+    Allowed: ``EARLIEST_TRIGGER <= instant <= now``.
+    """
+    if instant > now:
+        raise TriggerRefused(
+            f"{_utc(instant)} is later than now ({_utc(now)}, the database's "
+            f"clock): a trigger runs now, so it would use up that instant and {job}'s "
+            "own run of it would never happen; trigger an instant at or before now"
+        )
+    if instant < EARLIEST_TRIGGER:
+        raise TriggerRefused(
+            f"{_utc(instant)} is before {EARLIEST_TRIGGER.date().isoformat()}, "
+            "the earliest instant a trigger accepts (a mistyped year?)"
+        )
+    return names_instant(schedule, instant)
