@@ -45,6 +45,7 @@ class Dispatcher:
             attempt=run.attempt,
             deployment=self.deployment,
             due_at=run.due_at,
+            executor=run.executor,
         )
 
     async def dispatch(self, batch: ClaimedBatch) -> list[ClaimedRun]:

@@ -76,6 +76,9 @@ class DispatchMessage:
     # When the run is due (database clock): a worker holds a run claimed ahead
     # until then. None (a message from an older build): start at once.
     due_at: datetime | None = None
+    # The kind of work ("python:<target>", "shell", "http"): an async python
+    # callable runs without a process slot. None (older build): a slot.
+    executor: str | None = None
 
     @property
     def msg_id(self) -> str:
@@ -348,6 +351,11 @@ class Executor(Protocol):
     async def execute(
         self, spec: ExecutorSpec, context: RunContext, timeout: timedelta
     ) -> ExecutionResult: ...
+
+    def runs_inline(self, executor: str | None) -> bool:
+        """Whether runs of that kind (a dispatch's ``executor`` hint) execute on the event
+        loop (async python callables: the worker's inline pool) rather than in a slot."""
+        ...
 
 
 class Clock(Protocol):

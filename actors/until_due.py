@@ -13,9 +13,13 @@ What keeps it correct:
 - START_RUNS starts no claimed run before it is due on the database's own
   clock; a run released a little early (the estimate ran fast) is refused as
   "early" and held again (:meth:`UntilDue.again`), a little longer each time.
-- A hold lasts at most ``max_hold`` (``ack_wait / 4``, see
+- A hold lasts at most ``max_hold`` (``lease / 8``, see
   ``actors.domain.lease``): a message held longer than its claim meant (a
   clock estimate far off) is tried, and the database says whether it is due.
+- A held message is kept from redelivery: ``in_progress`` every
+  ``keep_alive_every`` (``ack_wait / 3``), so that at its release its last
+  word to the broker is recent enough for the start and the first heartbeat
+  to come before ``ack_wait`` runs out.
 - The claim's lease covers the hold (``claim_ahead`` is a term of the lease
   invariant); the heartbeat does not extend held runs. A hold that overruns
   its lease cannot double the run: the reaper gives it a new epoch, and the
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -47,6 +52,7 @@ EARLY_RETRY = timedelta(milliseconds=1)
 EARLY_RETRY_MAX = timedelta(milliseconds=100)
 EARLY_KEPT = 10_000
 SLOT_RECHECK_S = 1.0  # no slot: look again after this at the latest (as the fetch loop does)
+KEEP_ALIVE_AT_ONCE = 500  # in_progress replies sent together
 
 
 @dataclass
@@ -55,6 +61,7 @@ class _Held(Generic[D]):
     delivery: D
     release_at: datetime  # the database's clock (estimated): when to start it
     early: int = 0  # times the database said "not yet due"
+    marked: float = 0.0  # monotonic time of its last word to the broker (delivery, in_progress)
 
 
 class UntilDue(Generic[D]):
@@ -66,9 +73,18 @@ class UntilDue(Generic[D]):
     free slot.
     """
 
-    def __init__(self, clock: Callable[[], datetime], max_hold: timedelta) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], datetime],
+        max_hold: timedelta,
+        keep_alive: Callable[[D], Awaitable[None]] | None = None,
+        keep_alive_every: timedelta | None = None,
+    ) -> None:
+        """``keep_alive(delivery)``: tells the broker the delivery is still being worked on."""
         self.clock = clock
         self.max_hold = max_hold
+        self.keep_alive = keep_alive
+        self.keep_alive_every = (keep_alive_every or timedelta(0)).total_seconds()
         self._held: dict[tuple[str, int], _Held[D]] = {}
         # Times the database said "not yet due", of runs taken out for a start
         # (so that a clock estimate far off backs off); bounded, rarely filled.
@@ -84,13 +100,19 @@ class UntilDue(Generic[D]):
 
     # -- bookkeeping ----------------------------------------------------------------------
 
-    def split(self, decoded: Sequence[Pair[D]], room: int) -> list[Pair[D]]:
-        """The deliveries to start now (due, at most ``room``); the others are held.
+    def split(
+        self,
+        decoded: Sequence[Pair[D]],
+        room: int,
+        admit: Callable[[DispatchMessage], bool] | None = None,
+    ) -> list[Pair[D]]:
+        """The deliveries to start now (due, at most ``room``, admitted); the others are held.
 
         A message without ``due_at`` (an older claimer) or already due starts
         now; one due later is held until ``due_at``, for at most ``max_hold``.
-        Due ones beyond ``room`` are held as due, started when slots free. A
-        copy of a delivery held already (the broker redelivered it) takes its
+        Due ones beyond ``room``, or that ``admit`` (which takes the run's slot
+        when it says yes) turns away, are held as due, started when slots free.
+        A copy of a delivery held already (the broker redelivered it) takes its
         place: the newest delivery is the one to settle.
         """
         now = self.clock()
@@ -100,11 +122,16 @@ class UntilDue(Generic[D]):
             held = self._held.get(key)
             if held is not None:
                 held.delivery = delivery
+                held.marked = time.monotonic()
                 continue
             due = message.due_at
             if due is not None:
                 ARRIVED_AHEAD.observe(max(0.0, (due - now).total_seconds()))
-            if (due is None or due <= now) and len(start) < room:
+            if (
+                (due is None or due <= now)
+                and len(start) < room
+                and (admit is None or admit(message))
+            ):
                 start.append((message, delivery))
                 continue
             release = now if due is None or due <= now else min(due, now + self.max_hold)
@@ -118,20 +145,36 @@ class UntilDue(Generic[D]):
         wait = min(EARLY_RETRY * 2 ** (tries - 1), EARLY_RETRY_MAX)
         now = self.clock()
         due = message.due_at or now
-        self._put(_Held(message, delivery, max(due, now + wait), tries))
+        # Its last word to the broker is not known here: kept alive at the next look.
+        marked = time.monotonic() - self.keep_alive_every
+        self._put(_Held(message, delivery, max(due, now + wait), tries, marked))
 
-    def due(self, limit: int) -> list[Pair[D]]:
+    def due(
+        self, limit: int, admit: Callable[[DispatchMessage], bool] | None = None
+    ) -> list[Pair[D]]:
         """Take up to ``limit`` held deliveries whose time has come, earliest instant first.
 
         The runs of one instant share their release time, so they come out
-        together (one start statement) whenever ``limit`` allows.
+        together (one start statement) whenever ``limit`` allows. With
+        ``admit``, only the ones it admits (taking their slots): a full pool
+        leaves its runs held while the other pool's are taken.
         """
         if limit <= 0:
             return []
         now = self.clock()
         ready = sorted(
             (h for h in self._held.values() if h.release_at <= now), key=lambda h: h.release_at
-        )[:limit]
+        )
+        if admit is None:
+            ready = ready[:limit]
+        else:
+            admitted: list[_Held[D]] = []
+            for h in ready:
+                if len(admitted) >= limit:
+                    break
+                if admit(h.message):
+                    admitted.append(h)
+            ready = admitted
         for h in ready:
             key = (h.message.run_id, h.message.epoch)
             del self._held[key]
@@ -153,8 +196,32 @@ class UntilDue(Generic[D]):
         return taken
 
     def _put(self, held: _Held[D]) -> None:
+        if not held.marked:
+            held.marked = time.monotonic()
         self._held[(held.message.run_id, held.message.epoch)] = held
         self._changed.set()
+
+    async def keep_alive_due(self) -> float | None:
+        """Tell the broker the held deliveries whose last word is getting old are still held.
+
+        Returns in how many seconds the next one is due, None when nothing is
+        held (or there is no keep-alive). Their marks move before anything is
+        awaited, so a delivery is kept alive once per period.
+        """
+        if self.keep_alive is None or not self.keep_alive_every or not self._held:
+            return None
+        now = time.monotonic()
+        every = self.keep_alive_every
+        old = [h for h in self._held.values() if now - h.marked >= every]
+        for h in old:
+            h.marked = now
+        for i in range(0, len(old), KEEP_ALIVE_AT_ONCE):
+            await asyncio.gather(
+                *(self.keep_alive(h.delivery) for h in old[i : i + KEEP_ALIVE_AT_ONCE])
+            )
+        if not self._held:
+            return None
+        return max(0.0, min(h.marked for h in self._held.values()) + every - time.monotonic())
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -174,26 +241,33 @@ class UntilDue(Generic[D]):
         free: Callable[[], int],
         slot_freed: asyncio.Event,
         starting: asyncio.Lock,
+        admit: Callable[[DispatchMessage], bool] | None = None,
     ) -> None:
         """Start held runs at their instants until :meth:`close`.
 
         Under ``starting`` (the worker's lock around every start) the free
         slots are counted and that many due runs taken and started, so this
         and the worker's own starts together never exceed its concurrency.
+        With ``admit``, each run taken is admitted to its pool (see :meth:`due`).
+        Between instants the held deliveries are kept alive.
         """
         while not self._closed:
             self._changed.clear()
+            keep_in = await self.keep_alive_due()
             release = self.next_release()
             if release is None:
-                await self._changed.wait()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), keep_in)
                 continue
             delay = (release - self.clock()).total_seconds()
             if delay > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), delay)
+                    await asyncio.wait_for(
+                        self._changed.wait(), delay if keep_in is None else min(delay, keep_in)
+                    )
                 continue
             async with starting:
-                batch = self.due(free())
+                batch = self.due(free(), admit)
                 if batch:
                     await start(batch)
                     continue

@@ -161,6 +161,9 @@ class GatedExecutor:
         self.calls: list[tuple[str, int]] = []
         self.cancelled: list[str] = []
 
+    def runs_inline(self, executor: str | None) -> bool:
+        return False
+
     async def execute(
         self, spec: ExecutorSpec, context: RunContext, timeout: timedelta
     ) -> ExecutionResult:

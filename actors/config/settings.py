@@ -94,8 +94,14 @@ class Settings(StrictModel):
     # host:port (port 0 picks a free port), or "off" to serve nothing.
     http: str = "127.0.0.1:8780"
     claim_batch: int = Field(default=500, ge=1, le=10_000)
-    max_claimed: int = Field(default=5_000, ge=1, le=1_000_000)
+    # Claimed and not yet started, cluster-wide: at least the runs of the
+    # largest instant (they are claimed ahead together), and few enough that
+    # they all start within a lease at the rate the workers execute them.
+    max_claimed: int = Field(default=20_000, ge=1, le=1_000_000)
     worker_concurrency: int = Field(default=64, ge=1, le=10_000)
+    # Async python callables at once: they run on the worker's event loop, not
+    # in the slots above (a herd of them does not queue behind shell jobs).
+    worker_async_concurrency: int = Field(default=10_000, ge=1, le=100_000)
     claim_interval: Duration = parse_duration("200ms")
     # A run is claimed up to this long before it is due and held by its worker
     # until its instant (start lag without polling's floor); "0s": only due runs.
@@ -207,7 +213,7 @@ class Settings(StrictModel):
     def effective_claim_ahead(self) -> timedelta:
         """``claim_ahead`` as set; unset, the default where it fits, else what does.
 
-        At most a quarter of ``ack_wait`` (what a worker may hold) and half of
+        At most an eighth of the lease (what a worker may hold) and half of
         what the lease leaves over the other terms of its invariant: settings
         that fit before claim_ahead existed still load, with a shorter one.
         """

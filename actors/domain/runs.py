@@ -82,6 +82,9 @@ class ClaimedRun:
     # When it is due (its instant plus jitter, or a retry's time): a run claimed
     # ahead is held by its worker until then. None: start it at once.
     due_at: datetime | None = None
+    # The kind of work, as the claim saw the job ("python:<target>", "shell",
+    # "http"): whether a worker runs it on its event loop or in a slot.
+    executor: str | None = None
 
 
 @dataclass(frozen=True)

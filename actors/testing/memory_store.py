@@ -12,6 +12,7 @@ distributed behaviour (the integration tests and the fault harness do that).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 
@@ -145,7 +146,15 @@ class InMemoryRunStore(InMemoryJobCatalog):
             run.epoch += 1
             run.claimed_at = now
             claimed.append(
-                ClaimedRun(run.id, run.job, run.scheduled_at, run.attempt, run.epoch, run.due_at)
+                ClaimedRun(
+                    run.id,
+                    run.job,
+                    run.scheduled_at,
+                    run.attempt,
+                    run.epoch,
+                    run.due_at,
+                    executor_hint(self.jobs[run.job].definition),
+                )
             )
         return claimed
 
@@ -415,3 +424,12 @@ def _why_not(run: RunRow, epoch: int) -> str:
 
 
 __all__ = ["DEADLINE_MISSED", "SUPERSEDED", "InMemoryRunStore"]
+
+
+def executor_hint(definition: str) -> str | None:
+    """EXECUTOR_HINT: "python:<target>", "shell" or "http", from a stored definition."""
+    executor = json.loads(definition).get("executor", {})
+    kind = executor.get("kind")
+    if kind == "python":
+        return f"python:{executor.get('target')}"
+    return str(kind) if kind is not None else None

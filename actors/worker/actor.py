@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import time
 from collections.abc import Sequence
 
@@ -49,7 +48,7 @@ class Worker:
         self.store = store
         self.settings = settings
         self.stop = stop
-        self.holding = Holding(settings.concurrency)
+        self.holding = Holding(settings.concurrency, settings.inline_concurrency)
         # A database call unanswered for a quarter of the lease is failing: the
         # leases it would extend are running out (the lease's own deadlines,
         # statement and acquire, fit inside this).
@@ -77,6 +76,7 @@ class Worker:
             self.keeping,
             Execution(executor, settings.worker_id, self.holding, clock),
             clock.now if clock is not None else None,
+            executor.runs_inline,
         )
         self.completer = Completer(store, self.holding, self.keeping)
 
@@ -153,7 +153,11 @@ class Worker:
                 if len(starts) >= STARTS_IN_FLIGHT:
                     await asyncio.wait(starts, return_when=asyncio.FIRST_COMPLETED)
                     continue
-                free = self.settings.concurrency - holding.busy
+                # Fetched runs take their slots when admitted to a start (each
+                # in its pool); what finds none waits in the hold, as due.
+                free = holding.free(False)
+                if self.starter.inline_seen:
+                    free += holding.free(True)
                 if free <= 0:
                     holding.slot_freed.clear()
                     with contextlib.suppress(TimeoutError):
@@ -161,15 +165,14 @@ class Worker:
                     continue
                 deliveries = await self.intake.fetch(min(free, FETCH_BATCH), FETCH_TIMEOUT_S)
                 if deliveries:
+                    # Their slots are taken now, before the next fetch is sized.
+                    taken = self.starter.take_in(deliveries)
                     # In the group: a bug raised by a start stops the worker, as
                     # it did inline, for the supervisor to see.
-                    start = group.create_task(self.starter.start(deliveries, group))
+                    start = group.create_task(self.starter.start_taken(taken, group))
                     starts.add(start)
                     start.add_done_callback(starts.discard)
-                    # Until started (then each execution holds its own). Given back
-                    # when the task is done, even one cancelled before it began.
-                    holding.take(len(deliveries))
-                    start.add_done_callback(functools.partial(holding.given, len(deliveries)))
+                    start.add_done_callback(taken.finish)  # even one cancelled before it began
             if starts:
                 await asyncio.wait(starts)  # their executions are drained with the rest
             stopping = time.monotonic()

@@ -28,8 +28,12 @@ class Pending:
 class Holding:
     """The in-flight set (heartbeated), the verdicts queued for the completer, the slots.
 
-    A slot (``concurrency`` of them) is taken from the fetch of a delivery
-    until its execution ends: its start, then its execution. It is free again
+    Two pools of slots. ``concurrency`` slots for work that takes a process, a
+    thread or an outbound connection (shell, sync python, http), and
+    ``inline_concurrency`` for async python callables, which run on this
+    event loop and cost a task each: a herd of them does not wait behind the
+    shell jobs' slots, nor for them. A slot is taken from the moment a
+    delivery is admitted to a start until its execution ends. It is free again
     once the verdict is queued, while the run stays in the in-flight set, and
     heartbeated, until the verdict is recorded and the message acked. What waits
     to be recorded is bounded by the completion queue (an execution whose
@@ -37,30 +41,47 @@ class Holding:
     recording does not hold up the next executions.
     """
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, inline_concurrency: int = 0) -> None:
+        self.concurrency = concurrency
+        self.inline_concurrency = inline_concurrency
         self.in_flight: dict[Key, InFlight] = {}
-        self.completions: asyncio.Queue[Pending | None] = asyncio.Queue(maxsize=concurrency * 2)
+        self.completions: asyncio.Queue[Pending | None] = asyncio.Queue(
+            maxsize=max(concurrency * 2, min(inline_concurrency, 4096))
+        )
         # Runs in a start not yet answered: a copy of one fetched meanwhile must
         # not start it again (nor, as a start whose reply was lost, take it up).
         self.starting: set[Key] = set()
         self.busy = 0  # slots taken: deliveries being started, executions not ended
+        self.inline_busy = 0  # the same, of async python callables
         self.slot_freed = asyncio.Event()
 
-    def take(self, slots: int) -> None:
-        self.busy += slots
+    def free(self, inline: bool = False) -> int:
+        """Slots free in a pool (an inline run takes a slot of its own pool)."""
+        if inline and self.inline_concurrency:
+            return self.inline_concurrency - self.inline_busy
+        return self.concurrency - self.busy
 
-    def give(self, slots: int) -> None:
-        self.busy -= slots
+    def take(self, slots: int, inline: bool = False) -> None:
+        if inline and self.inline_concurrency:
+            self.inline_busy += slots
+        else:
+            self.busy += slots
+
+    def give(self, slots: int, inline: bool = False) -> None:
+        if inline and self.inline_concurrency:
+            self.inline_busy -= slots
+        else:
+            self.busy -= slots
         self.slot_freed.set()
 
-    def given(self, slots: int, _: asyncio.Task[None]) -> None:
+    def given(self, slots: int, inline: bool, _: asyncio.Task[None]) -> None:
         """A done callback: ``slots`` held by that task are free (it ended, or never began)."""
-        self.give(slots)
+        self.give(slots, inline)
 
-    def executing(self, task: asyncio.Task[None]) -> None:
+    def executing(self, task: asyncio.Task[None], inline: bool = False) -> None:
         """``task`` holds a slot until it ends (its verdict queued, or cancelled)."""
-        self.take(1)
-        task.add_done_callback(functools.partial(self.given, 1))
+        self.take(1, inline)
+        task.add_done_callback(functools.partial(self.given, 1, inline))
 
     def hold(self, entry: InFlight) -> None:
         self.in_flight[(entry.run_id, entry.epoch)] = entry

@@ -19,8 +19,12 @@ class WorkerSettings:
     heartbeat_interval: timedelta
     concurrency: int  # runs executing at once, at most
     grace: timedelta  # at a stop, how long in-flight runs may finish
-    # The longest a run claimed ahead is held before it is tried (ack_wait / 4).
+    # The longest a run claimed ahead is held before it is tried (lease / 8).
     max_hold: timedelta = DEFAULT_MAX_HOLD
+    # Async python callables executing at once, at most (their own pool).
+    inline_concurrency: int = 10_000
+    # A held delivery tells the broker it is still held this often (ack_wait / 3).
+    keep_held_alive: timedelta = DEFAULT_LEASE.ack_wait / 3
     # A database call unanswered this long is failing (None: a quarter of the
     # lease, a second at least): the leases it would extend are running out.
     stall_after: timedelta | None = None
@@ -41,4 +45,6 @@ class WorkerSettings:
             concurrency=settings.worker_concurrency,
             grace=settings.shutdown_grace,
             max_hold=settings.lease_settings.max_hold(),
+            inline_concurrency=settings.worker_async_concurrency,
+            keep_held_alive=settings.ack_wait / 3,
         )

@@ -9,8 +9,9 @@ start is settled here. Runs claimed ahead wait until their instant first
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,8 +24,34 @@ from actors.worker.settings import WorkerSettings
 
 log = get_logger("worker")
 START_UNKNOWN_KEPT = 10_000  # (run, epoch) keys whose start reply was lost, remembered
+# Held runs started by one statement at most (an instant of 10,000 runs takes a
+# few): each START_RUNS stays short, and executions begin between them.
+START_BATCH = 1_000
 
 Execute = Callable[[StartedRun, InFlight], Coroutine[Any, Any, None]]
+
+
+class Taken:
+    """What :meth:`Starter.take_in` took for one fetched batch, freed once by :meth:`finish`.
+
+    ``finish`` runs when the start ends, and as the start task's done callback
+    too: a task cancelled before it began (a crash of the worker's group)
+    would otherwise keep its slots and its keys for good.
+    """
+
+    def __init__(self, starter: Starter) -> None:
+        self.starter = starter
+        self.batch: list[tuple[DispatchMessage, Delivery]] = []
+        self.keys: list[Key] = []
+        self.settle: list[Callable[[], Awaitable[None]]] = []
+        self._finished = False
+
+    def finish(self, _: object = None) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self.starter.holding.starting.difference_update(self.keys)
+        self.starter.release(self.batch)
 
 
 class Starter:
@@ -36,8 +63,13 @@ class Starter:
         keeping: Keeping,
         execute: Execute,
         clock: Callable[[], datetime] | None = None,
+        runs_inline: Callable[[str | None], bool] | None = None,
     ) -> None:
-        """``clock``: the database's time as this worker estimates it (DatabaseClock.now)."""
+        """``clock``: the database's time as this worker estimates it (DatabaseClock.now).
+
+        ``runs_inline(hint)``: whether a run of that kind (the message's
+        ``executor``) executes on the event loop, in the inline pool of slots.
+        """
         self.store = store
         self.settings = settings
         self.holding = holding
@@ -53,46 +85,97 @@ class Starter:
         self.start_unknown: OrderedDict[Key, None] = OrderedDict()
         # Runs claimed ahead wait here until their instant.
         self.until_due: UntilDue[Delivery] = UntilDue(
-            clock or (lambda: datetime.now(UTC)), settings.max_hold
+            clock or (lambda: datetime.now(UTC)),
+            settings.max_hold,
+            keep_alive=lambda delivery: quietly(delivery.in_progress()),
+            keep_alive_every=settings.keep_held_alive,
         )
+        self.runs_inline = runs_inline or (lambda hint: False)
+        # Whether inline work has come this way: until it has, the fetch loop
+        # sizes its fetches by the process slots alone, as before there were two
+        # pools (a worker full of shell jobs leaves the rest to other workers).
+        self.inline_seen = False
         self._releasing = asyncio.Lock()  # run_until_due's own (it alone releases held runs)
 
     async def start(self, deliveries: Sequence[Delivery], group: asyncio.TaskGroup) -> None:
         """Start in one statement, spawn executions; settle what cannot start."""
-        batch: list[tuple[DispatchMessage, Delivery]] = []
-        keys: list[Key] = []
+        await self.start_taken(self.take_in(deliveries), group)
+
+    def take_in(self, deliveries: Sequence[Delivery]) -> Taken:
+        """The synchronous half of a start: sort the fetched deliveries, take their slots.
+
+        Called by the fetch loop before it fetches again, so that the next
+        fetch is sized by the slots these took. Copies of runs executing or
+        starting here are settled by :meth:`start_taken`; runs not yet due are
+        held (actors/until_due.py); the due ones each take a slot of their pool,
+        and those that find none wait in the hold, as due.
+        """
+        taken = Taken(self)
         starting = self.holding.starting
+        candidates: list[tuple[DispatchMessage, Delivery]] = []
+        for delivery in deliveries:
+            message = delivery.message
+            key = (message.run_id, message.epoch)
+            if delivery.delivery_count > 1:
+                REDELIVERIES.inc()
+            if key in self.holding.in_flight:
+                # Executing here already (the broker redelivered while it ran):
+                # settle this copy; the running one records and acks.
+                DELIVERIES_SKIPPED.labels(reason="executing_here").inc()
+                taken.settle.append(delivery.ack)
+                continue
+            if key in starting:
+                # In a start here still waiting for its reply (another
+                # batch's, or this one's): that copy is settled with it;
+                # this one comes back later and finds the run executing
+                # here, or settled.
+                DELIVERIES_SKIPPED.labels(reason="starting_here").inc()
+                taken.settle.append(functools.partial(delivery.nak, delay=1.0))
+                continue
+            self.inline(message)  # noted: the fetches may grow with the inline pool
+            starting.add(key)  # no other start takes it meanwhile
+            taken.keys.append(key)
+            candidates.append((message, delivery))
+        taken.batch = self.until_due.split(candidates, room=len(candidates), admit=self.admit)
+        return taken
+
+    async def start_taken(self, taken: Taken, group: asyncio.TaskGroup) -> None:
+        """The rest of a start: settle the copies, start the admitted runs, free the slots."""
         try:
-            for delivery in deliveries:
-                message = delivery.message
-                key = (message.run_id, message.epoch)
-                if delivery.delivery_count > 1:
-                    REDELIVERIES.inc()
-                if key in self.holding.in_flight:
-                    # Executing here already (the broker redelivered while it ran):
-                    # settle this copy; the running one records and acks.
-                    DELIVERIES_SKIPPED.labels(reason="executing_here").inc()
-                    await quietly(delivery.ack())
-                    continue
-                if key in starting:
-                    # In a start here still waiting for its reply (another
-                    # batch's, or this one's): that copy is settled with it;
-                    # this one comes back later and finds the run executing
-                    # here, or settled.
-                    DELIVERIES_SKIPPED.labels(reason="starting_here").inc()
-                    await quietly(delivery.nak(delay=1.0))
-                    continue
-                starting.add(key)  # before any await: no other start takes it meanwhile
-                keys.append(key)
-                batch.append((message, delivery))
-            # Runs claimed ahead wait until their instant (actors/until_due.py);
-            # the due ones start now, in this batch's own slots.
-            batch = self.until_due.split(batch, room=len(batch))
-            if not batch:
-                return
-            await self._start(batch, [(m.run_id, m.epoch) for m, _ in batch], group)
+            for reply in taken.settle:
+                await quietly(reply())
+            if taken.batch:
+                await self._start(taken.batch, [(m.run_id, m.epoch) for m, _ in taken.batch], group)
         finally:
-            starting.difference_update(keys)
+            taken.finish()
+
+    def inline(self, message: DispatchMessage) -> bool:
+        """Whether the run executes on the event loop (an async python callable)."""
+        if self.runs_inline(message.executor):
+            self.inline_seen = True
+            return True
+        return False
+
+    def admit(self, message: DispatchMessage) -> bool:
+        """Take a slot of the run's pool for its start, if one is free.
+
+        (While the worker could not keep what it starts, see Keeping, nothing
+        is fetched, and run_until_due releases no held run: they wait, or are
+        redelivered to a worker that can.)
+        """
+        inline = self.inline(message)
+        if self.holding.free(inline) <= 0:
+            return False
+        self.holding.take(1, inline)
+        return True
+
+    def release(self, batch: Sequence[tuple[DispatchMessage, Delivery]]) -> None:
+        """Give back the start's slots (an execution holds a slot of its own)."""
+        inline = sum(1 for m, _ in batch if self.inline(m))
+        if inline:
+            self.holding.give(inline, True)
+        if len(batch) - inline:
+            self.holding.give(len(batch) - inline, False)
 
     async def _start(
         self,
@@ -129,11 +212,13 @@ class Starter:
         by_key = {(m.run_id, m.epoch): d for m, d in batch}
         # The started runs enter the in-flight set before anything else is
         # awaited: from here on they are begun, never to be taken up again.
+        inline = {(m.run_id, m.epoch): self.inline(m) for m, _ in batch}
         for run in started:
-            entry = InFlight(run.run_id, run.epoch, run.job, by_key[(run.run_id, run.epoch)])
+            key = (run.run_id, run.epoch)
+            entry = InFlight(run.run_id, run.epoch, run.job, by_key[key])
             self.holding.hold(entry)
             entry.task = group.create_task(self.execute(run, entry))
-            self.holding.executing(entry.task)
+            self.holding.executing(entry.task, inline.get(key, False))
         for key in keys:
             self.start_unknown.pop(key, None)  # answered: started now, or never will be
         for skipped in not_started:
@@ -160,25 +245,22 @@ class Starter:
         """Start held runs at their instants, within the free slots, until closed."""
 
         def free() -> int:
-            # No slot while the worker could not keep what it starts (see Keeping):
-            # the held runs wait, or are redelivered to a worker that can.
-            if self.keeping.trouble() is not None:
-                return 0
-            return self.settings.concurrency - self.holding.busy
+            # Each run taken is admitted to its pool (admit takes its slot).
+            return 0 if self.keeping.trouble() is not None else START_BATCH
 
         async def start(batch: list[tuple[DispatchMessage, Delivery]]) -> None:
-            # Their slots are taken before anything is awaited (free() counted
-            # them), as the fetch loop takes a fetched batch's.
+            # Their slots were taken by admit, before anything was awaited.
             keys = [(m.run_id, m.epoch) for m, _ in batch]
-            self.holding.take(len(batch))
             self.holding.starting.update(keys)
             try:
                 await self._start(batch, keys, group)
             finally:
                 self.holding.starting.difference_update(keys)
-                self.holding.give(len(batch))
+                self.release(batch)
 
-        await self.until_due.run(start, free, self.holding.slot_freed, self._releasing)
+        await self.until_due.run(
+            start, free, self.holding.slot_freed, self._releasing, admit=self.admit
+        )
 
     async def hand_back_held(self, until_due: asyncio.Task[None]) -> None:
         """At a stop: runs held, not started, go back to the broker at once for others."""

@@ -69,6 +69,9 @@ class Executions:
         self.began = asyncio.Event()
         self.release = asyncio.Event()
 
+    def runs_inline(self, executor: str | None) -> bool:
+        return False
+
     async def execute(
         self, spec: ExecutorSpec, context: RunContext, timeout: timedelta
     ) -> ExecutionResult:

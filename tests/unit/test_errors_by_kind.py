@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -142,8 +143,9 @@ def _worker(store: StartingStore) -> Worker:
         concurrency=4,
         grace=timedelta(seconds=1),
     )
+    executor = SimpleNamespace(runs_inline=lambda executor: False)  # never executes here
     return Worker(
-        cast(RunStore, store), cast(Any, None), cast(Any, None), settings, stop=asyncio.Event()
+        cast(RunStore, store), cast(Any, None), cast(Any, executor), settings, stop=asyncio.Event()
     )
 
 

@@ -264,6 +264,9 @@ class Executor:
         self.finish = asyncio.Event()
         self.started = 0
 
+    def runs_inline(self, executor: str | None) -> bool:
+        return False
+
     async def execute(self, spec: Any, context: Any, timeout: timedelta) -> ExecutionResult:
         self.started += 1
         await self.finish.wait()

@@ -66,6 +66,9 @@ class Executions:
     def __init__(self) -> None:
         self.seen: list[RunContext] = []
 
+    def runs_inline(self, executor: str | None) -> bool:
+        return False
+
     async def execute(
         self, spec: ExecutorSpec, context: RunContext, timeout: timedelta
     ) -> ExecutionResult:

@@ -130,7 +130,7 @@ def test_the_default_budget() -> None:
     assert (b.ping_interval, b.max_outstanding_pings, b.nats_dead_after()) == (10 * S, 2, 30 * S)
     assert (b.keepalive_idle, b.keepalive_interval, b.keepalive_count) == (8 * S, 8 * S, 3)
     assert b.database_dead_after() == 32 * S
-    assert b.required_lease() == 56 * S  # with claim_ahead 1s
+    assert b.required_lease() == 60 * S  # with claim_ahead 5s
 
 
 def test_caps_and_floors() -> None:
@@ -160,7 +160,7 @@ def test_check_config_lines_show_the_budget() -> None:
     assert "NATS within 30s (ping every 10s, 2 unanswered)" in lines[1]
     assert "PostgreSQL within 32s" in lines[1]
     assert lines[2].startswith("lease invariant: lease 2m > ")
-    assert lines[2].endswith("= 56s")
+    assert lines[2].endswith("= 1m")
 
 
 @given(
@@ -279,25 +279,25 @@ def test_check_config_prints_the_budget(tmp_path: Path, capsys: pytest.CaptureFi
     assert args.func(args) == 0
     captured = capsys.readouterr()
     out = captured.err.splitlines()  # stdout stays the jobs and their fire times
-    # claim_ahead's default is capped at ack_wait / 4
-    assert out[:3] == TimeoutBudget.from_settings(6 * S, S, 2, claim_ahead=250 * MS).describe()
+    # claim_ahead's default is capped at lease / 8
+    assert out[:3] == TimeoutBudget.from_settings(6 * S, S, 2, claim_ahead=750 * MS).describe()
     assert captured.out.startswith("beat: ")
     assert out[0] == (
         "timeouts (from lease 6s): statement 750ms, acquire/release 375ms, "
         "connect 1s, publish 750ms, close 1s"
     )
-    assert out[2].endswith("= 750ms + 250ms + 1s x 1 + (375ms + 750ms + 375ms) = 3500ms")
+    assert out[2].endswith("= 750ms + 750ms + 1s x 1 + (375ms + 750ms + 375ms) = 4s")
 
 
-# -- claim_ahead: a term of the invariant, at most ack_wait / 4 ----------------------------
+# -- claim_ahead: a term of the invariant, at most lease / 8 -------------------------------
 
 
 def test_claim_ahead_longer_than_a_worker_may_hold_is_refused_with_the_numbers() -> None:
     with pytest.raises(ConfigError) as info:
-        parse_config(settings_text(ack_wait="2s", claim_ahead="600ms"), PATH, env={})
+        parse_config(settings_text(lease="40s", ack_wait="2s", claim_ahead="6s"), PATH, env={})
     assert info.value.field_name == "claimd.claim_ahead"
-    assert "at most ack_wait / 4 = 2s / 4 = 500ms" in str(info.value)
-    assert "claim_ahead = 600ms" in str(info.value)
+    assert "at most lease / 8 = 40s / 8 = 5s" in str(info.value)
+    assert "claim_ahead = 6s" in str(info.value)
 
 
 def test_claim_ahead_set_counts_in_the_lease_sum() -> None:
@@ -313,6 +313,6 @@ def test_claim_ahead_unset_shrinks_to_what_fits() -> None:
     # lease 2s, ack_wait 600ms: 150ms spare over the other terms, so 75ms (half of it).
     loaded = parse_config(settings_text(lease="2s", ack_wait="600ms", max_deliver=2), PATH, env={})
     assert loaded.settings.effective_claim_ahead == 75 * MS
-    assert parse_config(settings_text(), PATH, env={}).settings.effective_claim_ahead == S
+    assert parse_config(settings_text(), PATH, env={}).settings.effective_claim_ahead == 5 * S
     zero = parse_config(settings_text(claim_ahead="0s"), PATH, env={}).settings
     assert zero.effective_claim_ahead == timedelta(0)

@@ -189,7 +189,7 @@ async def test_the_slots_of_a_task_cancelled_before_it_began_are_free_again() ->
     holding = Holding(4)
     start = asyncio.create_task(asyncio.sleep(3600))
     holding.take(3)
-    start.add_done_callback(functools.partial(holding.given, 3))
+    start.add_done_callback(functools.partial(holding.given, 3, False))
     execution = asyncio.create_task(asyncio.sleep(3600))
     holding.executing(execution)
     assert holding.busy == 4

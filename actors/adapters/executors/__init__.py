@@ -18,7 +18,7 @@ from actors.adapters.executors.common import (
     scrub,
 )
 from actors.adapters.executors.http import run_http
-from actors.adapters.executors.python import resolve_callable, run_python
+from actors.adapters.executors.python import resolve_callable, run_python, runs_on_the_loop
 from actors.adapters.executors.shell import run_shell
 from actors.domain import ExecutionResult, ExecutorSpec, PythonSpec, RunContext, ShellSpec
 
@@ -34,6 +34,17 @@ class LocalExecutor:
         if isinstance(spec, PythonSpec):
             return await run_python(spec, context, timeout)
         return await run_http(spec, context, timeout)
+
+    def runs_inline(self, executor: str | None) -> bool:
+        """Whether runs of that kind (a dispatch's ``executor`` hint) execute on the event loop.
+
+        An async python callable does; a sync one takes a thread, shell a
+        process and http a connection: those take the worker's slots. A
+        target that does not import is not inline (its run fails in a slot).
+        """
+        if executor is None or not executor.startswith("python:"):
+            return False
+        return runs_on_the_loop(executor.removeprefix("python:"))
 
 
 __all__ = [

@@ -41,6 +41,8 @@ def encode(message: DispatchMessage) -> bytes:
         # Optional, so version 1 still: an older worker ignores it (starts at
         # once; START_RUNS refuses a run not yet due and the message comes back).
         body["due_at"] = message.due_at.isoformat()
+    if message.executor is not None:
+        body["executor"] = message.executor  # optional too: a slot when absent
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -71,13 +73,10 @@ def decode(data: bytes, deployment: str) -> DispatchMessage:
         scheduled_at = datetime.fromisoformat(body["scheduled_at"])
         if scheduled_at.utcoffset() is None:
             raise ValueError("scheduled_at must carry a UTC offset")
-        due_at = None
-        if body.get("due_at") is not None:
-            if not isinstance(body["due_at"], str):
-                raise ValueError("due_at must be a string")
-            due_at = datetime.fromisoformat(body["due_at"])
-            if due_at.utcoffset() is None:
-                raise ValueError("due_at must carry a UTC offset")
+        due_at = _optional_instant(body, "due_at")
+        executor = body.get("executor")
+        if executor is not None and not isinstance(executor, str):
+            raise ValueError("executor must be a string")
         message = DispatchMessage(
             run_id=run_id,
             epoch=epoch,
@@ -86,12 +85,25 @@ def decode(data: bytes, deployment: str) -> DispatchMessage:
             attempt=attempt,
             deployment=body["deployment"],
             due_at=due_at,
+            executor=executor,
         )
     except (KeyError, ValueError, TypeError) as exc:
         raise PoisonMessage("wrong_schema", str(exc)[:100]) from None
     if message.deployment != deployment:
         raise PoisonMessage("other_deployment", message.deployment[:64])
     return message
+
+
+def _optional_instant(body: dict[str, Any], key: str) -> datetime | None:
+    """An optional aware ISO 8601 instant of the body, or ValueError."""
+    if body.get(key) is None:
+        return None
+    if not isinstance(body[key], str):
+        raise ValueError(f"{key} must be a string")
+    value = datetime.fromisoformat(body[key])
+    if value.utcoffset() is None:
+        raise ValueError(f"{key} must carry a UTC offset")
+    return value
 
 
 def take_waiting_at_once(sub: Any) -> None:

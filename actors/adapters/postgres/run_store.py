@@ -365,6 +365,7 @@ def _claimed_or_skipped(rows: Sequence[asyncpg.Record]) -> list[ClaimedRun]:
                 attempt=r["attempt"],
                 epoch=r["claim_epoch"],
                 due_at=r["due_at"],
+                executor=r.get("executor"),
             )
         )
     return claimed

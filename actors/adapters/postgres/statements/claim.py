@@ -39,6 +39,14 @@ MUST_NOT_RUN = """CASE
     THEN 'superseded by a later instant (catchup = latest)'
 END"""
 
+# What kind of work the run is, as the claim saw its job: "python:<target>",
+# "shell" or "http". It travels in the dispatch message so that a worker knows,
+# before the start, whether the run takes a process slot or runs on its event
+# loop (an async python callable does not wait behind shell jobs' slots).
+EXECUTOR_HINT = """(CASE WHEN j.definition -> 'executor' ->> 'kind' = 'python'
+             THEN 'python:' || (j.definition -> 'executor' ->> 'target')
+             ELSE j.definition -> 'executor' ->> 'kind' END)"""
+
 # What both claims do with the batch they locked: claim the runs that may
 # run; record the others skipped, with the reason, in the same statement (so
 # a run whose deadline passed after the skip pass is never claimed, and is
@@ -59,7 +67,8 @@ UPDATE job_runs r
        updated_at = now()
   FROM due, jobs j
  WHERE r.id = due.id AND j.id = r.job_id AND r.state = 'pending'
-RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch, due.skip, r.due_at
+RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch, due.skip, r.due_at,
+          """ + EXECUTOR_HINT + """ AS executor
 """
 
 # One statement claims a disjoint batch. ORDER BY sits inside the locking
