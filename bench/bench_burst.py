@@ -192,18 +192,30 @@ def _start(config: Path, port: int, log: Path, tree: Path, level: str) -> subpro
     )
 
 
-async def _watch(procs: list[Proc], build: Build, stop: asyncio.Event) -> None:
-    """Scrape and sample every replica every few seconds until ``stop``."""
+async def _watch(procs: list[Proc], build: Build, stop: asyncio.Event, every: float) -> None:
+    """Sample every replica's RSS each second and scrape it every ``every`` s until ``stop``.
+
+    A scrape is not free (at 10,000 jobs /metrics is megabytes of text): it is
+    made as often as Prometheus would (its default interval is 15 s or 1 min),
+    and once more just before a replica is stopped, so no count is lost.
+    """
+    last = 0.0
     while not stop.is_set():
         for p in procs:
             build.rss_max = max(build.rss_max, _rss_mb(p.popen.pid))
             p.rss_max = max(p.rss_max, _rss_mb(p.popen.pid))
-        got = await asyncio.gather(*(asyncio.to_thread(_scrape, p.port) for p in procs))
-        for p, counters in zip(procs, got, strict=True):
-            if counters is not None:
-                p.counters = counters
+        if time.monotonic() - last >= every:
+            last = time.monotonic()
+            await _scrape_all(procs)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), 3)
+            await asyncio.wait_for(stop.wait(), 1)
+
+
+async def _scrape_all(procs: list[Proc]) -> None:
+    got = await asyncio.gather(*(asyncio.to_thread(_scrape, p.port) for p in procs))
+    for p, counters in zip(procs, got, strict=True):
+        if counters is not None:
+            p.counters = counters
 
 
 def _fold(p: Proc, build: Build) -> None:
@@ -217,6 +229,7 @@ async def _roll(procs: list[Proc], build: Build, args: argparse.Namespace, tree:
     """SIGTERM one replica at a time and start it again, at +20 s of successive minutes."""
     for p in list(procs):
         await _sleep_until_second(20)
+        await _scrape_all([p])  # its counters, just before it goes
         began = time.monotonic()
         p.popen.send_signal(signal.SIGTERM)
         await asyncio.to_thread(p.popen.wait, 120)
@@ -261,7 +274,15 @@ async def measure(label: str, tree: Path, args: argparse.Namespace) -> Build:
                     for port, log in [(_free_port(), Path(tmp) / f"replica-{i}.log")]
                 ]
                 stop = asyncio.Event()
-                watcher = asyncio.create_task(_watch(procs, build, stop))
+                watcher = asyncio.create_task(_watch(procs, build, stop, args.scrape_every))
+                spies = [
+                    subprocess.Popen(
+                        ["py-spy", "record", "--pid", str(p.popen.pid), "--format", "raw",
+                         "--rate", "100", "--output", f"{args.py_spy}/replica-{p.index}.txt"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    )
+                    for p in procs
+                ] if args.py_spy else []  # fmt: skip
                 try:
                     await _first_rows(pool, procs, build, began, args.max_start)
                     # Measure from the first whole minute after the first start.
@@ -278,11 +299,18 @@ async def measure(label: str, tree: Path, args: argparse.Namespace) -> Build:
                         await roll
                     end: datetime = await pool.fetchval("SELECT now()")
                 finally:
+                    stop_processes(spies, signal.SIGINT)
                     stop.set()
                     await watcher
+                    await _scrape_all(procs)
                     for p in procs:
                         _fold(p, build)
                     stop_processes([p.popen for p in procs])
+                if args.keep_logs:
+                    Path(args.keep_logs).mkdir(parents=True, exist_ok=True)
+                    for p in procs:
+                        target = Path(args.keep_logs) / f"{label.replace(' ', '_')}-{p.log.name}"
+                        target.write_bytes(p.log.read_bytes())
                 for p in procs:
                     if p.popen.returncode not in (0, -signal.SIGTERM):
                         tail = p.log.read_text(errors="replace")[-1500:]
@@ -448,6 +476,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--set", action="append", default=[], help="claimd setting key=value")
     p.add_argument("--log-level", default="warning")
+    p.add_argument("--scrape-every", type=float, default=15.0, help="seconds between scrapes")
+    p.add_argument("--keep-logs", help="copy each replica's log into this folder")
+    p.add_argument("--py-spy", help="py-spy record each replica into this folder")
     p.add_argument("--against", help="another source tree, measured after this one")
     p.add_argument("--against-label", default="baseline")
     return p.parse_args(argv)

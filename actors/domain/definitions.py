@@ -109,11 +109,29 @@ def decode_executor(data: Mapping[str, Any]) -> ExecutorSpec:
     raise ValueError(f"unknown executor kind {kind!r}")
 
 
+# Schedules are immutable: jobs with the same expression and zone share one
+# (10,000 jobs on "* * * * *" parse it once, and hold one object between them).
+_SCHEDULES: dict[tuple[str, str] | int, CronSchedule | IntervalSchedule] = {}
+_SCHEDULES_KEPT = 100_000
+
+
 def decode_schedule(data: Mapping[str, Any]) -> CronSchedule | IntervalSchedule:
-    """The schedule part of a stored definition."""
+    """The schedule part of a stored definition (shared with every job that has the same)."""
+    key: tuple[str, str] | int
     if "cron" in data:
-        return CronSchedule(str(data["cron"]), str(data.get("timezone", "UTC")))
-    return IntervalSchedule(timedelta(microseconds=int(data["every_us"])))
+        key = (str(data["cron"]), str(data.get("timezone", "UTC")))
+    else:
+        key = int(data["every_us"])
+    schedule = _SCHEDULES.get(key)
+    if schedule is None:
+        if isinstance(key, tuple):
+            schedule = CronSchedule(*key)
+        else:
+            schedule = IntervalSchedule(timedelta(microseconds=key))
+        if len(_SCHEDULES) >= _SCHEDULES_KEPT:
+            _SCHEDULES.clear()
+        _SCHEDULES[key] = schedule
+    return schedule
 
 
 class DecodedJobs:

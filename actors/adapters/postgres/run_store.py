@@ -74,7 +74,9 @@ class PostgresRunStore(PostgresJobCatalog):
         super().__init__(pool)
         self._close_timeout = close_timeout
         # Each stored definition decoded once, not once per run started.
-        self._decoded = DecodedJobs()
+        # Every job a worker starts, decoded once: at 10,000 jobs a smaller cache
+        # decoded most of a herd's definitions again at every instant.
+        self._decoded = DecodedJobs(size=100_000)
 
     @classmethod
     async def connect(
