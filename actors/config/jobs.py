@@ -26,7 +26,9 @@ from actors.domain import (
     PythonSpec,
     RetryPolicy,
     ShellSpec,
+    load_zone,
     parse_duration,
+    shared,
 )
 
 JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
@@ -145,12 +147,14 @@ def _schedule_from(path: str, name: str, model: JobModel) -> CronSchedule | Inte
             field_name="cron" if model.cron is not None else "every",
         )
     try:
+        # Shared: the jobs on one expression and zone hold one schedule (and one
+        # parsed expression) between them.
         if model.cron is not None:
-            return CronSchedule(model.cron, model.timezone)
+            return shared(CronSchedule(model.cron, model.timezone))
         if model.timezone != "UTC":
-            CronSchedule("* * * * *", model.timezone)  # validates the zone
+            load_zone(model.timezone)  # validates the zone
         assert model.every is not None
-        return IntervalSchedule(parse_duration(model.every))
+        return shared(IntervalSchedule(parse_duration(model.every)))
     except ClaimdError as exc:
         bad = "timezone" if "time zone" in str(exc) else ("cron" if model.cron else "every")
         raise ConfigError(path, str(exc), job=name, field_name=bad) from None
@@ -173,7 +177,7 @@ def job_from_raw(path: str, name: str, raw: Any) -> Job:
 
     schedule = _schedule_from(path, name, model)
     try:
-        executor = _executor_from(model.run)
+        executor = shared(_executor_from(model.run))
     except ValueError as exc:
         raise fail("run", exc) from None
     values: dict[str, timedelta | None] = {}
@@ -190,8 +194,10 @@ def job_from_raw(path: str, name: str, raw: Any) -> Job:
             backoff[key] = parse_duration(getattr(model.backoff, key))
         except ClaimdError as exc:
             raise fail(f"backoff.{key}", exc) from None
-    retry = RetryPolicy(
-        initial=backoff["initial"], maximum=backoff["max"], multiplier=model.backoff.multiplier
+    retry = shared(
+        RetryPolicy(
+            initial=backoff["initial"], maximum=backoff["max"], multiplier=model.backoff.multiplier
+        )
     )
     timeout = values["timeout"]
     catchup_window = values["catchup_window"]

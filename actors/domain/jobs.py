@@ -96,7 +96,9 @@ def executor_to_dict(spec: ExecutorSpec) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
+# Slots: a replica holds one Job per job (100,000 of them), each a row of
+# references to values most jobs share (actors.domain.sharing).
+@dataclass(frozen=True, slots=True)
 class Job:
     """A job as declared in the config file, validated."""
 
