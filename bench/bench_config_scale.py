@@ -110,9 +110,12 @@ async def measure(n_jobs: int, trace: bool) -> dict[str, Any]:
             result["sync_s"] = time.perf_counter() - began
 
             init_series()
-            per_job_histograms(jobs.loaded.settings.job_histograms)
+            by_job = jobs.loaded.settings.job_histograms
+            if hasattr(jobs.loaded.settings, "histograms_by_job"):  # a baseline may not have it
+                by_job = jobs.loaded.settings.histograms_by_job(len(jobs.jobs))
+            per_job_histograms(by_job)
             init_job_series(jobs.jobs)
-            result["job_histograms"] = jobs.loaded.settings.job_histograms
+            result["job_histograms"] = by_job
 
             stop = asyncio.Event()
             materializer = Materializer(

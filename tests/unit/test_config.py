@@ -563,3 +563,17 @@ def single_error_env(text: str, env: dict[str, str]) -> ConfigError:
     with pytest.raises(ConfigError) as info:
         parse_config(text, PATH, env=env)
     return info.value
+
+
+def _histograms_by_job(setting: str, jobs: int) -> bool:
+    return parse_config(f"[claimd]\n{setting}\n", PATH, env={}).settings.histograms_by_job(jobs)
+
+
+def test_job_histograms_unset_are_by_job_up_to_a_thousand_jobs_and_one_series_above() -> None:
+    assert _histograms_by_job("", 1) is True
+    assert _histograms_by_job("", 1_000) is True
+    assert _histograms_by_job("", 1_001) is False
+    assert _histograms_by_job("", 100_000) is False
+    # As set, whatever the number of jobs.
+    assert _histograms_by_job("job_histograms = true", 100_000) is True
+    assert _histograms_by_job("job_histograms = false", 1) is False
