@@ -110,7 +110,7 @@ async def measure(n_jobs: int, trace: bool) -> dict[str, Any]:
             result["sync_s"] = time.perf_counter() - began
 
             init_series()
-            by_job = jobs.loaded.settings.job_histograms
+            by_job = bool(jobs.loaded.settings.job_histograms)
             if hasattr(jobs.loaded.settings, "histograms_by_job"):  # a baseline may not have it
                 by_job = jobs.loaded.settings.histograms_by_job(len(jobs.jobs))
             per_job_histograms(by_job)
