@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import gc
+import weakref
 
 from actors.config import parse_config
-from actors.domain import CronSchedule, PythonSpec, decode_job, encode_job, parse_cron, shared
-from actors.domain.sharing import _SHARED
+from actors.domain import (
+    CronSchedule,
+    PythonSpec,
+    ShellSpec,
+    decode_job,
+    encode_job,
+    parse_cron,
+    shared,
+)
 
 
 def test_jobs_on_one_expression_and_zone_share_one_schedule_and_its_parsed_cron() -> None:
@@ -39,20 +47,24 @@ def test_jobs_on_one_expression_and_zone_share_one_schedule_and_its_parsed_cron(
 def test_a_shared_value_is_forgotten_once_nothing_uses_it() -> None:
     spec = shared(PythonSpec("only.here:once"))
     assert shared(PythonSpec("only.here:once")) is spec
-    before = len(_SHARED)
+    held = weakref.ref(spec)
     del spec
     gc.collect()
-    assert len(_SHARED) == before - 1
+    assert held() is None  # the table did not keep it alive
+    again = PythonSpec("only.here:once")
+    assert shared(again) is again
     assert parse_cron("1 2 3 4 *") is parse_cron("1 2 3 4 *")
 
 
 def test_values_that_cannot_be_hashed_are_not_shared_and_still_work() -> None:
+    spec = ShellSpec(argv=("/bin/true",), env={"K": "v"})
+    assert shared(spec) is spec
+    assert shared(ShellSpec(argv=("/bin/true",), env={"K": "v"})) is not spec
     jobs = parse_config(
         '[jobs.a]\ncron = "* * * * *"\nrun = { shell = ["/bin/true"], env = { K = "v" } }\n'
-        '[jobs.b]\ncron = "* * * * *"\nrun = { shell = ["/bin/true"], env = { K = "v" } }\n',
+        '[jobs.b]\ncron = "* * * * *"\nrun = { shell = ["/bin/true"], env = { K = "w" } }\n',
         "<test>",
         env={},
     ).jobs
-    assert jobs["a"].executor == jobs["b"].executor
-    assert jobs["a"].executor is not jobs["b"].executor
+    assert jobs["a"].executor != jobs["b"].executor
     assert jobs["a"].schedule is jobs["b"].schedule
