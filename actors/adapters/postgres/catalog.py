@@ -159,7 +159,7 @@ class PostgresJobCatalog:
                 name=r["name"],
                 materialized_until=r["materialized_until"],
                 paused=r["paused"],
-                fingerprint=r["fingerprint"],
+                fingerprint=self._definitions.fingerprint(r["fingerprint"]),
                 definition=definitions[r["id"]],
                 created_at=r["created_at"],
             )
