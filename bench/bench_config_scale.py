@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import ctypes
 import gc
 import json
 import subprocess
@@ -102,12 +104,14 @@ async def measure(n_jobs: int, trace: bool) -> dict[str, Any]:
             loaded = load_config(path)
             loaded.raise_for_errors()
             result["load_s"] = time.perf_counter() - began
+            result["rss_after_load"] = _rss_mb()[0]
 
             jobs = JobsConfig(path, loaded, syncs_jobs=True)
             del loaded
             began = time.perf_counter()
             await jobs.sync_at_start(store)
             result["sync_s"] = time.perf_counter() - began
+            result["rss_after_sync"] = _rss_mb()[0]
 
             init_series()
             by_job = bool(jobs.loaded.settings.job_histograms)
@@ -128,22 +132,29 @@ async def measure(n_jobs: int, trace: bool) -> dict[str, Any]:
             began = time.perf_counter()
             await materializer._refresh_catalog()
             result["first_read_s"] = time.perf_counter() - began
+            result["rss_after_first_read"] = _rss_mb()[0]
 
             cluster = ClusterMetrics(store.cluster_figures, timeout=120.0)
             began = time.perf_counter()
             await cluster.refresh()
             page = await asyncio.to_thread(render)
             result["scrape_s"] = time.perf_counter() - began
+            result["rss_after_scrape"] = _rss_mb()[0]
             result["page_mb"] = sum(len(c) for c in page) / 1e6
             del page
 
             began = time.perf_counter()
             ok = await jobs.reload(store, "bench")
             result["reload_s"] = time.perf_counter() - began
+            result["rss_after_reload"] = _rss_mb()[0]
             assert ok, "the reload was refused"
 
             gc.collect()
             rss_after, peak = _rss_mb()
+            # What of it is free memory glibc's heap still holds (fragmentation).
+            with contextlib.suppress(OSError, AttributeError):
+                ctypes.CDLL("libc.so.6").malloc_trim(0)
+            result["rss_trimmed"] = _rss_mb()[0]
             result["rss_mb"] = rss_after
             result["kept_mb"] = rss_after - rss_before
             result["peak_mb"] = peak
@@ -208,7 +219,14 @@ def report(r: dict[str, Any]) -> None:
             False,
         ),
     ]
-    notes = [f"job_histograms = {str(r['job_histograms']).lower()} (the default at this size)"]
+    stages = ("load", "sync", "first_read", "scrape", "reload")
+    notes = [
+        "RSS after each step (MB): "
+        + ", ".join(f"{s} {r['rss_after_' + s]:.0f}" for s in stages)
+        + f" (before the config: {r['rss_mb'] - r['kept_mb']:.0f};"
+        f" after malloc_trim: {r['rss_trimmed']:.0f})"
+    ]
+    notes += [f"job_histograms = {str(r['job_histograms']).lower()} (the default at this size)"]
     if "top" in r:
         notes.append(f"traced while kept: {r['traced_mb']:.1f} MB; largest by line:")
         notes += [f"  {size / 1e6:8.1f} MB {count:>9,}  {where}" for where, size, count in r["top"]]
