@@ -45,7 +45,7 @@ class Materialized:
     stale: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per job in the materializer: 100,000 of them
 class JobState:
     """A job as the materializer sees it in the store.
 
@@ -136,7 +136,7 @@ class Completion:
     worker: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per job in each scrape's reading
 class JobReading:
     """One job's cluster-wide figures as the store reads them (for /metrics)."""
 

@@ -218,6 +218,28 @@ async def _scrape_all(procs: list[Proc]) -> None:
             p.counters = counters
 
 
+def _spy(procs: list[Proc], folder: str | None) -> list[subprocess.Popen[bytes]]:
+    """``py-spy record`` on each replica (raw stacks, one file each), if asked."""
+    if not folder:
+        return []
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return [
+        subprocess.Popen(
+            ["py-spy", "record", "--pid", str(p.popen.pid), "--format", "raw", "--rate", "100",
+             "--output", f"{folder}/replica-{p.index}.txt"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for p in procs
+    ]  # fmt: skip
+
+
+def _keep_logs(procs: list[Proc], label: str, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for p in procs:
+        (folder / f"{label.replace(' ', '_')}-{p.log.name}").write_bytes(p.log.read_bytes())
+
+
 def _fold(p: Proc, build: Build) -> None:
     """A process's last counters into the build's totals (before it is restarted)."""
     for key, value in p.counters.items():
@@ -275,14 +297,7 @@ async def measure(label: str, tree: Path, args: argparse.Namespace) -> Build:
                 ]
                 stop = asyncio.Event()
                 watcher = asyncio.create_task(_watch(procs, build, stop, args.scrape_every))
-                spies = [
-                    subprocess.Popen(
-                        ["py-spy", "record", "--pid", str(p.popen.pid), "--format", "raw",
-                         "--rate", "100", "--output", f"{args.py_spy}/replica-{p.index}.txt"],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                    )
-                    for p in procs
-                ] if args.py_spy else []  # fmt: skip
+                spies = _spy(procs, args.py_spy)
                 try:
                     await _first_rows(pool, procs, build, began, args.max_start)
                     # Measure from the first whole minute after the first start.
@@ -307,10 +322,7 @@ async def measure(label: str, tree: Path, args: argparse.Namespace) -> Build:
                         _fold(p, build)
                     stop_processes([p.popen for p in procs])
                 if args.keep_logs:
-                    Path(args.keep_logs).mkdir(parents=True, exist_ok=True)
-                    for p in procs:
-                        target = Path(args.keep_logs) / f"{label.replace(' ', '_')}-{p.log.name}"
-                        target.write_bytes(p.log.read_bytes())
+                    _keep_logs(procs, label, Path(args.keep_logs))
                 for p in procs:
                     if p.popen.returncode not in (0, -signal.SIGTERM):
                         tail = p.log.read_text(errors="replace")[-1500:]

@@ -12,13 +12,16 @@ module reads the file and puts the two together.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from actors.config.errors import ConfigError, ConfigErrors
-from actors.config.jobs import JOB_NAME_PATTERN, job_from_raw
+from actors.config.jobs import JOB_NAME_PATTERN, JobReader, job_from_raw
 from actors.config.settings import ENV_OVERRIDES, Duration, Settings
 from actors.domain import Job
 
@@ -50,10 +53,33 @@ class LoadedConfig:
             raise ConfigErrors(self.errors)
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while a config is read.
+
+    Reading 100,000 jobs creates millions of containers (TOML's tables, the
+    models, the Jobs) and no garbage cycle worth finding: the collections their
+    allocations trigger, each walking a heap that keeps growing, were a quarter
+    of the load. What a cycle leaves is collected once the collector is back.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def parse_config(
     text: str, path: str = "<string>", env: dict[str, str] | None = None
 ) -> LoadedConfig:
     """Parse config text. Settings errors raise; job errors are collected per job."""
+    with _collector_paused():
+        return _parse_config(text, path, env)
+
+
+def _parse_config(text: str, path: str, env: dict[str, str] | None) -> LoadedConfig:
     env = dict(os.environ) if env is None else env
     try:
         raw = tomllib.loads(text)
@@ -75,9 +101,13 @@ def parse_config(
         raise ConfigError(path, "must be a table of jobs", field_name="jobs")
     jobs: dict[str, Job] = {}
     errors: list[ConfigError] = []
-    for name, job_raw in jobs_raw.items():
+    reader = JobReader(path)
+    # Each table is let go once read: the jobs take the place of the TOML's
+    # tables rather than joining them (a lower peak at 100,000 jobs).
+    for name in list(jobs_raw):
+        job_raw = jobs_raw.pop(name)
         try:
-            jobs[name] = job_from_raw(path, name, job_raw)
+            jobs[name] = reader.job(name, job_raw)
         except ConfigError as exc:
             errors.append(exc)
     return LoadedConfig(path=path, settings=settings, jobs=jobs, errors=errors)

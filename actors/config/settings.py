@@ -76,6 +76,8 @@ ENV_OVERRIDES = {
     "http": "CLAIMD_HTTP",
 }
 MIN_TOKEN_LENGTH = 16
+# job_histograms unset: the run histograms are by job for configs up to this many jobs.
+JOB_HISTOGRAMS_UP_TO = 1_000
 _NATS_SCHEMES = ("nats", "tls", "ws", "wss")
 
 
@@ -121,7 +123,9 @@ class Settings(StrictModel):
     # claimd_start_lag_seconds and claimd_run_duration_seconds by job (34 series
     # a job); false: one series each for all jobs, without the claimd_job label
     # (for thousands of jobs: /metrics is then about a quarter of the size).
-    job_histograms: bool = True
+    # Unset: by job up to JOB_HISTOGRAMS_UP_TO jobs, one series above (see
+    # histograms_by_job).
+    job_histograms: bool | None = None
     # Bearer tokens for the API's actions: a file of lines "NAME TOKEN" (or one
     # bare token), and/or the name of an environment variable holding one.
     # Without either the API is read-only.
@@ -204,6 +208,17 @@ class Settings(StrictModel):
     def api_tokens(self) -> tuple[tuple[str, str], ...]:
         """(name, token) pairs; the name is who the API records as the actor."""
         return self._api_tokens
+
+    def histograms_by_job(self, jobs: int) -> bool:
+        """Whether the run histograms are by job, for a config of ``jobs`` jobs.
+
+        As set; unset, by job up to JOB_HISTOGRAMS_UP_TO jobs only. Above it the
+        histograms by job would be most of /metrics (34 of a job's ~50 series:
+        330 MB a scrape at 100,000 jobs), past what a Prometheus scrape takes.
+        """
+        if self.job_histograms is not None:
+            return self.job_histograms
+        return jobs <= JOB_HISTOGRAMS_UP_TO
 
     @property
     def lease_settings(self) -> LeaseSettings:

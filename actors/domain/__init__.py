@@ -58,7 +58,8 @@ from actors.domain.runs import (
     RunState,
     check_transition,
 )
-from actors.domain.schedule import CronSchedule, IntervalSchedule, Schedule, take
+from actors.domain.schedule import CronSchedule, IntervalSchedule, Schedule, load_zone, take
+from actors.domain.sharing import shared
 
 __all__ = [
     "DEFAULT_CLAIM_AHEAD",
@@ -106,9 +107,11 @@ __all__ = [
     "encode_job",
     "executor_to_dict",
     "format_duration",
+    "load_zone",
     "next_plan",
     "parse_cron",
     "parse_duration",
     "plan_materialization",
+    "shared",
     "take",
 ]

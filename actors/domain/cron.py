@@ -47,6 +47,7 @@ instant (the DST rule) is :func:`actors.domain.schedule.local_to_instant`'s job.
 from __future__ import annotations
 
 import calendar
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -195,8 +196,24 @@ class CronExpression:
             year += 1
 
 
+# Parsed expressions by their text: thousands of jobs on "* * * * *" share one
+# (a CronExpression is frozen). Weak: an expression no job uses is forgotten.
+_PARSED: weakref.WeakValueDictionary[str, CronExpression] = weakref.WeakValueDictionary()
+
+
 def parse_cron(expression: str) -> CronExpression:
-    """The expression read by the rules above, or InvalidSchedule naming the problem."""
+    """The expression read by the rules above, or InvalidSchedule naming the problem.
+
+    Equal texts give the same object (see ``_PARSED``).
+    """
+    cron = _PARSED.get(expression)
+    if cron is None:
+        cron = _parse_cron(expression)
+        _PARSED[expression] = cron
+    return cron
+
+
+def _parse_cron(expression: str) -> CronExpression:
     text = expression.strip()
     if text.startswith("@"):
         return _parse_macro(expression, text)

@@ -14,6 +14,7 @@ import json
 from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import timedelta
+from functools import lru_cache
 from typing import Any
 
 from actors.domain.attempts import RetryPolicy
@@ -27,6 +28,7 @@ from actors.domain.jobs import (
     ShellSpec,
 )
 from actors.domain.schedule import CronSchedule, IntervalSchedule
+from actors.domain.sharing import shared
 
 DEFINITION_VERSION = 1
 
@@ -64,24 +66,34 @@ def decode_job(name: str, data: Mapping[str, Any] | str, enabled: bool = True) -
         )
     retry = data.get("retry", {})
     deadline = data.get("starting_deadline_ms")
+    # The parts many jobs have alike are shared (actors.domain.sharing): a
+    # reader holding every job holds one schedule per expression and zone.
     return Job(
         name=name,
         schedule=decode_schedule(data["schedule"]),
-        executor=decode_executor(data["executor"]),
-        timeout=timedelta(milliseconds=data["timeout_ms"]),
+        executor=shared(decode_executor(data["executor"])),
+        timeout=_millis(data["timeout_ms"]),
         max_attempts=int(data["max_attempts"]),
         enabled=enabled,
         overlap=Overlap(data["overlap"]),
         catchup=Catchup(data["catchup"]),
-        catchup_window=timedelta(milliseconds=data["catchup_window_ms"]),
-        starting_deadline=None if deadline is None else timedelta(milliseconds=deadline),
-        jitter=timedelta(milliseconds=data.get("jitter_ms", 0)),
-        retry=RetryPolicy(
-            initial=timedelta(milliseconds=retry.get("initial_ms", 1000)),
-            maximum=timedelta(milliseconds=retry.get("maximum_ms", 300_000)),
-            multiplier=float(retry.get("multiplier", 2.0)),
+        catchup_window=_millis(data["catchup_window_ms"]),
+        starting_deadline=None if deadline is None else _millis(deadline),
+        jitter=_millis(data.get("jitter_ms", 0)),
+        retry=shared(
+            RetryPolicy(
+                initial=_millis(retry.get("initial_ms", 1000)),
+                maximum=_millis(retry.get("maximum_ms", 300_000)),
+                multiplier=float(retry.get("multiplier", 2.0)),
+            )
         ),
     )
+
+
+@lru_cache(maxsize=1024)
+def _millis(ms: float) -> timedelta:
+    """A stored duration; the few distinct ones are shared between jobs (immutable)."""
+    return timedelta(milliseconds=ms)
 
 
 def decode_executor(data: Mapping[str, Any]) -> ExecutorSpec:
@@ -125,9 +137,9 @@ def decode_schedule(data: Mapping[str, Any]) -> CronSchedule | IntervalSchedule:
     schedule = _SCHEDULES.get(key)
     if schedule is None:
         if isinstance(key, tuple):
-            schedule = CronSchedule(*key)
+            schedule = shared(CronSchedule(*key))
         else:
-            schedule = IntervalSchedule(timedelta(microseconds=key))
+            schedule = shared(IntervalSchedule(timedelta(microseconds=key)))
         if len(_SCHEDULES) >= _SCHEDULES_KEPT:
             _SCHEDULES.clear()
         _SCHEDULES[key] = schedule

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from functools import lru_cache
 
 from actors.domain.errors import InvalidDuration
 
@@ -23,6 +24,15 @@ MAX_DURATION = timedelta(days=3650)
 def parse_duration(text: str, *, allow_zero: bool = False) -> timedelta:
     """Parse a duration string with a unit; zero only where ``allow_zero`` says so."""
     if not isinstance(text, str):
+        raise InvalidDuration(f"expected a duration string with a unit such as '30s', got {text!r}")
+    return _parse(text, allow_zero)
+
+
+# A config of 100,000 jobs writes a handful of distinct durations: each is
+# parsed once and its (immutable) timedelta shared. An error is not cached.
+@lru_cache(maxsize=1024)
+def _parse(text: str, allow_zero: bool) -> timedelta:
+    if not isinstance(text, str):  # pragma: no cover - checked by parse_duration
         raise InvalidDuration(f"expected a duration string with a unit such as '30s', got {text!r}")
     match = _PATTERN.match(text)
     if match is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -96,7 +97,9 @@ def executor_to_dict(spec: ExecutorSpec) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
+# Slots: a replica holds one Job per job (100,000 of them), each a row of
+# references to values most jobs share (actors.domain.sharing).
+@dataclass(frozen=True, slots=True)
 class Job:
     """A job as declared in the config file, validated."""
 
@@ -150,5 +153,16 @@ class Job:
         }
 
     def fingerprint(self) -> str:
-        """Stable text of the definition; a change means the job was edited."""
-        return json.dumps(self.definition(), sort_keys=True, separators=(",", ":"))
+        """A digest of the definition; a change means the job was edited.
+
+        The sha256 (hex) of the definition's canonical JSON text, not the text
+        itself: every replica keeps it per job beside the definition, and the
+        materializer fences its writes with it. sql/0010 turned the texts
+        stored before into the same digests, so no job looks edited.
+        """
+        return hashlib.sha256(canonical_definition(self).encode()).hexdigest()
+
+
+def canonical_definition(job: Job) -> str:
+    """The definition as one canonical JSON text (sorted keys, no spaces): what is digested."""
+    return json.dumps(job.definition(), sort_keys=True, separators=(",", ":"))

@@ -28,7 +28,7 @@ CLUSTER_NOTE = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per job, kept between scrapes
 class JobSnapshot:
     """One job's cluster-wide figures, as the database says."""
 

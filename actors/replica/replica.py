@@ -118,7 +118,8 @@ class Replica:
         its servers), and /readyz says which one is missing.
         """
         init_series()
-        per_job_histograms(self.config.settings.job_histograms)
+        # Decided once, at start: a switch drops what the histograms observed.
+        per_job_histograms(self.config.settings.histograms_by_job(len(self.jobs)))
         init_job_series(self.jobs)
         runner = await self._serve_http()
         main = asyncio.create_task(self._run())

@@ -61,3 +61,21 @@ async def test_a_reload_between_the_read_and_the_fetch_hands_out_no_mixed_versio
     [definition] = (await cache.of(store.pool, rows)).values()
     assert '"7 3 * * *"' in definition
     assert (await store.active_jobs())["moving"].definition == definition
+
+
+async def test_jobs_with_one_definition_share_its_text_and_fingerprint(
+    store: PostgresRunStore,
+) -> None:
+    await store.sync_jobs([make_job("a"), make_job("b"), make_job("c", max_attempts=5)])
+    cache = StoredDefinitions()
+    rows = await store.pool.fetch(ACTIVE_JOBS)
+    got = await cache.of(store.pool, rows, every_job=True)
+    ids = {r["name"]: r["id"] for r in rows}
+    assert got[ids["a"]] is got[ids["b"]]
+    assert got[ids["c"]] != got[ids["a"]]
+    fingerprint = next(r["fingerprint"] for r in rows if r["name"] == "a")
+    kept = cache.fingerprint("".join(fingerprint))  # an equal string, not the one kept
+    assert kept == fingerprint
+    assert cache.fingerprint("".join(fingerprint)) is kept
+    states = await store.active_jobs()
+    assert states["a"].fingerprint is states["b"].fingerprint

@@ -563,3 +563,42 @@ def single_error_env(text: str, env: dict[str, str]) -> ConfigError:
     with pytest.raises(ConfigError) as info:
         parse_config(text, PATH, env=env)
     return info.value
+
+
+def _histograms_by_job(setting: str, jobs: int) -> bool:
+    return parse_config(f"[claimd]\n{setting}\n", PATH, env={}).settings.histograms_by_job(jobs)
+
+
+def test_job_histograms_unset_are_by_job_up_to_a_thousand_jobs_and_one_series_above() -> None:
+    assert _histograms_by_job("", 1) is True
+    assert _histograms_by_job("", 1_000) is True
+    assert _histograms_by_job("", 1_001) is False
+    assert _histograms_by_job("", 100_000) is False
+    # As set, whatever the number of jobs.
+    assert _histograms_by_job("job_histograms = true", 100_000) is True
+    assert _histograms_by_job("job_histograms = false", 1) is False
+
+
+def test_equal_job_tables_are_validated_once_yet_each_job_and_error_keeps_its_name() -> None:
+    body = 'cron = "* * * * *"\nmax_attempts = N\nrun = { python = "m:f" }'
+    loaded = parse_config(
+        job(body.replace("N", "1"), "a")
+        + job(body.replace("N", "1"), "b")
+        + job(body.replace("N", "1.0"), "c")  # equal in Python, a float to the config
+        + job(body.replace("N", "true"), "d")
+        + job(body.replace("N", "0"), "e")
+        + job(body.replace("N", "0"), "f"),
+        PATH,
+        env={},
+    )
+    assert sorted(loaded.jobs) == ["a", "b"]
+    assert loaded.jobs["b"].name == "b"
+    assert loaded.jobs["b"].max_attempts == 1
+    assert loaded.jobs["b"].schedule is loaded.jobs["a"].schedule
+    assert [(e.job, e.field_name) for e in loaded.errors] == [
+        ("c", "max_attempts"),
+        ("d", "max_attempts"),
+        ("e", "max_attempts"),
+        ("f", "max_attempts"),
+    ]
+    assert all(str(e).startswith(f"{PATH}: job '{e.job}'") for e in loaded.errors)

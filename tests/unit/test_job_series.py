@@ -169,3 +169,34 @@ def test_wrong_label_counts_and_negative_increments_are_refused() -> None:
         counter.labels("only-one")
     with pytest.raises(ValueError, match="non-negative"):
         counter.labels("a", "b").inc(-1)
+
+
+def test_jobs_nothing_was_counted_for_share_one_row_and_a_count_moves_one_series() -> None:
+    counter = JobCounter("claimd_u_total", "U", ["claimd_job", "outcome"])
+    registry = CollectorRegistry()
+    registry.register(counter)
+    for i in range(1_000):
+        for outcome in ("succeeded", "failed", "timed_out"):
+            counter.labels(f"job-{i}", outcome)
+    assert len({id(row) for row in counter._rows.values()}) == 1
+    counter.labels("job-7", "failed").inc(2)
+    counted = {
+        (dict(labels)["claimd_job"], dict(labels)["outcome"]): value
+        for (_, labels), value in _samples(registry).items()
+        if value
+    }
+    assert counted == {("job-7", "failed"): 2.0}
+    assert (
+        registry.get_sample_value("claimd_u_total", {"claimd_job": "job-7", "outcome": "succeeded"})
+        == 0
+    )
+    assert counter.labels("job-7", "failed").value == 2.0
+    # The others still share their row; a series not created is absent.
+    assert len({id(row) for row in counter._rows.values()}) == 2
+    counter.labels("only-once", "failed")
+    assert (
+        registry.get_sample_value(
+            "claimd_u_total", {"claimd_job": "only-once", "outcome": "succeeded"}
+        )
+        is None
+    )

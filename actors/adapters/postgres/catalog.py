@@ -70,7 +70,9 @@ class PostgresJobCatalog:
         async with self._pool.acquire() as conn, conn.transaction():
             await conn.execute(LOCK_SYNC)
             stored = {r["name"]: r for r in await conn.fetch(JOBS_AS_SYNCED)}
-            rows: list[tuple[Job, dict[str, Any], str]] = []
+            # (job, fingerprint): encoded a chunk at a time below, so that a sync
+            # of 100,000 new jobs never holds every definition at once.
+            rows: list[tuple[Job, str]] = []
             for job in jobs:
                 fingerprint = job.fingerprint()
                 old = stored.get(job.name)
@@ -78,31 +80,31 @@ class PostgresJobCatalog:
                     fingerprint,
                     job.enabled,
                 ):
-                    rows.append((job, encode_job(job), fingerprint))
+                    rows.append((job, fingerprint))
             removed_ids = [
                 r["id"] for r in stored.values() if r["enabled"] and r["name"] not in wanted
             ]
-            changed_ids = [stored[j.name]["id"] for j, _, _ in rows if j.name in stored]
+            changed_ids = [stored[j.name]["id"] for j, _ in rows if j.name in stored]
             await conn.fetch(LOCK_JOBS_FOR_SYNC, sorted(changed_ids + removed_ids))
             old_schedules = {
                 r["id"]: r["schedule"] for r in await conn.fetch(OLD_SCHEDULES, changed_ids)
             }
             rows.sort(key=lambda row: row[0].name)
             stored_enabled = {name: r["enabled"] for name, r in stored.items()}
-            by_name_enabled = {job.name: job.enabled for job, _, _ in rows}
+            by_name_enabled = {job.name: job.enabled for job, _ in rows}
             for chunk in _chunks(rows, SYNC_CHUNK):
+                by_name = {job.name: encode_job(job) for job, _ in chunk}
                 written = await conn.fetch(
                     UPSERT_JOBS,
-                    [job.name for job, _, _ in chunk],
-                    [json.dumps(definition) for _, definition, _ in chunk],
-                    [fingerprint for _, _, fingerprint in chunk],
-                    [job.enabled for job, _, _ in chunk],
-                    [job.max_attempts for job, _, _ in chunk],
-                    [job.overlap.value for job, _, _ in chunk],
-                    [job.catchup.value for job, _, _ in chunk],
-                    [job.start_deadline() for job, _, _ in chunk],
+                    [job.name for job, _ in chunk],
+                    [json.dumps(by_name[job.name]) for job, _ in chunk],
+                    [fingerprint for _, fingerprint in chunk],
+                    [job.enabled for job, _ in chunk],
+                    [job.max_attempts for job, _ in chunk],
+                    [job.overlap.value for job, _ in chunk],
+                    [job.catchup.value for job, _ in chunk],
+                    [job.start_deadline() for job, _ in chunk],
                 )
-                by_name = {job.name: definition for job, definition, _ in chunk}
                 for row in written:
                     if row["inserted"]:
                         changes[row["name"]] = "added"
@@ -159,7 +161,7 @@ class PostgresJobCatalog:
                 name=r["name"],
                 materialized_until=r["materialized_until"],
                 paused=r["paused"],
-                fingerprint=r["fingerprint"],
+                fingerprint=self._definitions.fingerprint(r["fingerprint"]),
                 definition=definitions[r["id"]],
                 created_at=r["created_at"],
             )
