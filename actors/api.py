@@ -157,6 +157,7 @@ class OperatorApi:
         get("/api/runs/{run_id}", self.run, allow_head=False)
         get("/api/actions", self.actions, allow_head=False)
         get("/api/grid", self.grid, allow_head=False)
+        get("/api/config/rejected", self.rejected_jobs, allow_head=False)
         post("/api/jobs/{name}/pause", self.pause)
         post("/api/jobs/{name}/resume", self.resume)
         post("/api/jobs/{name}/trigger", self.trigger)
@@ -189,6 +190,9 @@ class OperatorApi:
 
     async def jobs(self, request: web.Request) -> web.Response:
         return web.json_response(await self.service.jobs())
+
+    async def rejected_jobs(self, request: web.Request) -> web.Response:
+        return web.json_response(await self.service.rejected_jobs())
 
     async def job(self, request: web.Request) -> web.Response:
         recent = _int(request, "recent", 20, high=1000)

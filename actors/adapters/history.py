@@ -145,6 +145,14 @@ AUDIT_GAPS = """
 SELECT from_at, to_at, count, reason FROM job_run_gaps
  WHERE job_id = $1 AND from_at <= $3 AND to_at >= $2 ORDER BY from_at
 """
+# The jobs the config file rejected at the last load (sql/0010). One that is in
+# the catalog and enabled still runs the definition it had before the edit.
+REJECTED_JOBS = """
+SELECT c.job, c.path, c.field, c.error, c.replica, c.recorded_at,
+       COALESCE(j.enabled, false) AS old_definition_running
+  FROM config_rejected_jobs c LEFT JOIN jobs j ON j.name = c.job
+ ORDER BY c.job
+"""
 RECORD_ACTION = """
 INSERT INTO operator_actions (actor, via, origin, action, job, run_id, arguments, ok, result)
 VALUES ($1, $2, $3, $4, $5, $6::uuid, $7::jsonb, $8, $9)
@@ -247,6 +255,9 @@ class History:
             for r in rows
         ]
         return runs, [Gap(g["from_at"], g["to_at"], g["count"], g["reason"]) for g in gaps]
+
+    async def rejected_jobs(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in await self._pool.fetch(REJECTED_JOBS)]
 
     async def last_action_id(self) -> int:
         last: int = await self._pool.fetchval(LAST_ACTION_ID)

@@ -231,6 +231,18 @@ PATHS: dict[str, Any] = {
             "responses": {**_ok(ref("Grid"), "the grid"), **_errors(*READ_ERRORS)},
         }
     },
+    "/api/config/rejected": {
+        "get": {
+            "operationId": "listRejectedJobs",
+            "summary": "The jobs the config file rejected at its last load (start or reload), "
+            "with the error; a rejected edit of a job in the catalog leaves its old "
+            "definition running",
+            "responses": {
+                **_ok({"type": "array", "items": ref("RejectedJob")}, "the rejected jobs"),
+                **_errors(503),
+            },
+        }
+    },
     "/api/status": {
         "get": {
             "operationId": "getStatus",

@@ -96,6 +96,34 @@ JOB = {
     "last_success_local": LOCAL_OR_NULL,
     "failures_24h": scalar("integer"),
     "due_since": TIME_OR_NULL,
+    "config_rejected": {
+        "oneOf": [
+            {"type": "null"},
+            obj(
+                {
+                    "path": scalar("string"),
+                    "field": scalar("string", True),
+                    "error": scalar("string"),
+                    "recorded_at": TIME,
+                }
+            ),
+        ],
+        "description": "the config file's rejected edit of this job (its old definition "
+        "keeps running), or null",
+    },
+}
+REJECTED_JOB = {
+    "job": scalar("string"),
+    "path": scalar("string", description="the config file"),
+    "field": scalar("string", True),
+    "error": scalar("string"),
+    "replica": scalar("string", description="the replica whose load found it"),
+    "recorded_at": TIME,
+    "old_definition_running": scalar(
+        "boolean",
+        description="the job is in the catalog and enabled: the definition it had before the "
+        "rejected edit keeps running (false: the job does not run at all)",
+    ),
 }
 ATTEMPT = {
     "attempt": scalar("integer"),
@@ -212,6 +240,11 @@ STATUS = {
             "deliveries_skipped_by_reason": {"type": "object", "additionalProperties": COUNTER},
         }
     ),
+    "config_rejected": {
+        "oneOf": [{"type": "null"}, {"type": "array", "items": ref("RejectedJob")}],
+        "description": "the jobs the config file rejected at its last load (null while the "
+        "database cannot say)",
+    },
 }
 
 SCHEMAS: dict[str, Any] = {
@@ -246,6 +279,7 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "Status": obj(STATUS),
+    "RejectedJob": obj(REJECTED_JOB),
     "ActionResult": obj(
         ACTION_RESULT,
         optional=("scheduled_at", "scheduled_instant", "added", "existing", "instants"),

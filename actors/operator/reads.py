@@ -62,9 +62,25 @@ class OperatorReads:
             raise NotFound(f"no job named {name!r}")
         return row
 
+    async def rejected_jobs(self) -> list[dict[str, Any]]:
+        """The jobs the config file rejected at its last load, with the loader's error.
+
+        ``old_definition_running``: the job is in the catalog, so the definition
+        it had before the rejected edit keeps running; otherwise it never runs
+        until the file is fixed and reloaded.
+        """
+        return [
+            {**r, "recorded_at": iso(r["recorded_at"])} for r in await self.history.rejected_jobs()
+        ]
+
     async def jobs(self, name: str | None = None) -> list[dict[str, Any]]:
-        """Every job (or one): schedule, next fire, backlog, last outcome, last success."""
+        """Every job (or one): schedule, next fire, backlog, last outcome, last success.
+
+        ``config_rejected``: the config file's rejected edit of this job (its
+        old definition keeps running), or None.
+        """
         now = await self.history.now()
+        rejected = {r["job"]: r for r in await self.rejected_jobs()}
         out = []
         for row in await self.history.jobs(name):
             schedule = schedule_of(row["definition"])
@@ -105,6 +121,7 @@ class OperatorReads:
                     "last_success_local": local(row["last_success"], zone),
                     "failures_24h": row["failures_24h"],
                     "due_since": iso(row["due_since"]),
+                    "config_rejected": _rejection(rejected.get(row["name"])),
                 }
             )
         return out
@@ -246,6 +263,12 @@ class OperatorReads:
             return []  # no job has such a name, so no action names it
         rows = await self.history.actions(job=job, before=before, limit=limit)
         return [{**r, "at": iso(r["at"]), "arguments": json.loads(r["arguments"])} for r in rows]
+
+
+def _rejection(found: dict[str, Any] | None) -> dict[str, Any] | None:
+    if found is None:
+        return None
+    return {k: found[k] for k in ("path", "field", "error", "recorded_at")}
 
 
 def last_instants_start(

@@ -105,7 +105,10 @@ def _command(command: Command) -> Callable[[argparse.Namespace], int]:
 async def jobs(backend: Backend, args: argparse.Namespace) -> Result:
     rows = await backend.get("jobs")
     rows = rows if args.all else [j for j in rows if j["enabled"]]
-    return rows, render.jobs(rows), 0
+    # `--json` prints the API's job list as it is; the table adds the jobs the
+    # config file rejected (GET /api/config/rejected), new ones included.
+    rejected = [] if args.json else await backend.get("rejected_jobs")
+    return rows, render.jobs(rows, rejected), 0
 
 
 async def runs(backend: Backend, args: argparse.Namespace) -> Result:

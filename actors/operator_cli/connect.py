@@ -181,6 +181,7 @@ _READS = {
     "run": ("/api/runs/{run_id}", ("run_id",)),
     "audit": ("/api/jobs/{job}/audit", ("job",)),
     "actions": ("/api/actions", ()),
+    "rejected_jobs": ("/api/config/rejected", ()),
 }
 _ACTIONS = {
     "pause": "/api/jobs/{job}/pause",

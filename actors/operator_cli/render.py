@@ -39,8 +39,16 @@ def _outcome(last: dict[str, Any] | None) -> str:
     return f"{text}: {last['error']}" if last.get("error") else text
 
 
-def jobs(rows: list[dict[str, Any]]) -> str:
-    if not rows:
+def _job_state(j: dict[str, Any]) -> str:
+    state = "removed" if not j["enabled"] else ("paused" if j["paused"] else "active")
+    return f"{state}, edit rejected" if j.get("config_rejected") else state
+
+
+def jobs(rows: list[dict[str, Any]], rejected: Sequence[dict[str, Any]] = ()) -> str:
+    """The jobs table; then the jobs the config file rejected, each with its error."""
+    listed = {j["name"] for j in rows}
+    new = [r for r in rejected if r["job"] not in listed]
+    if not rows and not rejected:
         return "no jobs"
     body = [
         [
@@ -51,13 +59,14 @@ def jobs(rows: list[dict[str, Any]]) -> str:
             when(j["next_fire_local"]),
             _outcome(j["last_outcome"]),
             when(j["last_success"]),
-            j["backlog"],
+            "-" if j["paused"] else j["backlog"],
             j["ahead"],
-            "removed" if not j["enabled"] else ("paused" if j["paused"] else "active"),
+            _job_state(j),
         ]
         for j in rows
     ]
-    return table(
+    body += [[r["job"], *["-"] * 8, "rejected"] for r in new]
+    text = table(
         [
             "JOB",
             "SCHEDULE",
@@ -72,6 +81,18 @@ def jobs(rows: list[dict[str, Any]]) -> str:
         ],
         body,
     )
+    if rejected:
+        lines = ["", "rejected by the config file (fix the file, then `claimd reload`):"]
+        for r in rejected:
+            field = f"field {r['field']!r}: " if r["field"] else ""
+            verdict = (
+                "the old definition keeps running" if r["old_definition_running"] else "not running"
+            )
+            lines.append(
+                f"  {r['job']}: {r['path']}: {field}{' '.join(r['error'].split())} -- {verdict}"
+            )
+        text += "\n" + "\n".join(lines)
+    return text
 
 
 def runs(page: dict[str, Any]) -> str:

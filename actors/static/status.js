@@ -106,6 +106,22 @@
         el("dt", {}, name), el("dd", {}, String(value === undefined ? "—" : value)))));
   }
 
+  // The jobs the config file rejected at its last load: a new one never runs,
+  // a broken edit of a running one leaves its old definition running.
+  function renderRejected(status) {
+    const rejected = status.config_rejected || [];
+    const section = document.getElementById("rejected");
+    section.hidden = rejected.length === 0;
+    document.getElementById("rejected-list").replaceChildren(...rejected.map((r) =>
+      el("li", { class: "rejected-job", "data-job": r.job },
+        el("strong", {}, r.job), " ",
+        el("span", { class: `badge ${r.old_definition_running ? "paused" : "look-failed"}`,
+          "data-role": "rejected-verdict" },
+        r.old_definition_running ? "the old definition keeps running" : "not running"),
+        el("pre", { class: "error", "data-role": "rejected-error" },
+          `${r.path}${r.field ? `: field '${r.field}'` : ""}: ${r.error}`))));
+  }
+
   function renderLegend() {
     const order = ["succeeded", "failed", "running", "pending", "skipped", "dropped",
       "cancelled", "missing", "stuck"];
@@ -169,6 +185,10 @@
     const badges = [];
     if (job.paused) badges.push(el("span", { class: "badge paused" }, "paused"));
     if (!job.enabled) badges.push(el("span", { class: "badge removed" }, "removed"));
+    if (job.config_rejected) {
+      badges.push(el("span", { class: "badge look-failed", "data-role": "edit-rejected",
+        title: `${job.config_rejected.error} (the old definition keeps running)` }, "edit rejected"));
+    }
     const words = grid ? grid.schedule_words : job.schedule;
     const backlogCls = job.backlog > 0 ? "warn" : "";
     const oldest = job.backlog > 0 && job.oldest_due ? `oldest due ${ago(job.oldest_due)}` : null;
@@ -193,6 +213,7 @@
   function render(jobs, grid, status) {
     renderHealth(status);
     renderCounters(status);
+    renderRejected(status);
     const byName = new Map((grid ? grid.jobs : []).map((g) => [g.name, g]));
     const focused = document.activeElement && document.activeElement.dataset
       ? document.activeElement.dataset : null;
