@@ -100,6 +100,15 @@ def _optional(request: web.Request, name: str) -> str | None:
     return value
 
 
+def _flag(request: web.Request, name: str) -> bool:
+    text = request.query.get(name)
+    if text is None:
+        return False
+    if text not in ("true", "false"):
+        raise BadInput(f"{name} must be true or false, got {text!r}")
+    return text == "true"
+
+
 def _required(request: web.Request, name: str) -> str:
     value = request.query.get(name)
     if value is None or not value.strip():
@@ -217,6 +226,7 @@ class OperatorApi:
                 until=_optional(request, "until"),
                 limit=limit,
                 cursor=_optional(request, "cursor"),
+                ahead=_flag(request, "ahead"),
             )
         )
 

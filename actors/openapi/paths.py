@@ -155,7 +155,8 @@ PATHS: dict[str, Any] = {
     "/api/runs": {
         "get": {
             "operationId": "listRuns",
-            "summary": "Runs, newest first, filtered and paginated",
+            "summary": "Runs that have happened (look-ahead rows on request), newest first, "
+            "filtered and paginated",
             "parameters": [
                 _param("job", "query", scalar("string", minLength=1), "only this job's runs"),
                 _param(
@@ -177,6 +178,13 @@ PATHS: dict[str, Any] = {
                     "query",
                     scalar("string", minLength=1),
                     "next_cursor of the previous page",
+                ),
+                _param(
+                    "ahead",
+                    "query",
+                    scalar("string", enum=["true", "false"]),
+                    "true: include the runs written ahead of time, not yet due (default false: "
+                    "what has happened, scheduled at or before now)",
                 ),
             ],
             "responses": {

@@ -17,6 +17,8 @@ STATUSES = [
     "cancelled",
     "dropped",
     "missing",
+    "paused",
+    "pruned",
     "stuck",
     "in_progress",
     "extra",
@@ -131,9 +133,16 @@ ATTEMPT = {
     "worker": scalar("string", True),
     "started_at": TIME_OR_NULL,
     "finished_at": TIME_OR_NULL,
-    "outcome": scalar("string"),
+    "outcome": scalar(
+        "string",
+        description="the attempt's verdict; 'running' for the attempt running now, "
+        "'cancelled' for one the run's cancel ended",
+    ),
     "exit_code": scalar("integer", True),
     "error": scalar("string", True),
+    "duration_s": scalar(
+        "number", True, description="seconds from start to verdict (so far, while running)"
+    ),
 }
 AUDIT_ENTRY = {
     "scheduled_at": TIME,
@@ -164,6 +173,18 @@ AUDIT = {
     "to_local": scalar("string"),
     "now": TIME,
     "due_since": TIME_OR_NULL,
+    "nearest_before": scalar(
+        "string",
+        True,
+        description="when the range names no instant of the schedule: the last one before it",
+    ),
+    "nearest_before_local": LOCAL_OR_NULL,
+    "nearest_after": scalar(
+        "string",
+        True,
+        description="when the range names no instant of the schedule: the first one after it",
+    ),
+    "nearest_after_local": LOCAL_OR_NULL,
     "entries": {"type": "array", "items": ref("AuditEntry")},
     "summary": obj(
         {
@@ -171,7 +192,10 @@ AUDIT = {
             "counts": {"type": "object", "additionalProperties": scalar("integer")},
             "problems": scalar("integer"),
             "not_yet_due": scalar("integer"),
-            "complete": scalar("boolean"),
+            "complete": scalar(
+                "boolean", description="false too when the range names no instant of the schedule"
+            ),
+            "instants": scalar("integer", description="instants of the schedule in the range"),
             "line": scalar("string"),
         }
     ),

@@ -18,6 +18,8 @@
     missing: { glyph: "?", label: "missing (no run, no recorded reason)" },
     skipped: { glyph: "–", label: "skipped by a policy" },
     dropped: { glyph: "·", label: "dropped by the catch-up policy" },
+    paused: { glyph: "‖", label: "paused (the job was paused then)" },
+    pruned: { glyph: "·", label: "pruned (older than history_retention)" },
     cancelled: { glyph: "⊘", label: "cancelled" },
     running: { glyph: "▶", label: "running" },
     pending: { glyph: "…", label: "due, not started yet" },
@@ -124,7 +126,7 @@
 
   function renderLegend() {
     const order = ["succeeded", "failed", "running", "pending", "skipped", "dropped",
-      "cancelled", "missing", "stuck"];
+      "cancelled", "paused", "pruned", "missing", "stuck"];
     document.getElementById("legend").replaceChildren(...order.map((look) =>
       el("li", {}, el("span", { class: `cell look-${look}`, "aria-hidden": "true" },
         LOOKS[look].glyph), LOOKS[look].label)));
