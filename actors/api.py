@@ -100,6 +100,15 @@ def _optional(request: web.Request, name: str) -> str | None:
     return value
 
 
+def _flag(request: web.Request, name: str) -> bool:
+    text = request.query.get(name)
+    if text is None:
+        return False
+    if text not in ("true", "false"):
+        raise BadInput(f"{name} must be true or false, got {text!r}")
+    return text == "true"
+
+
 def _required(request: web.Request, name: str) -> str:
     value = request.query.get(name)
     if value is None or not value.strip():
@@ -157,6 +166,7 @@ class OperatorApi:
         get("/api/runs/{run_id}", self.run, allow_head=False)
         get("/api/actions", self.actions, allow_head=False)
         get("/api/grid", self.grid, allow_head=False)
+        get("/api/config/rejected", self.rejected_jobs, allow_head=False)
         post("/api/jobs/{name}/pause", self.pause)
         post("/api/jobs/{name}/resume", self.resume)
         post("/api/jobs/{name}/trigger", self.trigger)
@@ -190,6 +200,9 @@ class OperatorApi:
     async def jobs(self, request: web.Request) -> web.Response:
         return web.json_response(await self.service.jobs())
 
+    async def rejected_jobs(self, request: web.Request) -> web.Response:
+        return web.json_response(await self.service.rejected_jobs())
+
     async def job(self, request: web.Request) -> web.Response:
         recent = _int(request, "recent", 20, high=1000)
         assert recent is not None
@@ -213,6 +226,7 @@ class OperatorApi:
                 until=_optional(request, "until"),
                 limit=limit,
                 cursor=_optional(request, "cursor"),
+                ahead=_flag(request, "ahead"),
             )
         )
 

@@ -63,6 +63,17 @@ def counters() -> dict[str, Any]:
     }
 
 
+async def _rejected_jobs(api: OperatorApi | None) -> list[dict[str, Any]] | None:
+    """The jobs the config file rejected (the operator's record); None while it cannot say."""
+    if api is None:
+        return None
+    try:
+        return await api.service.rejected_jobs()
+    except Exception as exc:  # noqa: BLE001 - the status answers whatever the database does
+        log.debug("status: rejected jobs unknown", error=repr(exc))
+        return None
+
+
 async def status_page(_: web.Request) -> web.FileResponse:
     """The status page (its data comes from the JSON API, fetched by the page)."""
     return web.FileResponse(
@@ -133,7 +144,10 @@ def build_app(
         return web.json_response(rows)
 
     async def status_json(_: web.Request) -> web.Response:
-        return web.json_response({"checks": await ready(), "counters": counters()})
+        checks, config_rejected = await asyncio.gather(ready(), _rejected_jobs(api))
+        return web.json_response(
+            {"checks": checks, "counters": counters(), "config_rejected": config_rejected}
+        )
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)

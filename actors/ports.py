@@ -152,6 +152,16 @@ class JobReading:
 
 
 @dataclass(frozen=True)
+class RejectedJob:
+    """A job the config file declares and the replica refused, in the loader's words."""
+
+    job: str
+    path: str
+    field: str | None
+    error: str
+
+
+@dataclass(frozen=True)
 class ClusterReading:
     """What every replica reports alike: read from the database, not counted locally."""
 
@@ -265,6 +275,14 @@ class ReplicaStore(RunStore, Protocol):
         self, replica_id: str, arguments: dict[str, Any], ok: bool, result: str
     ) -> None:
         """Record a SIGHUP reload as an operator action."""
+        ...
+
+    async def record_rejected_jobs(self, replica_id: str, rejected: Sequence[RejectedJob]) -> None:
+        """Replace the record of the jobs the config file rejected with ``rejected``.
+
+        The last load wins, whichever replica made it, as the last sync's
+        definitions do: the config is the deployment's, not one replica's.
+        """
         ...
 
 

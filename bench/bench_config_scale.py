@@ -109,7 +109,7 @@ async def measure(n_jobs: int, trace: bool) -> dict[str, Any]:
             jobs = JobsConfig(path, loaded, syncs_jobs=True)
             del loaded
             began = time.perf_counter()
-            await jobs.sync_at_start(store)
+            await jobs.sync_at_start(store, "bench")
             result["sync_s"] = time.perf_counter() - began
             result["rss_after_sync"] = _rss_mb()[0]
 

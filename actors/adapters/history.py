@@ -68,11 +68,13 @@ async def record_gaps(
 
 DB_NOW = "SELECT now()"
 
-# One row per job; each figure is one index range of that job's rows.
+# One row per job; each figure is one index range of that job's rows. The last
+# outcome is over instants at or before now: a future run cancelled (by a
+# removal, say) has not happened.
 # The backlog is what is due and not started (pending or claimed, due_at past),
 # apart from the look-ahead the materializer writes ahead of time.
 JOBS_OVERVIEW = """
-SELECT j.id, j.name, j.definition, j.enabled, j.paused, j.created_at,
+SELECT j.id, j.name, j.definition, j.enabled, j.paused, j.created_at, j.history_pruned_through,
        COALESCE(j.planned_since, j.created_at) AS due_since,
        COALESCE(j.definition -> 'schedule' ->> 'timezone', 'UTC') AS timezone,
        b.backlog, b.oldest_due, a.ahead, x.running,
@@ -91,6 +93,7 @@ SELECT j.id, j.name, j.definition, j.enabled, j.paused, j.created_at,
   LEFT JOIN LATERAL (SELECT r.id, r.state, r.outcome, r.error, r.scheduled_at, r.finished_at
                        FROM job_runs r
                       WHERE r.job_id = j.id AND r.state = ANY ($2::text[])
+                        AND r.scheduled_at <= now()
                       ORDER BY r.scheduled_at DESC LIMIT 1) lt ON true
   LEFT JOIN LATERAL (SELECT r.finished_at FROM job_runs r
                       WHERE r.job_id = j.id AND r.state = 'succeeded'
@@ -102,6 +105,9 @@ SELECT j.id, j.name, j.definition, j.enabled, j.paused, j.created_at,
  ORDER BY j.name
 """
 # Newest first, a page at a time: the cursor is the last row's (scheduled_at, id).
+# What has happened (scheduled at or before now) unless $8 asks for the
+# look-ahead too: the rows the materializer writes ahead would otherwise open
+# every listing of a frequent job.
 RUNS_PAGE = """
 SELECT r.id::text AS id, j.name AS job,
        COALESCE(j.definition -> 'schedule' ->> 'timezone', 'UTC') AS timezone,
@@ -114,6 +120,7 @@ SELECT r.id::text AS id, j.name AS job,
    AND ($3::timestamptz IS NULL OR r.scheduled_at >= $3)
    AND ($4::timestamptz IS NULL OR r.scheduled_at <= $4)
    AND ($5::timestamptz IS NULL OR (r.scheduled_at, r.id) < ($5, $6::uuid))
+   AND ($8 OR r.scheduled_at <= now())
  ORDER BY r.scheduled_at DESC, r.id DESC
  LIMIT $7
 """
@@ -131,7 +138,7 @@ SELECT attempt, claim_epoch, worker, started_at, finished_at, outcome, exit_code
   FROM job_run_attempts WHERE run_id = $1::uuid ORDER BY finished_at, claim_epoch
 """
 JOB_BY_NAME = """
-SELECT j.id, j.name, j.definition, j.enabled, j.paused,
+SELECT j.id, j.name, j.definition, j.enabled, j.paused, j.history_pruned_through,
        COALESCE(j.planned_since, j.created_at) AS due_since,
        COALESCE(j.definition -> 'schedule' ->> 'timezone', 'UTC') AS timezone, now() AS now
   FROM jobs j WHERE j.name = $1
@@ -144,6 +151,20 @@ SELECT id::text AS id, scheduled_at, state, trigger, attempt, error, lease_expir
 AUDIT_GAPS = """
 SELECT from_at, to_at, count, reason FROM job_run_gaps
  WHERE job_id = $1 AND from_at <= $3 AND to_at >= $2 ORDER BY from_at
+"""
+# The jobs the config file rejected at the last load (sql/0011). One that is in
+# the catalog and enabled still runs the definition it had before the edit.
+REJECTED_JOBS = """
+SELECT c.job, c.path, c.field, c.error, c.replica, c.recorded_at,
+       COALESCE(j.enabled, false) AS old_definition_running
+  FROM config_rejected_jobs c LEFT JOIN jobs j ON j.name = c.job
+ ORDER BY c.job
+"""
+# A job's pauses and resumes that took effect, in order: the spans the audit
+# calls "paused" rather than "missing".
+PAUSES = """
+SELECT action, at FROM operator_actions
+ WHERE job = $1 AND action IN ('pause', 'resume') AND ok ORDER BY id
 """
 RECORD_ACTION = """
 INSERT INTO operator_actions (actor, via, origin, action, job, run_id, arguments, ok, result)
@@ -200,6 +221,7 @@ class History:
         until: datetime | None = None,
         before: tuple[datetime, str] | None = None,
         limit: int = 50,
+        ahead: bool = False,
     ) -> list[dict[str, Any]]:
         rows = await self._pool.fetch(
             RUNS_PAGE,
@@ -210,6 +232,7 @@ class History:
             before[0] if before else None,
             before[1] if before else None,
             limit,
+            ahead,
         )
         return [dict(r) for r in rows]
 
@@ -247,6 +270,23 @@ class History:
             for r in rows
         ]
         return runs, [Gap(g["from_at"], g["to_at"], g["count"], g["reason"]) for g in gaps]
+
+    async def paused_spans(self, job: str) -> list[tuple[datetime, datetime | None]]:
+        """From each pause to its resume (None: still paused), as the action log says."""
+        spans: list[tuple[datetime, datetime | None]] = []
+        since: datetime | None = None
+        for row in await self._pool.fetch(PAUSES, job):
+            if row["action"] == "pause" and since is None:
+                since = row["at"]
+            elif row["action"] == "resume" and since is not None:
+                spans.append((since, row["at"]))
+                since = None
+        if since is not None:
+            spans.append((since, None))
+        return spans
+
+    async def rejected_jobs(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in await self._pool.fetch(REJECTED_JOBS)]
 
     async def last_action_id(self) -> int:
         last: int = await self._pool.fetchval(LAST_ACTION_ID)

@@ -13,7 +13,7 @@ from actors.domain.definitions import (
     decode_job,
     encode_job,
 )
-from actors.domain.durations import format_duration, parse_duration
+from actors.domain.durations import format_duration, human_duration, parse_duration
 from actors.domain.errors import (
     ClaimdError,
     IllegalTransition,
@@ -107,6 +107,7 @@ __all__ = [
     "encode_job",
     "executor_to_dict",
     "format_duration",
+    "human_duration",
     "load_zone",
     "next_plan",
     "parse_cron",

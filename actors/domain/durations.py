@@ -58,3 +58,26 @@ def format_duration(value: timedelta) -> str:
         if ms % size == 0 and ms >= size:
             return f"{ms // size}{unit}"
     return f"{ms}ms"
+
+
+def human_duration(value: timedelta) -> str:
+    """An elapsed time as an operator reads it: ``250ms``, ``5s``, ``2m 5s``, ``1h 2m``, ``3d 4h``.
+
+    The two largest units (rounded down below the second: a tenth of a second is
+    noise in a run's duration once it runs for minutes).
+    """
+    ms = round(value.total_seconds() * 1000)
+    sign, ms = ("-", -ms) if ms < 0 else ("", ms)
+    if ms < 1000:
+        return f"{sign}{ms}ms"
+    seconds = ms // 1000
+    parts = []
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+        elif parts:
+            parts.append("")  # a zero unit still counts as one of the two shown
+        if len(parts) == 2:
+            break
+    return sign + " ".join(p for p in parts if p)

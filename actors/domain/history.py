@@ -54,6 +54,8 @@ class Status(enum.StrEnum):
     CANCELLED = "cancelled"  # an operator (or a removal) said no
     DROPPED = "dropped"  # no row: the catch-up policy dropped it, recorded as a gap
     MISSING = "missing"  # no row and no recorded reason: a hole in the history
+    PAUSED = "paused"  # no row: the job was paused then (an operator's pause, recorded)
+    PRUNED = "pruned"  # no row: older than history_retention, pruned with its history
     STUCK = "stuck"  # claimed or running, but its lease has expired
     IN_PROGRESS = "in_progress"  # pending, claimed or running within its lease
     EXTRA = "extra"  # a row at an instant the schedule does not name (trigger)
@@ -83,6 +85,10 @@ class Audit:
     entries: list[AuditEntry]
     not_yet_due: int  # instants of the range after the database's now
     counts: dict[str, int] = field(default_factory=dict)
+    named: int = 1  # instants of the schedule in the range, due or not
+    # When the range names no instant: the schedule's nearest ones around it.
+    nearest_before: datetime | None = None
+    nearest_after: datetime | None = None
 
     @property
     def due(self) -> int:
@@ -94,7 +100,14 @@ class Audit:
 
     @property
     def complete(self) -> bool:
-        """Nothing missing, failed, stuck or still unfinished."""
+        """Nothing missing, failed, stuck or still unfinished; and the range names an instant.
+
+        A range the schedule names no instant in answers nothing about "did it
+        run", so it is not complete (an operator asked about a time that is not
+        the job's).
+        """
+        if self.named == 0:
+            return False
         return not any(e.status in PROBLEMS | UNFINISHED for e in self.entries)
 
 
@@ -142,6 +155,8 @@ def audit_range(
     due_since: datetime | None,
     runs: Sequence[RunRecord],
     gaps: Sequence[Gap],
+    paused: Sequence[tuple[datetime, datetime | None]] = (),
+    pruned_through: datetime | None = None,
 ) -> Audit:
     """What became of every instant of ``schedule`` in ``[start, end]`` that was due.
 
@@ -150,6 +165,12 @@ def audit_range(
     whatever else is recorded; an instant with no row is ``dropped`` when a
     recorded gap covers it, else ``missing``. Rows at instants the schedule does
     not name (a trigger at an arbitrary time) are listed as ``extra``.
+
+    An instant with neither a row nor a gap is ``paused`` inside one of the
+    ``paused`` spans (from a pause to its resume, or still paused: None), and
+    ``pruned`` at or before ``pruned_through`` (history retention deleted the
+    job's rows up to there); only otherwise ``missing``. A range that names no
+    instant of the schedule says which are nearest before and after it.
     """
     if end < start:
         raise ValueError(
@@ -172,12 +193,7 @@ def audit_range(
         if run is not None:
             entries.append(_judge(instant, run, now))
             continue
-        gap = next((g for g in ordered_gaps if g.first <= instant <= g.last), None)
-        entries.append(
-            AuditEntry(instant, Status.DROPPED, reason=gap.reason)
-            if gap
-            else AuditEntry(instant, Status.MISSING, reason="no run row and no recorded reason")
-        )
+        entries.append(_without_row(instant, ordered_gaps, paused, pruned_through))
     named = set(instants)
     for run in by_instant.values():
         if run.scheduled_at > now or not start <= run.scheduled_at <= end:
@@ -197,6 +213,9 @@ def audit_range(
             )
     entries.sort(key=lambda e: e.scheduled_at)
     counts = Counter(e.status.value for e in entries)
+    before = after = None
+    if not instants:
+        before, after = nearest_instants(schedule, start, end)
     return Audit(
         start=start,
         end=end,
@@ -204,7 +223,59 @@ def audit_range(
         entries=entries,
         not_yet_due=sum(1 for t in instants if t > now),
         counts=dict(counts),
+        named=len(instants),
+        nearest_before=before,
+        nearest_after=after,
     )
+
+
+# How far the nearest instant before a range is looked for (a yearly cron's
+# previous instant is within a year; a cron that names 29 February, four).
+NEAREST_LOOKBACK = timedelta(days=4 * 366 + 1)
+
+
+def nearest_instants(
+    schedule: CronSchedule | IntervalSchedule, start: datetime, end: datetime
+) -> tuple[datetime | None, datetime | None]:
+    """The schedule's last instant before ``start`` and first after ``end``."""
+    after = take(schedule.fire_times(end, end + NEAREST_LOOKBACK), 1)
+    before: datetime | None = None
+    # Widened fourfold until it holds an instant: the instants enumerated stay
+    # a small multiple of one window's.
+    window = schedule.every if isinstance(schedule, IntervalSchedule) else timedelta(minutes=1)
+    just_before = start - timedelta(microseconds=1)
+    while before is None:
+        found = take(schedule.fire_times(start - window, just_before), MAX_AUDIT_INSTANTS)
+        if found:
+            before = found[-1]
+        elif window >= NEAREST_LOOKBACK:
+            break
+        window *= 4
+    return before, after[0] if after else None
+
+
+def _without_row(
+    instant: datetime,
+    gaps: Sequence[Gap],
+    paused: Sequence[tuple[datetime, datetime | None]],
+    pruned_through: datetime | None,
+) -> AuditEntry:
+    """What became of a due instant that has no run row."""
+    gap = next((g for g in gaps if g.first <= instant <= g.last), None)
+    if gap is not None:
+        return AuditEntry(instant, Status.DROPPED, reason=gap.reason)
+    for since, until in paused:
+        if since <= instant and (until is None or instant < until):
+            end = f"resumed {until.isoformat()}" if until else "still paused"
+            return AuditEntry(instant, Status.PAUSED, reason=f"paused {since.isoformat()}; {end}")
+    if pruned_through is not None and instant <= pruned_through:
+        return AuditEntry(
+            instant,
+            Status.PRUNED,
+            reason="older than history_retention: the job's history up to "
+            f"{pruned_through.isoformat()} was pruned",
+        )
+    return AuditEntry(instant, Status.MISSING, reason="no run row and no recorded reason")
 
 
 def _judge(instant: datetime, run: RunRecord, now: datetime) -> AuditEntry:

@@ -24,6 +24,7 @@ from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from actors.domain.cron import CronExpression, parse_cron
+from actors.domain.durations import format_duration
 from actors.domain.errors import InvalidSchedule
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -232,7 +233,7 @@ class IntervalSchedule:
             k += 1
 
     def describe(self) -> str:
-        return f"every {self.every}"
+        return f"every {format_duration(self.every)}"
 
 
 def _micros(delta: timedelta) -> int:

@@ -118,6 +118,12 @@ ACTOR_OUTAGES = Counter(
 )
 ACTOR_RESTARTS = Counter("claimd_actor_restarts_total", "Actor crashes restarted", ["actor"])
 CONFIG_JOB_ERRORS = Gauge("claimd_config_job_errors", "Jobs in the config file that are invalid")
+CONFIG_JOB_REJECTED = Gauge(
+    "claimd_config_job_rejected",
+    "1 for each job the config file declares and this replica refused at its last load "
+    "(start or reload); a rejected edit of a running job leaves its old definition running",
+    [JOB_LABEL],
+)
 RUNS_IN_FLIGHT = Gauge("claimd_worker_runs_in_flight", "Runs executing on this worker")
 CLOCK_SKEW = Gauge(
     "claimd_clock_skew_seconds",

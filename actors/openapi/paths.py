@@ -155,7 +155,8 @@ PATHS: dict[str, Any] = {
     "/api/runs": {
         "get": {
             "operationId": "listRuns",
-            "summary": "Runs, newest first, filtered and paginated",
+            "summary": "Runs that have happened (look-ahead rows on request), newest first, "
+            "filtered and paginated",
             "parameters": [
                 _param("job", "query", scalar("string", minLength=1), "only this job's runs"),
                 _param(
@@ -177,6 +178,13 @@ PATHS: dict[str, Any] = {
                     "query",
                     scalar("string", minLength=1),
                     "next_cursor of the previous page",
+                ),
+                _param(
+                    "ahead",
+                    "query",
+                    scalar("string", enum=["true", "false"]),
+                    "true: include the runs written ahead of time, not yet due (default false: "
+                    "what has happened, scheduled at or before now)",
                 ),
             ],
             "responses": {
@@ -229,6 +237,18 @@ PATHS: dict[str, Any] = {
                 _param("job", "query", scalar("string", minLength=1), "only this job"),
             ],
             "responses": {**_ok(ref("Grid"), "the grid"), **_errors(*READ_ERRORS)},
+        }
+    },
+    "/api/config/rejected": {
+        "get": {
+            "operationId": "listRejectedJobs",
+            "summary": "The jobs the config file rejected at its last load (start or reload), "
+            "with the error; a rejected edit of a job in the catalog leaves its old "
+            "definition running",
+            "responses": {
+                **_ok({"type": "array", "items": ref("RejectedJob")}, "the rejected jobs"),
+                **_errors(503),
+            },
         }
     },
     "/api/status": {

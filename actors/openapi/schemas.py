@@ -17,6 +17,8 @@ STATUSES = [
     "cancelled",
     "dropped",
     "missing",
+    "paused",
+    "pruned",
     "stuck",
     "in_progress",
     "extra",
@@ -96,6 +98,34 @@ JOB = {
     "last_success_local": LOCAL_OR_NULL,
     "failures_24h": scalar("integer"),
     "due_since": TIME_OR_NULL,
+    "config_rejected": {
+        "oneOf": [
+            {"type": "null"},
+            obj(
+                {
+                    "path": scalar("string"),
+                    "field": scalar("string", True),
+                    "error": scalar("string"),
+                    "recorded_at": TIME,
+                }
+            ),
+        ],
+        "description": "the config file's rejected edit of this job (its old definition "
+        "keeps running), or null",
+    },
+}
+REJECTED_JOB = {
+    "job": scalar("string"),
+    "path": scalar("string", description="the config file"),
+    "field": scalar("string", True),
+    "error": scalar("string"),
+    "replica": scalar("string", description="the replica whose load found it"),
+    "recorded_at": TIME,
+    "old_definition_running": scalar(
+        "boolean",
+        description="the job is in the catalog and enabled: the definition it had before the "
+        "rejected edit keeps running (false: the job does not run at all)",
+    ),
 }
 ATTEMPT = {
     "attempt": scalar("integer"),
@@ -103,9 +133,16 @@ ATTEMPT = {
     "worker": scalar("string", True),
     "started_at": TIME_OR_NULL,
     "finished_at": TIME_OR_NULL,
-    "outcome": scalar("string"),
+    "outcome": scalar(
+        "string",
+        description="the attempt's verdict; 'running' for the attempt running now, "
+        "'cancelled' for one the run's cancel ended",
+    ),
     "exit_code": scalar("integer", True),
     "error": scalar("string", True),
+    "duration_s": scalar(
+        "number", True, description="seconds from start to verdict (so far, while running)"
+    ),
 }
 AUDIT_ENTRY = {
     "scheduled_at": TIME,
@@ -136,6 +173,18 @@ AUDIT = {
     "to_local": scalar("string"),
     "now": TIME,
     "due_since": TIME_OR_NULL,
+    "nearest_before": scalar(
+        "string",
+        True,
+        description="when the range names no instant of the schedule: the last one before it",
+    ),
+    "nearest_before_local": LOCAL_OR_NULL,
+    "nearest_after": scalar(
+        "string",
+        True,
+        description="when the range names no instant of the schedule: the first one after it",
+    ),
+    "nearest_after_local": LOCAL_OR_NULL,
     "entries": {"type": "array", "items": ref("AuditEntry")},
     "summary": obj(
         {
@@ -143,7 +192,10 @@ AUDIT = {
             "counts": {"type": "object", "additionalProperties": scalar("integer")},
             "problems": scalar("integer"),
             "not_yet_due": scalar("integer"),
-            "complete": scalar("boolean"),
+            "complete": scalar(
+                "boolean", description="false too when the range names no instant of the schedule"
+            ),
+            "instants": scalar("integer", description="instants of the schedule in the range"),
             "line": scalar("string"),
         }
     ),
@@ -212,6 +264,11 @@ STATUS = {
             "deliveries_skipped_by_reason": {"type": "object", "additionalProperties": COUNTER},
         }
     ),
+    "config_rejected": {
+        "oneOf": [{"type": "null"}, {"type": "array", "items": ref("RejectedJob")}],
+        "description": "the jobs the config file rejected at its last load (null while the "
+        "database cannot say)",
+    },
 }
 
 SCHEMAS: dict[str, Any] = {
@@ -246,6 +303,7 @@ SCHEMAS: dict[str, Any] = {
         }
     ),
     "Status": obj(STATUS),
+    "RejectedJob": obj(REJECTED_JOB),
     "ActionResult": obj(
         ACTION_RESULT,
         optional=("scheduled_at", "scheduled_instant", "added", "existing", "instants"),

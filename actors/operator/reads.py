@@ -62,16 +62,32 @@ class OperatorReads:
             raise NotFound(f"no job named {name!r}")
         return row
 
+    async def rejected_jobs(self) -> list[dict[str, Any]]:
+        """The jobs the config file rejected at its last load, with the loader's error.
+
+        ``old_definition_running``: the job is in the catalog, so the definition
+        it had before the rejected edit keeps running; otherwise it never runs
+        until the file is fixed and reloaded.
+        """
+        return [
+            {**r, "recorded_at": iso(r["recorded_at"])} for r in await self.history.rejected_jobs()
+        ]
+
     async def jobs(self, name: str | None = None) -> list[dict[str, Any]]:
-        """Every job (or one): schedule, next fire, backlog, last outcome, last success."""
+        """Every job (or one): schedule, next fire, backlog, last outcome, last success.
+
+        ``config_rejected``: the config file's rejected edit of this job (its
+        old definition keeps running), or None.
+        """
         now = await self.history.now()
+        rejected = {r["job"]: r for r in await self.rejected_jobs()}
         out = []
         for row in await self.history.jobs(name):
             schedule = schedule_of(row["definition"])
             zone = zone_of(schedule)
             upcoming = (
                 take(schedule.fire_times(now, now + timedelta(days=3660)), 1)
-                if row["enabled"]
+                if row["enabled"] and not row["paused"]
                 else []
             )
             nxt = upcoming[0] if upcoming else None
@@ -95,8 +111,10 @@ class OperatorReads:
                     "timezone": zone_name(schedule),
                     "next_fire": iso(nxt),
                     "next_fire_local": local(nxt, zone),
-                    "backlog": row["backlog"],
-                    "oldest_due": iso(row["oldest_due"]),
+                    # While paused nothing is claimed: nothing is overdue (as the
+                    # claimd_job_overdue_runs metric says).
+                    "backlog": 0 if row["paused"] else row["backlog"],
+                    "oldest_due": None if row["paused"] else iso(row["oldest_due"]),
                     "ahead": row["ahead"],
                     "running": row["running"],
                     "pending": row["backlog"] + row["ahead"],
@@ -105,6 +123,7 @@ class OperatorReads:
                     "last_success_local": local(row["last_success"], zone),
                     "failures_24h": row["failures_24h"],
                     "due_since": iso(row["due_since"]),
+                    "config_rejected": _rejection(rejected.get(row["name"])),
                 }
             )
         return out
@@ -126,8 +145,13 @@ class OperatorReads:
         until: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
+        ahead: bool = False,
     ) -> dict[str, Any]:
-        """Runs newest first; ``next_cursor`` continues the listing."""
+        """Runs newest first; ``next_cursor`` continues the listing.
+
+        What has happened: runs scheduled at or before now, unless ``ahead``
+        asks for the materializer's look-ahead rows too.
+        """
         wanted = check_states(states)
         limit = check_limit(limit)
         before = decode_cursor(cursor) if cursor else None
@@ -142,7 +166,13 @@ class OperatorReads:
         if start and end and end < start:
             raise Unprocessable(f"until ({iso(end)}) is before since ({iso(start)})")
         rows = await self.history.runs(
-            job_id=job_id, states=wanted, since=start, until=end, before=before, limit=limit + 1
+            job_id=job_id,
+            states=wanted,
+            since=start,
+            until=end,
+            before=before,
+            limit=limit + 1,
+            ahead=ahead,
         )
         more = len(rows) > limit
         rows = rows[:limit]
@@ -163,8 +193,17 @@ class OperatorReads:
             row["lease_expires_at"] is not None and row["lease_expires_at"] < row["now"]
         )
         out["attempts"] = [
-            {**a, "started_at": iso(a["started_at"]), "finished_at": iso(a["finished_at"])}
-            for a in attempts
+            {
+                **a,
+                "started_at": iso(a["started_at"]),
+                "finished_at": iso(a["finished_at"]),
+                # The running attempt: how long it has run so far.
+                "duration_s": _seconds(
+                    a["started_at"],
+                    a["finished_at"] or (row["now"] if a["outcome"] == "running" else None),
+                ),
+            }
+            for a in [*attempts, *unrecorded_attempt(row, attempts)]
         ]
         return out
 
@@ -183,6 +222,8 @@ class OperatorReads:
                 now,
                 row["due_since"],
                 *await self.history.audit_records(row["id"], first, last, 200_000),
+                paused=await self.history.paused_spans(job),
+                pruned_through=row["history_pruned_through"],
             )
         except RangeTooLarge as exc:
             raise Unprocessable(str(exc)) from None
@@ -212,7 +253,15 @@ class OperatorReads:
             zone = zone_of(schedule)
             start = last_instants_start(schedule, now, row["due_since"], instants)
             records = await self.history.audit_records(row["id"], start, now, MAX_AUDIT_INSTANTS)
-            result = audit_range(schedule, start, now, now, row["due_since"], *records)
+            result = audit_range(
+                schedule,
+                start,
+                now,
+                now,
+                row["due_since"],
+                *records,
+                pruned_through=row["history_pruned_through"],
+            )
             cells = [
                 {
                     "scheduled_at": iso(e.scheduled_at),
@@ -246,6 +295,47 @@ class OperatorReads:
             return []  # no job has such a name, so no action names it
         rows = await self.history.actions(job=job, before=before, limit=limit)
         return [{**r, "at": iso(r["at"]), "arguments": json.loads(r["arguments"])} for r in rows]
+
+
+def unrecorded_attempt(
+    row: dict[str, Any], recorded: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The run's current attempt when ``job_run_attempts`` has no verdict of it (yet).
+
+    A verdict is written when an attempt finishes: the one running now has none,
+    and neither has one cancelled while it ran (the cancel ends the run, not the
+    attempt). Its claim epoch tells it apart from the attempts recorded.
+    """
+    if row["started_at"] is None or any(a["claim_epoch"] == row["claim_epoch"] for a in recorded):
+        return []
+    if row["state"] == "running":
+        outcome, finished = "running", None
+    elif row["state"] == "cancelled":
+        outcome, finished = "cancelled", row["finished_at"]
+    else:
+        return []
+    return [
+        {
+            "attempt": row["attempt"],
+            "claim_epoch": row["claim_epoch"],
+            "worker": row["lease_owner"],
+            "started_at": row["started_at"],
+            "finished_at": finished,
+            "outcome": outcome,
+            "exit_code": None,
+            "error": row["error"] if outcome == "cancelled" else None,
+        }
+    ]
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    return None if start is None or end is None else (end - start).total_seconds()
+
+
+def _rejection(found: dict[str, Any] | None) -> dict[str, Any] | None:
+    if found is None:
+        return None
+    return {k: found[k] for k in ("path", "field", "error", "recorded_at")}
 
 
 def last_instants_start(

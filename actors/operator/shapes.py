@@ -139,6 +139,11 @@ def audit_json(
         "to_local": local(audit.end, zone),
         "now": iso(now),
         "due_since": iso(audit.due_since),
+        # When the range names no instant of the schedule: the nearest ones.
+        "nearest_before": iso(audit.nearest_before),
+        "nearest_before_local": local(audit.nearest_before, zone),
+        "nearest_after": iso(audit.nearest_after),
+        "nearest_after_local": local(audit.nearest_after, zone),
         "entries": entries,
         "summary": {
             "due": audit.due,
@@ -146,13 +151,33 @@ def audit_json(
             "problems": audit.problems,
             "not_yet_due": audit.not_yet_due,
             "complete": audit.complete,
-            "line": summary_line(job, audit),
+            "instants": audit.named,
+            "line": summary_line(job, audit, zone),
         },
     }
 
 
-def summary_line(job: str, audit: Audit) -> str:
+def summary_line(job: str, audit: Audit, zone: tzinfo = UTC) -> str:
+    if audit.named == 0:
+        asked = (
+            f"{_wall(audit.start, zone)}"
+            if audit.start == audit.end
+            else f"{_wall(audit.start, zone)} to {_wall(audit.end, zone)}"
+        )
+        what = "is not an instant" if audit.start == audit.end else "holds no instant"
+        return (
+            f"{job}: {asked} {what} of the schedule; nearest before: "
+            f"{_wall(audit.nearest_before, zone)}, after: {_wall(audit.nearest_after, zone)}"
+            " -- NOT AN INSTANT"
+        )
     shown = [f"{n} {s}" for s, n in sorted(audit.counts.items(), key=lambda kv: -kv[1])]
     verdict = "complete" if audit.complete else "INCOMPLETE"
     tail = f"; {audit.not_yet_due} not yet due" if audit.not_yet_due else ""
     return f"{job}: {audit.due} due instants: {', '.join(shown) or 'none'}{tail} -- {verdict}"
+
+
+def _wall(value: datetime | None, zone: tzinfo) -> str:
+    """An instant in the job's zone, to the second, for a sentence."""
+    if value is None:
+        return "none"
+    return value.astimezone(zone).replace(microsecond=0).isoformat(sep=" ")

@@ -3,7 +3,8 @@
 Exit status (the same for every command):
   0  done; the audit is complete
   1  failed or incomplete: the audit found a missing, failed or stuck run, or a run
-     not finished yet; the replica refused a reload
+     not finished yet, or the range names no instant of the schedule; the replica
+     refused a reload
   2  usage or bad input: a bad time (a trigger of an instant after now), run id, state,
      range, URL, token or config file
   3  nothing to do, or not found: no such job or run; the run is already finished;
@@ -57,7 +58,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def _fail(exc: BaseException, code: int) -> int:
-    print(f"error: {' '.join(str(exc).split()) or type(exc).__name__}", file=sys.stderr)
+    message = render.terminal_safe(" ".join(str(exc).split()) or type(exc).__name__)
+    print(f"error: {message}", file=sys.stderr)
     return code
 
 
@@ -81,7 +83,9 @@ async def _run(command: Command, args: argparse.Namespace) -> int:
         return _fail(exc, 1)
     finally:
         await backend.close()
-    print(json.dumps(payload, indent=2) if args.json else text)
+    # JSON escapes control characters itself; a table or a run's output is the
+    # job's text, and reaches the terminal escaped (render.terminal_safe).
+    print(json.dumps(payload, indent=2) if args.json else render.terminal_safe(text))
     return code
 
 
@@ -105,7 +109,10 @@ def _command(command: Command) -> Callable[[argparse.Namespace], int]:
 async def jobs(backend: Backend, args: argparse.Namespace) -> Result:
     rows = await backend.get("jobs")
     rows = rows if args.all else [j for j in rows if j["enabled"]]
-    return rows, render.jobs(rows), 0
+    # `--json` prints the API's job list as it is; the table adds the jobs the
+    # config file rejected (GET /api/config/rejected), new ones included.
+    rejected = [] if args.json else await backend.get("rejected_jobs")
+    return rows, render.jobs(rows, rejected), 0
 
 
 async def runs(backend: Backend, args: argparse.Namespace) -> Result:
@@ -118,6 +125,7 @@ async def runs(backend: Backend, args: argparse.Namespace) -> Result:
         until=args.until,
         limit=args.limit,
         cursor=args.cursor,
+        ahead=args.ahead,
     )
     return page, render.runs(page), 0
 
@@ -263,7 +271,7 @@ def register(sub: Any) -> None:
         jobs,
     )
     p.add_argument("--all", action="store_true", help="include jobs removed from the config")
-    p = command("runs", "runs, newest first", runs)
+    p = command("runs", "runs that have happened (scheduled at or before now), newest first", runs)
     p.add_argument("job", nargs="?", help="only this job's runs")
     p.add_argument(
         "--state",
@@ -276,6 +284,12 @@ def register(sub: Any) -> None:
     p.add_argument("--until", help="scheduled at or before (the job's zone; UTC without JOB)")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--cursor", help="continue a listing where the previous page ended")
+    p.add_argument(
+        "--ahead",
+        action="store_true",
+        help="include the runs written ahead of time, not yet due (default: what has happened, "
+        "scheduled at or before now)",
+    )
     p = command("show", "one run: attempts and verdicts, errors, output tail, lease, epoch", show)
     p.add_argument("run_id")
     p = command(

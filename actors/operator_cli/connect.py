@@ -181,6 +181,7 @@ _READS = {
     "run": ("/api/runs/{run_id}", ("run_id",)),
     "audit": ("/api/jobs/{job}/audit", ("job",)),
     "actions": ("/api/actions", ()),
+    "rejected_jobs": ("/api/config/rejected", ()),
 }
 _ACTIONS = {
     "pause": "/api/jobs/{job}/pause",
@@ -237,6 +238,8 @@ class HttpBackend:
             if value is None:
                 continue
             name = _QUERY_NAMES.get(key, key)
+            if isinstance(value, bool):  # the API's flags are "true" / "false"
+                value = "true" if value else "false"
             values = value if isinstance(value, list | tuple) else [value]
             query.extend((name, str(v)) for v in values)
         return await self._call("GET", path, params=query)

@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from actors.domain import human_duration
+
 MAX_CELL = 60
+UNFINISHED = ("pending", "claimed", "running")
+
+
+# What a terminal would act on rather than show: C0 controls but newline and
+# tab (ESC starts colour, cursor and title sequences; CR overwrites a line),
+# DEL, the C1 controls (U+009B is a one-character CSI) and the bidirectional
+# overrides that reorder what is shown. Job output and errors are the job's
+# text, not ours: they are shown escaped, never interpreted.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character a terminal would act on written as an escape."""
+    return _CONTROLS.sub(_escaped, text)
 
 
 def _cell(value: Any) -> str:
-    text = "-" if value is None or value == "" else str(value)
+    text = "-" if value is None or value == "" else terminal_safe(str(value))
     text = " ".join(text.split())  # one line per row, whatever the error looked like
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
@@ -32,6 +54,11 @@ def when(value: str | None) -> str:
     return text.removesuffix("+00:00") + "Z" if text.endswith("+00:00") else text
 
 
+def took(seconds: float | None) -> str:
+    """``5s``, ``2m 5s``: never ``0:00:05``."""
+    return "-" if seconds is None else human_duration(timedelta(seconds=seconds))
+
+
 def _outcome(last: dict[str, Any] | None) -> str:
     if not last:
         return "never ran"
@@ -39,8 +66,16 @@ def _outcome(last: dict[str, Any] | None) -> str:
     return f"{text}: {last['error']}" if last.get("error") else text
 
 
-def jobs(rows: list[dict[str, Any]]) -> str:
-    if not rows:
+def _job_state(j: dict[str, Any]) -> str:
+    state = "removed" if not j["enabled"] else ("paused" if j["paused"] else "active")
+    return f"{state}, edit rejected" if j.get("config_rejected") else state
+
+
+def jobs(rows: list[dict[str, Any]], rejected: Sequence[dict[str, Any]] = ()) -> str:
+    """The jobs table; then the jobs the config file rejected, each with its error."""
+    listed = {j["name"] for j in rows}
+    new = [r for r in rejected if r["job"] not in listed]
+    if not rows and not rejected:
         return "no jobs"
     body = [
         [
@@ -51,13 +86,14 @@ def jobs(rows: list[dict[str, Any]]) -> str:
             when(j["next_fire_local"]),
             _outcome(j["last_outcome"]),
             when(j["last_success"]),
-            j["backlog"],
+            "-" if j["paused"] else j["backlog"],
             j["ahead"],
-            "removed" if not j["enabled"] else ("paused" if j["paused"] else "active"),
+            _job_state(j),
         ]
         for j in rows
     ]
-    return table(
+    body += [[r["job"], *["-"] * 8, "rejected"] for r in new]
+    text = table(
         [
             "JOB",
             "SCHEDULE",
@@ -72,6 +108,18 @@ def jobs(rows: list[dict[str, Any]]) -> str:
         ],
         body,
     )
+    if rejected:
+        lines = ["", "rejected by the config file (fix the file, then `claimd reload`):"]
+        for r in rejected:
+            field = f"field {r['field']!r}: " if r["field"] else ""
+            verdict = (
+                "the old definition keeps running" if r["old_definition_running"] else "not running"
+            )
+            lines.append(
+                f"  {r['job']}: {r['path']}: {field}{' '.join(r['error'].split())} -- {verdict}"
+            )
+        text += "\n" + "\n".join(lines)
+    return text
 
 
 def runs(page: dict[str, Any]) -> str:
@@ -117,13 +165,18 @@ def run(r: dict[str, Any]) -> str:
         if r["lease_owner"]
         else "-"
     )
+    outcome, error = r["outcome"], r["error"]
+    if r["state"] in UNFINISHED and r["attempt"] > 1 and (outcome or error):
+        # The run row keeps the previous attempt's verdict until this one's.
+        outcome = f"none yet (attempt {r['attempt'] - 1}: {outcome or '-'})"
+        error = f"attempt {r['attempt'] - 1}: {error}" if error else None
     fields = [
         ("run", r["id"]),
         ("job", r["job"]),
         ("scheduled", f"{when(r['scheduled_at'])}  ({when(r['scheduled_local'])} {r['timezone']})"),
         ("state", r["state"]),
-        ("outcome", r["outcome"]),
-        ("error", r["error"]),
+        ("outcome", outcome),
+        ("error", error),
         ("trigger", r["trigger"]),
         ("attempt", r["attempt"]),
         ("claim epoch", r["claim_epoch"]),
@@ -144,6 +197,7 @@ def run(r: dict[str, Any]) -> str:
                 "WORKER",
                 "STARTED (UTC)",
                 "FINISHED (UTC)",
+                "TOOK",
                 "VERDICT",
                 "EXIT",
                 "ERROR",
@@ -155,6 +209,7 @@ def run(r: dict[str, Any]) -> str:
                     a["worker"],
                     when(a["started_at"]),
                     when(a["finished_at"]),
+                    took(a.get("duration_s")),
                     a["outcome"],
                     a["exit_code"],
                     a["error"],
@@ -163,7 +218,7 @@ def run(r: dict[str, Any]) -> str:
             ],
         )
         if attempts
-        else "no attempt has reached a verdict"
+        else "no attempt has started"
     )
     if r["output_tail"]:
         lines += ["", "output (tail):", r["output_tail"].rstrip("\n")]

@@ -9,8 +9,14 @@ from pathlib import Path
 
 from actors.config import ConfigError, ConfigErrors, LoadedConfig, load_config
 from actors.domain import Job
-from actors.observability import CONFIG_JOB_ERRORS, get_logger, init_job_series, redact
-from actors.ports import ReplicaStore
+from actors.observability import (
+    CONFIG_JOB_ERRORS,
+    CONFIG_JOB_REJECTED,
+    get_logger,
+    init_job_series,
+    redact,
+)
+from actors.ports import RejectedJob, ReplicaStore
 
 log = get_logger("replica")
 
@@ -32,7 +38,7 @@ class JobsConfig:
     async def reload(self, store: ReplicaStore, replica_id: str) -> bool:
         """Reread the file; a file with any error changes nothing. Recorded as an action."""
         async with self._reloading:  # two SIGHUPs in a row reload one after the other
-            ok = await self._reload(store)
+            ok = await self._reload(store, replica_id)
         try:  # the record `claimd reload` waits for; a reload never fails for want of it
             await store.record_reload(
                 replica_id,
@@ -44,14 +50,25 @@ class JobsConfig:
             log.warning("reload not recorded", error=redact(repr(exc)))
         return ok
 
-    async def _reload(self, store: ReplicaStore) -> bool:
+    async def _reload(self, store: ReplicaStore, replica_id: str) -> bool:
         try:
             loaded = load_config(self.path)
-            loaded.raise_for_errors()
-        except (ConfigError, ConfigErrors) as exc:
+        except ConfigError as exc:
+            # The file as a whole is unreadable (TOML, [claimd]): which jobs it
+            # rejects is unknown, so the last load's record stands.
             log.error(
                 "reload rejected; running jobs unchanged", path=str(self.path), errors=str(exc)
             )
+            return False
+        if loaded.errors:
+            log.error(
+                "reload rejected; running jobs unchanged",
+                path=str(self.path),
+                errors=str(ConfigErrors(loaded.errors)),
+            )
+            # Refused as a whole: every job runs as before, and the jobs this file
+            # gets wrong are what an operator must fix before the next reload.
+            await self._rejected(store, replica_id, loaded)
             return False
         # Materializers plan from the stored definitions, and write only while a
         # plan's definition is still the stored one: a tick racing this sync, here
@@ -66,11 +83,34 @@ class JobsConfig:
         self.jobs = dict(loaded.jobs)
         init_job_series(self.jobs)
         self.loaded = dataclasses.replace(loaded, settings=self.loaded.settings)
-        CONFIG_JOB_ERRORS.set(0)
+        await self._rejected(store, replica_id, loaded)
         log.info("reloaded", path=str(self.path), changes=changes)
         return True
 
-    async def sync_at_start(self, store: ReplicaStore) -> None:
+    async def _rejected(self, store: ReplicaStore, replica_id: str, loaded: LoadedConfig) -> None:
+        """The jobs this load rejected, in the metrics and (a scheduler's) in the database.
+
+        Written wherever the config is read, so `claimd jobs`, the API and the
+        status page name them whichever process asks; never a reason for the
+        load itself to fail.
+        """
+        rejected = [
+            RejectedJob(job=e.job, path=e.path, field=e.field_name, error=e.message)
+            for e in loaded.errors
+            if e.job is not None
+        ]
+        CONFIG_JOB_ERRORS.set(len(loaded.errors))
+        CONFIG_JOB_REJECTED.clear()
+        for r in rejected:
+            CONFIG_JOB_REJECTED.labels(r.job).set(1)
+        if not self.syncs_jobs:
+            return
+        try:
+            await store.record_rejected_jobs(replica_id, rejected)
+        except Exception as exc:  # noqa: BLE001 - the metric and the log still say it
+            log.warning("rejected jobs not recorded", error=redact(repr(exc)))
+
+    async def sync_at_start(self, store: ReplicaStore, replica_id: str) -> None:
         """The jobs as the file says at start; invalid ones are logged and kept as they are."""
         for error in self.loaded.errors:
             log.error(
@@ -80,9 +120,9 @@ class JobsConfig:
                 field=error.field_name,
                 error=error.message,
             )
-        CONFIG_JOB_ERRORS.set(len(self.loaded.errors))
         if self.syncs_jobs:
             changes = await store.sync_jobs(
                 list(self.jobs.values()), keep=[e.job for e in self.loaded.errors if e.job]
             )
             log.info("jobs synced", jobs=len(self.jobs), changes=changes)
+        await self._rejected(store, replica_id, self.loaded)

@@ -202,7 +202,7 @@ class Replica:
             await store.close()
 
     async def _run_with(self, store: ReplicaStore) -> None:
-        await self._jobs.sync_at_start(store)
+        await self._jobs.sync_at_start(store, self.replica_id)
         # Whatever fails while connecting to NATS is worth waiting out (an
         # authorization error too is logged with every retry).
         broker = await until_connected(

@@ -18,6 +18,8 @@
     missing: { glyph: "?", label: "missing (no run, no recorded reason)" },
     skipped: { glyph: "–", label: "skipped by a policy" },
     dropped: { glyph: "·", label: "dropped by the catch-up policy" },
+    paused: { glyph: "‖", label: "paused (the job was paused then)" },
+    pruned: { glyph: "·", label: "pruned (older than history_retention)" },
     cancelled: { glyph: "⊘", label: "cancelled" },
     running: { glyph: "▶", label: "running" },
     pending: { glyph: "…", label: "due, not started yet" },
@@ -106,9 +108,25 @@
         el("dt", {}, name), el("dd", {}, String(value === undefined ? "—" : value)))));
   }
 
+  // The jobs the config file rejected at its last load: a new one never runs,
+  // a broken edit of a running one leaves its old definition running.
+  function renderRejected(status) {
+    const rejected = status.config_rejected || [];
+    const section = document.getElementById("rejected");
+    section.hidden = rejected.length === 0;
+    document.getElementById("rejected-list").replaceChildren(...rejected.map((r) =>
+      el("li", { class: "rejected-job", "data-job": r.job },
+        el("strong", {}, r.job), " ",
+        el("span", { class: `badge ${r.old_definition_running ? "paused" : "look-failed"}`,
+          "data-role": "rejected-verdict" },
+        r.old_definition_running ? "the old definition keeps running" : "not running"),
+        el("pre", { class: "error", "data-role": "rejected-error" },
+          `${r.path}${r.field ? `: field '${r.field}'` : ""}: ${r.error}`))));
+  }
+
   function renderLegend() {
     const order = ["succeeded", "failed", "running", "pending", "skipped", "dropped",
-      "cancelled", "missing", "stuck"];
+      "cancelled", "paused", "pruned", "missing", "stuck"];
     document.getElementById("legend").replaceChildren(...order.map((look) =>
       el("li", {}, el("span", { class: `cell look-${look}`, "aria-hidden": "true" },
         LOOKS[look].glyph), LOOKS[look].label)));
@@ -169,6 +187,10 @@
     const badges = [];
     if (job.paused) badges.push(el("span", { class: "badge paused" }, "paused"));
     if (!job.enabled) badges.push(el("span", { class: "badge removed" }, "removed"));
+    if (job.config_rejected) {
+      badges.push(el("span", { class: "badge look-failed", "data-role": "edit-rejected",
+        title: `${job.config_rejected.error} (the old definition keeps running)` }, "edit rejected"));
+    }
     const words = grid ? grid.schedule_words : job.schedule;
     const backlogCls = job.backlog > 0 ? "warn" : "";
     const oldest = job.backlog > 0 && job.oldest_due ? `oldest due ${ago(job.oldest_due)}` : null;
@@ -193,6 +215,7 @@
   function render(jobs, grid, status) {
     renderHealth(status);
     renderCounters(status);
+    renderRejected(status);
     const byName = new Map((grid ? grid.jobs : []).map((g) => [g.name, g]));
     const focused = document.activeElement && document.activeElement.dataset
       ? document.activeElement.dataset : null;

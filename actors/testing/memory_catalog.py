@@ -19,6 +19,7 @@ from actors.ports import (
     JobReading,
     JobState,
     Materialized,
+    RejectedJob,
     StoreUnavailable,
 )
 from actors.testing.memory_rows import AttemptRow, JobRow, RunRow, must_not_run
@@ -38,6 +39,7 @@ class InMemoryJobCatalog:
     jobs: dict[str, JobRow] = field(default_factory=dict)
     runs: dict[str, RunRow] = field(default_factory=dict)
     attempts: list[AttemptRow] = field(default_factory=list)
+    rejected: dict[str, RejectedJob] = field(default_factory=dict)
     actions: list[dict[str, Any]] = field(default_factory=list)
     gaps: list[tuple[str, Gap]] = field(default_factory=list)  # (job, instants dropped)
     outage: Exception | None = None
@@ -166,6 +168,11 @@ class InMemoryJobCatalog:
                 "result": result,
             }
         )
+
+    async def record_rejected_jobs(self, replica_id: str, rejected: Sequence[RejectedJob]) -> None:
+        """CLEAR_REJECTED_JOBS, RECORD_REJECTED_JOBS: the last load's set, whole."""
+        self._now()
+        self.rejected = {r.job: r for r in rejected}
 
     # -- the job catalog --------------------------------------------------------------
 

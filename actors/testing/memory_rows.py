@@ -29,6 +29,7 @@ class JobRow:
     paused: bool = False
     materialized_until: datetime | None = None
     created_at: datetime | None = None
+    history_pruned_through: datetime | None = None
 
 
 @dataclass

@@ -184,7 +184,8 @@ class InMemoryRunStore(InMemoryJobCatalog):
         return len(orphaned)
 
     async def prune_history(self, older_than: timedelta, batch: int) -> int:
-        """PRUNE_HISTORY: up to ``batch`` terminal runs finished before now - older_than."""
+        """PRUNE_HISTORY: up to ``batch`` terminal runs finished before now - older_than; the
+        job's history_pruned_through moves to the latest instant deleted."""
         now = self._now()
         old = [
             r.id
@@ -192,7 +193,10 @@ class InMemoryRunStore(InMemoryJobCatalog):
             if r.state.terminal and r.finished_at is not None and r.finished_at < now - older_than
         ][:batch]
         for run_id in old:
-            del self.runs[run_id]
+            run = self.runs.pop(run_id)
+            job = self.jobs[run.job]
+            if job.history_pruned_through is None or run.scheduled_at > job.history_pruned_through:
+                job.history_pruned_through = run.scheduled_at
         return len(old)
 
     # -- the worker's statements -------------------------------------------------------

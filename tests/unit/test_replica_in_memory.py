@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from actors.config import LoadedConfig, parse_config
 from actors.domain import ExecutionResult, ExecutorSpec, Outcome, RunContext, RunState
@@ -207,7 +208,7 @@ async def test_a_reload_with_errors_changes_nothing_and_is_recorded(tmp_path: Pa
     store = InMemoryRunStore(ManualClock())
     loaded = config(tmp_path)
     jobs = JobsConfig(tmp_path / "claimd.toml", loaded, syncs_jobs=True)
-    await jobs.sync_at_start(store)
+    await jobs.sync_at_start(store, "replica-a")
     assert set(store.jobs) == {"tick", "tock"}
     path = tmp_path / "claimd.toml"
     path.write_text(
@@ -215,10 +216,17 @@ async def test_a_reload_with_errors_changes_nothing_and_is_recorded(tmp_path: Pa
     )
     assert await jobs.reload(store, "replica-a") is False
     assert set(jobs.jobs) == {"tick", "tock"}
+    # The refused file's bad job is on record and in the metric until a reload fixes it.
+    assert [(r.job, r.field) for r in store.rejected.values()] == [("broken", "every")]
+    assert REGISTRY.get_sample_value("claimd_config_job_rejected", {"claimd_job": "broken"}) == 1
+    assert REGISTRY.get_sample_value("claimd_config_job_errors") == 1
     path.write_text(path.read_text().split("[jobs.tock]")[0])  # tock gone, broken too
     assert await jobs.reload(store, "replica-a") is True
     assert set(jobs.jobs) == {"tick"}
     assert [j.name for j in store.jobs.values() if j.enabled] == ["tick"]
+    assert store.rejected == {}
+    assert REGISTRY.get_sample_value("claimd_config_job_rejected", {"claimd_job": "broken"}) is None
+    assert REGISTRY.get_sample_value("claimd_config_job_errors") == 0
     assert [(a["ok"], a["by"]) for a in store.actions] == [
         (False, "replica-a"),
         (True, "replica-a"),

@@ -16,6 +16,7 @@ from actors.adapters.postgres.statements import (
     ACTIVE_JOBS,
     ADVANCE_HIGH_WATER,
     CATALOG_VERSION,
+    CLEAR_REJECTED_JOBS,
     CURRENT_MARKS,
     DATABASE_NOW,
     DISABLE_REMOVED_JOBS,
@@ -26,6 +27,7 @@ from actors.adapters.postgres.statements import (
     LOCK_SYNC,
     OLD_SCHEDULES,
     PLAN_IS_FRESH,
+    RECORD_REJECTED_JOBS,
     REMOVED_JOBS,
     RESTORE_READDED_JOB,
     UPSERT_JOBS,
@@ -34,7 +36,7 @@ from actors.adapters.postgres.statements import (
 from actors.adapters.postgres.stored_definitions import StoredDefinitions
 from actors.domain import Job, Plan, encode_job
 from actors.domain.runs import REMOVED_FROM_CONFIG
-from actors.ports import JobState, Materialized
+from actors.ports import JobState, Materialized, RejectedJob
 
 # Jobs written per upsert statement: bounded parameter arrays, one statement
 # of a few hundred milliseconds at most.
@@ -150,6 +152,20 @@ class PostgresJobCatalog:
             ok=ok,
             result=result,
         )
+
+    async def record_rejected_jobs(self, replica_id: str, rejected: Sequence[RejectedJob]) -> None:
+        """CLEAR_REJECTED_JOBS then RECORD_REJECTED_JOBS, in one transaction."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await conn.execute(CLEAR_REJECTED_JOBS)
+            if rejected:
+                await conn.execute(
+                    RECORD_REJECTED_JOBS,
+                    [r.job for r in rejected],
+                    [r.path for r in rejected],
+                    [r.field for r in rejected],
+                    [r.error for r in rejected],
+                    replica_id,
+                )
 
     async def active_jobs(self) -> dict[str, JobState]:
         """The enabled jobs; one whose definition changed during this read is left to the next."""

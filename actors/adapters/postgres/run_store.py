@@ -312,8 +312,8 @@ class PostgresRunStore(PostgresJobCatalog):
 
     async def prune_history(self, older_than: timedelta, batch: int) -> int:
         """Delete up to ``batch`` terminal runs finished before ``now - older_than``."""
-        status = await self._pool.execute(PRUNE_HISTORY, older_than, batch)
-        return int(status.split()[-1])
+        pruned: int = await self._pool.fetchval(PRUNE_HISTORY, older_than, batch)
+        return pruned
 
     async def reap_expired_leases(self, limit: int) -> list[tuple[str, str, str]]:
         """Runs whose lease expired: each one's verdict decided by the domain, applied in SQL."""

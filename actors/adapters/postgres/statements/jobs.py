@@ -138,3 +138,16 @@ SELECT j.name, j.enabled, j.paused,
          WHERE r.job_id = j.id AND r.state = 'succeeded') AS last_success
   FROM jobs j ORDER BY j.name
 """
+
+# The jobs the config file rejected, as the last load found them (sql/0011):
+# replaced as a whole, in one transaction, so a reader never sees half of two
+# loads. A load with no rejected job leaves the table empty.
+CLEAR_REJECTED_JOBS = "DELETE FROM config_rejected_jobs"
+RECORD_REJECTED_JOBS = """
+INSERT INTO config_rejected_jobs (job, path, field, error, replica)
+SELECT u.job, u.path, u.field, u.error, $5
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(job, path, field, error)
+ON CONFLICT (job) DO UPDATE SET path = EXCLUDED.path, field = EXCLUDED.field,
+                                error = EXCLUDED.error, replica = EXCLUDED.replica,
+                                recorded_at = now()
+"""

@@ -46,12 +46,23 @@ RETURNING id::text
 # Retention: terminal history older than the cut-off, a small batch at a time
 # so that pruning never holds many locks or a long transaction. SKIP LOCKED:
 # replicas pruning at once take disjoint batches and never wait on each other.
+# Each job's history_pruned_through moves to the latest instant deleted, in the
+# same statement (sql/0012), so the audit never sees a pruned row as missing.
 PRUNE_HISTORY = """
-DELETE FROM job_runs WHERE id IN (
-    SELECT id FROM job_runs
-     WHERE finished_at < now() - $1::interval
-       AND state IN ('succeeded', 'failed', 'skipped', 'cancelled')
-     ORDER BY finished_at
-     LIMIT $2
-       FOR UPDATE SKIP LOCKED)
+WITH gone AS (
+    DELETE FROM job_runs WHERE id IN (
+        SELECT id FROM job_runs
+         WHERE finished_at < now() - $1::interval
+           AND state IN ('succeeded', 'failed', 'skipped', 'cancelled')
+         ORDER BY finished_at
+         LIMIT $2
+           FOR UPDATE SKIP LOCKED)
+    RETURNING job_id, scheduled_at),
+marked AS (
+    UPDATE jobs j
+       SET history_pruned_through = GREATEST(j.history_pruned_through, g.last)
+      FROM (SELECT job_id, max(scheduled_at) AS last FROM gone GROUP BY job_id) g
+     WHERE j.id = g.job_id
+    RETURNING 1)
+SELECT count(*) FROM gone
 """
