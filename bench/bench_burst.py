@@ -178,6 +178,7 @@ class Build:
     spread_not_succeeded: int = 0
     spread_rows: int = 0
     notes: list[str] = field(default_factory=list)
+    trace: list[str] = field(default_factory=list)
 
 
 def _start(config: Path, port: int, log: Path, tree: Path, level: str) -> subprocess.Popen[bytes]:
@@ -309,6 +310,10 @@ async def measure(label: str, tree: Path, args: argparse.Namespace) -> Build:
                     roll = (
                         asyncio.create_task(_roll(procs, build, args, tree)) if args.roll else None
                     )
+                    if args.trace:
+                        build.trace = await _trace(
+                            pool, first + timedelta(minutes=1), procs, args.py_spy_instant
+                        )
                     await _sleep_db_until(pool, last + timedelta(seconds=args.settle))
                     if roll is not None:
                         await roll
@@ -350,6 +355,46 @@ async def measure(label: str, tree: Path, args: argparse.Namespace) -> Build:
     finally:
         await delete_stream(f"CLAIMD_{deployment}")
     return build
+
+
+TRACE_STATES = """
+SELECT extract(epoch FROM now() - $1::timestamptz)::float8 AS t,
+       count(*) FILTER (WHERE state = 'pending') AS pending,
+       count(*) FILTER (WHERE state = 'claimed') AS claimed,
+       count(*) FILTER (WHERE state = 'running') AS running,
+       count(*) FILTER (WHERE state = 'succeeded') AS succeeded
+  FROM job_runs WHERE scheduled_at = $1
+"""
+
+
+async def _trace(
+    pool: asyncpg.Pool, instant: datetime, procs: list[Proc], spy: str | None
+) -> list[str]:
+    """The herd's runs of one instant by state, every 250 ms from 8 s before it to 8 s after.
+
+    ``spy``: a folder for py-spy records of each replica from 1 s before the instant, 5 s long.
+    """
+    await _sleep_db_until(pool, instant - timedelta(seconds=8))
+    lines = []
+    spied = not spy
+    while True:
+        if not spied and (await pool.fetchval("SELECT now()")) >= instant - timedelta(seconds=1):
+            spied = True
+            for p in procs:
+                subprocess.Popen(  # noqa: ASYNC220 - fire and forget; it ends by itself
+                    ["py-spy", "record", "--pid", str(p.popen.pid), "--format", "raw",
+                     "--rate", "200", "--duration", "5", "--nonblocking",
+                     "--output", f"{spy}/instant-{p.index}.txt"],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )  # fmt: skip
+        r = await pool.fetchrow(TRACE_STATES, instant)
+        lines.append(
+            f"  {r['t']:+6.2f}s  pending {r['pending']:>6}  claimed {r['claimed']:>6}"
+            f"  running {r['running']:>6}  succeeded {r['succeeded']:>6}"
+        )
+        if r["t"] > 8:
+            return lines
+        await asyncio.sleep(0.25)
 
 
 async def _first_rows(
@@ -414,6 +459,9 @@ def report(builds: list[Build], args: argparse.Namespace) -> None:
         )
         for note in b.notes:
             print(f"  note: {note}")
+        if b.trace:
+            print("  the second measured instant, by state (database clock, from the instant):")
+            print("\n".join(b.trace))
 
     def worst(b: Build, key: str) -> float:
         return max((i[key] for i in b.instants), default=float("nan"))
@@ -488,6 +536,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--set", action="append", default=[], help="claimd setting key=value")
     p.add_argument("--log-level", default="warning")
+    p.add_argument("--trace", action="store_true", help="the second instant's runs by state")
+    p.add_argument("--py-spy-instant", help="with --trace: py-spy the replicas around it")
     p.add_argument("--scrape-every", type=float, default=15.0, help="seconds between scrapes")
     p.add_argument("--keep-logs", help="copy each replica's log into this folder")
     p.add_argument("--py-spy", help="py-spy record each replica into this folder")

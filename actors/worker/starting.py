@@ -27,6 +27,9 @@ START_UNKNOWN_KEPT = 10_000  # (run, epoch) keys whose start reply was lost, rem
 # Held runs started by one statement at most (an instant of 10,000 runs takes a
 # few): each START_RUNS stays short, and executions begin between them.
 START_BATCH = 1_000
+# Starts of held runs under way at once, each a START_RUNS on a connection of
+# its own: an instant's statements overlap instead of queueing behind each other.
+HELD_STARTS_IN_FLIGHT = 4
 
 Execute = Callable[[StartedRun, InFlight], Coroutine[Any, Any, None]]
 
@@ -96,6 +99,7 @@ class Starter:
         # pools (a worker full of shell jobs leaves the rest to other workers).
         self.inline_seen = False
         self._releasing = asyncio.Lock()  # run_until_due's own (it alone releases held runs)
+        self._held_starts: set[asyncio.Task[None]] = set()  # starts of held runs under way
 
     async def start(self, deliveries: Sequence[Delivery], group: asyncio.TaskGroup) -> None:
         """Start in one statement, spawn executions; settle what cannot start."""
@@ -248,24 +252,38 @@ class Starter:
             # Each run taken is admitted to its pool (admit takes its slot).
             return 0 if self.keeping.trouble() is not None else START_BATCH
 
+        in_flight = asyncio.Semaphore(HELD_STARTS_IN_FLIGHT)
+
         async def start(batch: list[tuple[DispatchMessage, Delivery]]) -> None:
-            # Their slots were taken by admit, before anything was awaited.
-            keys = [(m.run_id, m.epoch) for m, _ in batch]
-            self.holding.starting.update(keys)
-            try:
-                await self._start(batch, keys, group)
-            finally:
-                self.holding.starting.difference_update(keys)
-                self.release(batch)
+            # Their slots were taken by admit, before anything was awaited. The
+            # start runs beside the next ones (an instant of 10,000 runs is a
+            # few statements, on as many connections, at once): this returns as
+            # soon as it is under way, or waits for a place among them.
+            await in_flight.acquire()
+            taken = Taken(self)
+            taken.batch = batch
+            taken.keys = [(m.run_id, m.epoch) for m, _ in batch]
+            self.holding.starting.update(taken.keys)
+            task = group.create_task(self._start(batch, taken.keys, group))
+            self._held_starts.add(task)
+            task.add_done_callback(self._held_starts.discard)
+            task.add_done_callback(taken.finish)  # even one cancelled before it began
+            task.add_done_callback(lambda _: in_flight.release())
 
         await self.until_due.run(
             start, free, self.holding.slot_freed, self._releasing, admit=self.admit
         )
 
     async def hand_back_held(self, until_due: asyncio.Task[None]) -> None:
-        """At a stop: runs held, not started, go back to the broker at once for others."""
+        """At a stop: runs held, not started, go back to the broker at once for others.
+
+        The starts of held runs still under way finish first: what they start
+        is then drained with the rest of the in-flight runs.
+        """
         self.until_due.close()
         await asyncio.wait([until_due])
+        if self._held_starts:
+            await asyncio.wait(set(self._held_starts))
         held = self.until_due.take_all()
         if held:
             log.info("stopping: held runs handed back unstarted", runs=len(held))

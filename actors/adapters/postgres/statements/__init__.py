@@ -20,13 +20,18 @@ together. Never build SQL from input: the only splicing is of constants.
 # part of a cycle whatever its order (the claims keep ORDER BY due_at, the
 # reaper ORDER BY lease_expires_at: oldest first).
 #
-# The lock CTE names the rows by id only; the guards (state, epoch, owner)
-# stay in the UPDATE's WHERE, which READ COMMITTED re-evaluates on the latest
-# row version, the one the CTE locked. (A guard in the CTE too would make the
-# planner estimate its size from stale state statistics, often one row, and
-# then pick a nested loop over the whole leased set for the UPDATE.) The
-# UPDATE must join the CTE: a row it changes is then always one the CTE
-# locked first, in order.
+# The lock CTE names the rows by id, and carries the caller's values for
+# them (the unnest joined by id: the message's epoch, a verdict); the guards
+# (state, epoch, owner) stay in the UPDATE's WHERE, which READ COMMITTED
+# re-evaluates on the latest row version, the one the CTE locked. (A guard in
+# the CTE too would make the planner estimate its size from stale state
+# statistics, often one row, and then pick a nested loop over the whole leased
+# set for the UPDATE.) The UPDATE joins the CTE alone, by id: a row it changes
+# is then always one the CTE locked first, in order. Joined to the unnest as
+# well (unnest x CTE x table), the planner estimated the (id, epoch) match at
+# one row once the table had statistics and compared every row of the CTE
+# with every other: quadratic in the batch (a START_RUNS of 1,000 runs took
+# 250 ms instead of 40, one of 2,500 a second and a half).
 
 from actors.adapters.postgres.statements.claim import (
     CANCEL_ORPHANED_RUNS,

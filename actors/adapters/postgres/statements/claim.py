@@ -263,15 +263,15 @@ RETURNING r.id::text
 RELEASE_UNPUBLISHED = """
 WITH u AS (SELECT * FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)),
 locked AS MATERIALIZED (
-    SELECT r.id FROM job_runs r
+    SELECT r.id, u.epoch FROM job_runs r JOIN u ON u.id = r.id
      WHERE r.id = ANY ($2::uuid[])
      ORDER BY r.id
-       FOR NO KEY UPDATE
+       FOR NO KEY UPDATE OF r
 )
 UPDATE job_runs r
    SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, claimed_at = NULL,
        updated_at = now()
-  FROM u JOIN locked l ON l.id = u.id
- WHERE r.id = u.id AND r.claim_epoch = u.epoch AND r.lease_owner = $1 AND r.state = 'claimed'
+  FROM locked l
+ WHERE r.id = l.id AND r.claim_epoch = l.epoch AND r.lease_owner = $1 AND r.state = 'claimed'
 RETURNING r.id
 """

@@ -21,15 +21,18 @@
 # UPDATE alone locks them in whatever order its plan visits them, so two
 # replicas (or a reload) listing the jobs in different orders could deadlock.
 ADVANCE_HIGH_WATER = """
-WITH locked AS MATERIALIZED (
-    SELECT id FROM jobs WHERE id = ANY ($1::bigint[]) ORDER BY id FOR NO KEY UPDATE
+WITH u AS (
+    SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $5::timestamptz[])
+        AS u(id, until, fingerprint, planned_from)
+),
+locked AS MATERIALIZED (
+    SELECT j.id, u.until, u.fingerprint, u.planned_from FROM jobs j JOIN u ON u.id = j.id
+     WHERE j.id = ANY ($1::bigint[]) ORDER BY j.id FOR NO KEY UPDATE OF j
 )
-UPDATE jobs j SET materialized_until = GREATEST(COALESCE(j.materialized_until, u.until), u.until)
-  FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $5::timestamptz[])
-       AS u(id, until, fingerprint, planned_from)
-  JOIN locked l ON l.id = u.id
- WHERE j.id = u.id AND j.fingerprint = u.fingerprint AND j.enabled
-   AND j.materialized_until IS NOT DISTINCT FROM u.planned_from
+UPDATE jobs j SET materialized_until = GREATEST(COALESCE(j.materialized_until, l.until), l.until)
+  FROM locked l
+ WHERE j.id = l.id AND j.fingerprint = l.fingerprint AND j.enabled
+   AND j.materialized_until IS NOT DISTINCT FROM l.planned_from
    AND ($4::timestamptz IS NULL OR now() <= $4::timestamptz)
 RETURNING j.id
 """
