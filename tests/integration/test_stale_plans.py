@@ -256,3 +256,39 @@ async def test_planning_a_chunk_yields_to_the_event_loop(
     assert (
         await store.pool.fetchval("SELECT count(*) FROM jobs WHERE materialized_until IS NULL") == 0
     )
+
+
+async def test_a_plan_planned_again_counts_its_herd_once(
+    store: PostgresRunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five runs at each instant are no herd of six, however many times a refused
+    plan was planned before one was written: ticks do not keep out of them."""
+    monkeypatch.setattr(materializer_module, "MIN_ON_TIME", timedelta(milliseconds=200))
+    monkeypatch.setattr(materializer_module, "HERD_RUNS", 6)
+    waits: list[float] = []
+
+    async def no_wait(stop: asyncio.Event, seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(materializer_module, "wait_for_stop", no_wait)
+    jobs = [_job(f"beat-{i}") for i in range(5)]
+    await store.sync_jobs(jobs)
+    clock = _CountingClock(store)
+    materializer = Materializer(store, clock, HORIZON, timedelta(milliseconds=50), asyncio.Event())
+    held = _RecordingStore(store, clock, hold_first_for=materializer.on_time)
+    materializer.store = held
+
+    def written_plans() -> int:
+        return sum(1 for c in held.calls if c.result is not None and c.result.written)
+
+    deadline = time.monotonic() + 20
+    # The refused plan, its retry written, then (about a second later, when the
+    # next instant enters the horizon) the jobs due again with the instants
+    # already planned a second or two ahead.
+    while written_plans() < 2:
+        assert time.monotonic() < deadline, "the jobs never came due again"
+        await materializer.tick()
+        await asyncio.sleep(0.02)
+    assert held.calls[0].result is not None
+    assert held.calls[0].result.stale
+    assert waits == []
