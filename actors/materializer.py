@@ -154,9 +154,12 @@ class Materializer:
             return None
         by_id = {state.id: (state, plan) for state, plan in plans}
         for job_id in written.written:
-            self._again(job_id, by_id[job_id][1].materialized_until, None)
+            plan = by_id[job_id][1]
+            self._again(job_id, plan.materialized_until, None)
+            self._count_herds(plan, plan.materialized_until)
         for job_id, current in written.moved.items():
             self._again(job_id, current, now)  # another replica planned it: from its mark
+            self._count_herds(by_id[job_id][1], current)  # it wrote them up to that mark
         RUNS_MATERIALIZED.inc(written.runs)
         if written.runs:
             log.debug("materialized", runs=written.runs, jobs=len(written.written))
@@ -196,14 +199,25 @@ class Materializer:
             if plan.runs or plan.missed or self._mark_behind(planned.state, mark, now):
                 ahead = next_plan(planned.job, mark)
                 plans.append((planned.state, replace(plan, materialized_until=ahead.mark)))
-                for run in plan.runs:
-                    self._herds[run.scheduled_at] = self._herds.get(run.scheduled_at, 0) + 1
             else:  # the mark already covers the horizon
                 self._due_at(planned, planned.state.materialized_until)
             if time.process_time() - began > SLICE_SECONDS:
                 await asyncio.sleep(0)  # starts, heartbeats and completions go first
                 began = time.process_time()
         return plans
+
+    def _count_herds(self, plan: Plan, written_until: datetime | None) -> None:
+        """Count the plan's runs at or before ``written_until`` (the rows now stored).
+
+        Counted once the write is answered, not when planned: a stale chunk is
+        planned again, and counting it each time would make herds of instants
+        that are not.
+        """
+        if written_until is None:
+            return
+        for run in plan.runs:
+            if run.scheduled_at <= written_until:
+                self._herds[run.scheduled_at] = self._herds.get(run.scheduled_at, 0) + 1
 
     def _mark_behind(self, state: JobState, mark: datetime, now: datetime) -> bool:
         """Whether a plan with no instant to write must still write its mark.
