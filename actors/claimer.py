@@ -2,7 +2,11 @@
 
 It claims only what this replica can publish: while the broker gate is closed
 (publishes failing, and no answer yet to the gate's probe) it claims nothing,
-and the runs due meanwhile are claimed by the other replicas.
+and the runs due meanwhile are claimed by the other replicas. After each of
+the gate's backoff delays it claims one run to try the broker again: a broker
+that answers pings and refuses publishes (a full stream) costs one failed
+publish per delay, not a batch claimed, refused and released in a loop. The
+pause and the resume are one warning each per outage.
 
 It claims runs due within ``ahead`` (``claim_ahead``) too: their worker holds
 them until their instant (actors/until_due.py). With ``wake`` it does not wait out
@@ -69,31 +73,40 @@ class Claimer:
         self.clock = clock or (lambda: datetime.now(UTC))
         self._woken = asyncio.Event()
         self._rest_until: datetime | None = None  # None: not resting (a pass is under way)
+        self._paused_since: float | None = None  # monotonic, while the gate's outage lasts
 
-    async def claim_once(self) -> int:
+    async def claim_once(self, limit: int | None = None, *, trial: bool = False) -> int:
+        """One pass: skip what may not run, claim up to ``limit`` (the batch) and send it on."""
+        limit = self.batch if limit is None else limit
         for run_id, reason in await self.store.skip_unrunnable(self.batch):
             RUNS_SKIPPED.inc()
             log.info("run skipped", run_id=run_id, reason=reason)
         runs = await self.store.claim_due_runs(
-            self.owner, self.batch, self.lease, self.max_claimed, self.ahead
+            self.owner, limit, self.lease, self.max_claimed, self.ahead
         )
         if runs:
             RUNS_CLAIMED.inc(len(runs))
-            await self.outbox.put(ClaimedBatch(tuple(runs)))
+            if trial:
+                self.gate.took_trial()
+            await self.outbox.put(ClaimedBatch(tuple(runs), trial=trial))
         return len(runs)
 
     async def run(self) -> None:
         while not self.stop.is_set():
+            self._said_resumed()
             if not self.gate.is_open:
                 # The broker is failing: claiming now would only feed the compensator.
                 await self._while_gate_closed()
                 continue
             self._woken.clear()
+            # A trial claims one run: a broker that still refuses costs one failed publish.
+            trial = self.gate.trial
+            limit = 1 if trial else self.batch
             # Read before the claim: a run due between this read and the claim is
             # claimed now, and at worst wakes one pass that finds nothing.
             next_due = await self.store.next_due_in(self.ahead) if self.wake else None
-            claimed = await self.claim_once()
-            if claimed < self.batch:
+            claimed = await self.claim_once(limit, trial=trial)
+            if claimed < limit:
                 await self._rest(self._rest_for(next_due))
 
     def _rest_for(self, next_due: timedelta | None) -> float:
@@ -129,20 +142,30 @@ class Claimer:
             await asyncio.wait_for(self._woken.wait(), seconds)
 
     async def _while_gate_closed(self) -> None:
-        INTAKE_PAUSED.labels(actor="claimer").set(1)
-        INTAKE_PAUSES.labels(actor="claimer", reason="broker").inc()
-        began = time.monotonic()
-        log.warning(
-            "claiming paused: this replica cannot publish; others claim", error=self.gate.last_error
-        )
-        try:
-            await self._until_stop_or(self.gate.wait_open())
-        finally:
-            INTAKE_PAUSED.labels(actor="claimer").set(0)
-        if not self.stop.is_set():
-            log.info(
-                "claiming resumed: the broker answers", paused_s=round(time.monotonic() - began, 3)
+        """Wait for the gate; said once per outage, however many trials it takes."""
+        if self._paused_since is None:
+            self._paused_since = time.monotonic()
+            INTAKE_PAUSED.labels(actor="claimer").set(1)
+            INTAKE_PAUSES.labels(actor="claimer", reason="broker").inc()
+            log.warning(
+                "claiming paused: this replica cannot publish; others claim. Backing off, "
+                "one run tried after each delay",
+                error=self.gate.last_error,
+                max_delay_s=self.gate.backoff.maximum,
             )
+        await self._until_stop_or(self.gate.wait_open())
+
+    def _said_resumed(self) -> None:
+        """The outage is over (a publish went through): said once, with what it cost."""
+        if self._paused_since is None or self.gate.outage_began is not None:
+            return
+        INTAKE_PAUSED.labels(actor="claimer").set(0)
+        log.warning(
+            "claiming resumed: publishes go through again",
+            paused_s=round(time.monotonic() - self._paused_since, 3),
+            trials=self.gate.trials,
+        )
+        self._paused_since = None
 
     async def _until_stop_or(self, other: Coroutine[Any, Any, object]) -> None:
         """Wait for ``other`` or the stop event, whichever comes first."""

@@ -49,9 +49,14 @@ class Dispatcher:
         )
 
     async def dispatch(self, batch: ClaimedBatch) -> list[ClaimedRun]:
-        """Publish a batch; returns the runs whose publish failed (already sent on)."""
+        """Publish a batch; returns the runs whose publish failed (already sent on).
+
+        Logs a warning for the failure that begins an outage (the gate was
+        open); the failed tries inside it (the gate's trials) are debug lines:
+        the claimer says once that it backs off, and once that it resumed.
+        """
         runs = batch.runs
-        if not self.gate.is_open:
+        if not self.gate.is_open and not batch.trial:
             log.info(
                 "broker unhealthy for this replica; batch released unpublished",
                 runs=len(runs),
@@ -62,31 +67,28 @@ class Dispatcher:
         try:
             results = await self.broker.publish_many([self.message(r) for r in runs])
         except Exception as exc:  # noqa: BLE001 - whatever broke, every run is accounted for
-            log.warning("publish of batch failed", runs=len(runs), error=repr(exc))
             results = [exc] * len(runs)
-        failed = []
-        for run, error in zip(runs, results, strict=True):
-            if error is None:
-                continue
-            failed.append(run)
-            log.warning(
-                "publish failed; run goes to the compensator",
-                run_id=run.run_id,
-                job=run.job,
-                epoch=run.epoch,
-                error=repr(error),
-            )
+        failed = [(run, error) for run, error in zip(runs, results, strict=True) if error]
         PUBLISHED.inc(len(runs) - len(failed))
-        if failed:
-            PUBLISH_FAILED.inc(len(failed))
-            delay = self.gate.failed()
-            log.info(
-                "claiming paused while the broker fails", delay_s=round(delay, 3), runs=len(failed)
-            )
-            await self.compensate.put(tuple(failed))
-        else:
+        if not failed:
             self.gate.succeeded()
-        return failed
+            return []
+        PUBLISH_FAILED.inc(len(failed))
+        error = failed[0][1]
+        first = (str(error) or repr(error))[:300]  # a JetStream refusal says why in str()
+        say = log.debug if batch.trial else log.warning
+        say(
+            "publish failed; runs go to the compensator",
+            runs=len(failed),
+            of=len(runs),
+            run_ids=[run.run_id for run, _ in failed][:20],
+            error=first,
+            trial=batch.trial,
+        )
+        delay = self.gate.failed(first)
+        log.debug("claiming paused while the broker fails", delay_s=round(delay, 3))
+        await self.compensate.put(tuple(run for run, _ in failed))
+        return [run for run, _ in failed]
 
     async def run(self) -> None:
         """Until the claimer's end-of-stream (None): every batch is published or released."""

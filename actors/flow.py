@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -24,9 +25,14 @@ async def wait_for_stop(stop: asyncio.Event, seconds: float) -> bool:
 
 @dataclass(frozen=True)
 class ClaimedBatch:
-    """One message on the claimer -> dispatcher queue."""
+    """One message on the claimer -> dispatcher queue.
+
+    ``trial``: the one run the claimer took to try the broker again while its
+    gate was closed; the dispatcher publishes it though the gate is not open.
+    """
 
     runs: tuple[ClaimedRun, ...]
+    trial: bool = False
 
 
 @dataclass
@@ -50,42 +56,67 @@ class Backoff:
 class BrokerGate:
     """Closed while this replica cannot publish, so its claimer claims nothing.
 
-    A failed publish closes it; the runs due meanwhile are claimed by replicas
-    that can publish them. It opens again on a successful publish, or when,
-    after a backoff delay, ``probe`` (a round trip to the broker with a
-    deadline) gets an answer; unanswered, the probe is tried again every few
-    seconds at most. Only a successful publish resets the backoff: a broker
-    that answers pings but refuses publishes still costs one batch per delay.
-    Without a probe the gate opens after the delay alone.
+    A state machine, one outage from the first failed publish to the next
+    successful one however many tries fail between: *open* (claim as usual),
+    *closed* (claim nothing: the runs due meanwhile are claimed by replicas
+    that can publish them), *trial* (claim one run, publish it, and stay closed
+    until its outcome). A failed publish closes it for a backoff delay that
+    doubles with every failure of the outage, up to ``backoff.maximum``; then
+    ``probe`` (a round trip to the broker with a deadline) must get an answer,
+    tried again every few seconds at most, before the trial. A broker that
+    answers pings and refuses publishes (a full stream) so costs one run per
+    delay, not one batch, and never resets the backoff: only a publish that
+    succeeds does, and ends the outage. Without a probe the trial comes after
+    the delay alone.
     """
 
-    backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.2, maximum=5.0))
+    backoff: Backoff = field(default_factory=lambda: Backoff(initial=0.2, maximum=10.0))
     probe: Probe | None = None
     probe_every: Backoff = field(default_factory=lambda: Backoff(initial=0.2, maximum=2.0))
+    # While an outage lasts: when it began (monotonic), the trials it took, the last error.
+    outage_began: float | None = None
+    trials: int = 0
+    failure: str = ""
     _open: asyncio.Event = field(default_factory=asyncio.Event)
+    _trial: bool = False
     _reopen: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
         self._open.set()
 
-    def failed(self) -> float:
-        """Close the gate; it opens after this delay at the earliest (returned)."""
+    def failed(self, error: str = "") -> float:
+        """Close the gate; the next trial comes after this delay at the earliest (returned)."""
         delay = self.backoff.next_delay()
+        if self.outage_began is None:
+            self.outage_began = time.monotonic()
+            self.trials = 0
+        self.failure = error or self.failure
+        self._trial = False
         self._open.clear()
         if self._reopen is not None:
             self._reopen.cancel()
-        self._reopen = asyncio.get_running_loop().create_task(self._reopen_after(delay))
+        self._reopen = asyncio.get_running_loop().create_task(self._trial_after(delay))
         return delay
 
-    async def _reopen_after(self, delay: float) -> None:
+    async def _trial_after(self, delay: float) -> None:
         await asyncio.sleep(delay)
         self.probe_every.reset()
         while self.probe is not None and not await self.probe():
             await asyncio.sleep(self.probe_every.next_delay())
+        self._trial = True
         self._open.set()
 
+    def took_trial(self) -> None:
+        """The claimer took its one run: closed again until the dispatcher says how it went."""
+        self._trial = False
+        self.trials += 1
+        self._open.clear()
+
     def succeeded(self) -> None:
+        """A publish went through: the outage (if any) is over, the backoff starts afresh."""
         self.backoff.reset()
+        self.outage_began = None
+        self._trial = False
         if self._reopen is not None:
             self._reopen.cancel()
             self._reopen = None
@@ -96,11 +127,18 @@ class BrokerGate:
 
     @property
     def is_open(self) -> bool:
+        """Whether the claimer may claim (in a trial: one run)."""
         return self._open.is_set()
 
     @property
+    def trial(self) -> bool:
+        """Open for one run only: the outage goes on until that one is published."""
+        return self._trial and self._open.is_set()
+
+    @property
     def last_error(self) -> str:
-        return self.probe.last_error if self.probe is not None else ""
+        probed = self.probe.last_error if self.probe is not None else ""
+        return self.failure or probed
 
 
 class Probe:

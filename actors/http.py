@@ -131,10 +131,12 @@ def build_app(
 
     async def readyz(_: web.Request) -> web.Response:
         checks = await ready()
-        ok = all(v == "ok" for v in checks.values())
-        return web.json_response(
-            {"status": "ok" if ok else "unavailable", "checks": checks}, status=200 if ok else 503
-        )
+        # "degraded: ...": the server answers reads and refuses writes (read-only,
+        # stream full). Ready (200) for what reads serve, and said.
+        degraded = [v for v in checks.values() if v.startswith("degraded:")]
+        ok = all(v == "ok" or v.startswith("degraded:") for v in checks.values())
+        status = ("degraded" if degraded else "ok") if ok else "unavailable"
+        return web.json_response({"status": status, "checks": checks}, status=200 if ok else 503)
 
     async def jobs(_: web.Request) -> web.Response:
         try:

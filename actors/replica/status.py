@@ -11,13 +11,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from actors.cluster_metrics import ClusterMetrics
-from actors.observability import DependencyHealth, get_logger, redact
+from actors.observability import DependencyHealth, DependencyState, get_logger, redact
 from actors.ports import ReplicaBroker, ReplicaStore
 
 log = get_logger("replica")
 
 # /readyz: each dependency must answer a round trip within this long.
 READY_TIMEOUT_S = 2.0
+# A verdict that begins so: the server answers, and refuses writes.
+DEGRADED = "degraded:"
 # A scrape probes each server at most this often.
 PROBE_EVERY_S = 1.0
 
@@ -69,12 +71,21 @@ class ReplicaStatus:
             return await self.broker.ready(READY_TIMEOUT_S)
 
         pg, nc = await asyncio.gather(_check(postgres), _check(nats))
-        for health, verdict in ((self.store_health, pg), (self.broker_health, nc)):
+        verdicts = {}
+        for name, health, verdict in (
+            ("postgres", self.store_health, pg),
+            ("nats", self.broker_health, nc),
+        ):
             if verdict == "ok":
                 health.reached()
+                if health.state is DependencyState.WRITES_REFUSED:
+                    # It answers, and refuses what this replica must write: the
+                    # API's reads still work, the scheduling does not.
+                    verdict = f"{DEGRADED} {health.writes} refused ({health.reason[:200]})"
             elif verdict.startswith("no answer within"):
                 health.lost(f"/readyz round trip: {verdict}")
-        return {"postgres": pg, "nats": nc}
+            verdicts[name] = verdict
+        return verdicts
 
     async def jobs_summary(self) -> list[dict[str, Any]]:
         if self.store is None:

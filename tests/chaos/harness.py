@@ -116,7 +116,7 @@ LOG_EVENTS = {
     "completion fenced: the run moved on": "zombie/late completions refused (fenced)",
     "lease lost; cancelling execution": "executions cancelled on a lost lease",
     "lease expired": "leases expired (reaped)",
-    "publish failed; run goes to the compensator": "publishes failed -> compensator",
+    "publish failed; runs go to the compensator": "failed publishes (batches) -> compensator",
     "actor crashed; restarting": "actor crashes restarted in-process",
     "actor gave up": "actors that gave up (process exits)",
 }

@@ -21,6 +21,7 @@ from nats.js.errors import (
 
 from actors.adapters.nats.codec import MAX_MESSAGE_BYTES, encode, take_waiting_at_once
 from actors.adapters.nats.connection import NATS_HEALTH, ConnectionEvents, answered
+from actors.adapters.nats.refusals import answer_refusals, report_publishes
 from actors.domain import DEFAULT_TIMEOUTS, ClaimdError, TimeoutBudget
 from actors.observability import get_logger
 from actors.ports import DispatchMessage
@@ -78,6 +79,7 @@ class JetStreamBroker:
     ) -> None:
         self.nc = nc
         self.js = js
+        answer_refusals(js)  # a full stream's "no" is an answer, not a timeout
         self.stream = stream
         self.subject = subject
         self.publish_timeout = publish_timeout
@@ -304,6 +306,7 @@ class JetStreamBroker:
                 # Unanswered by the deadline (or the call was cancelled): forget
                 # the ack, which frees its place in the window.
                 future.cancel()
+        report_publishes(out)
         if self._stream_settings is not None and any(
             isinstance(r, NoStreamResponseError | NotFoundError) for r in out
         ):

@@ -16,7 +16,7 @@ from actors.observability import DependencyHealth, get_logger, redact
 
 log = get_logger("nats")
 T = TypeVar("T")
-NATS_HEALTH = DependencyHealth("nats")
+NATS_HEALTH = DependencyHealth("nats", writes="publishes")
 
 
 class ConnectionEvents:

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import asyncpg
 
 from actors.adapters.history import Actor, record_action, record_gaps
-from actors.adapters.postgres.errors import store_methods_report_outages
+from actors.adapters.postgres.errors import reads_only, store_methods_report_outages
 from actors.adapters.postgres.statements import (
     ACTIVE_JOBS,
     ADVANCE_HIGH_WATER,
@@ -130,11 +130,13 @@ class PostgresJobCatalog:
                     changes[r["name"]] = "removed"
         return changes
 
+    @reads_only
     async def database_now(self) -> datetime:
         """The database's clock (``now()``): what every decision about time is made on."""
         value: datetime = await self._pool.fetchval(DATABASE_NOW)
         return value
 
+    @reads_only
     async def jobs_summary(self) -> list[dict[str, Any]]:
         """The status page's job list, as JSON-ready values (instants as text)."""
         rows = await self._pool.fetch(JOBS_SUMMARY)
@@ -167,6 +169,7 @@ class PostgresJobCatalog:
                     replica_id,
                 )
 
+    @reads_only
     async def active_jobs(self) -> dict[str, JobState]:
         """The enabled jobs; one whose definition changed during this read is left to the next."""
         rows = await self._pool.fetch(ACTIVE_JOBS)
@@ -185,6 +188,7 @@ class PostgresJobCatalog:
             if r["id"] in definitions
         }
 
+    @reads_only
     async def catalog_version(self) -> int:
         """CATALOG_VERSION: moves with every change of what ``active_jobs`` answers."""
         version: int = await self._pool.fetchval(CATALOG_VERSION)

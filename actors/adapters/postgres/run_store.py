@@ -20,6 +20,7 @@ from actors.adapters.postgres.catalog import PostgresJobCatalog
 from actors.adapters.postgres.errors import (
     POSTGRES_HEALTH,
     is_outage,
+    reads_only,
     store_methods_report_outages,
 )
 from actors.adapters.postgres.migrations import migrate
@@ -130,6 +131,7 @@ class PostgresRunStore(PostgresJobCatalog):
                 with contextlib.suppress(Exception):
                     await conn.reset()
 
+    @reads_only
     async def ping(self) -> None:
         await self._pool.fetchval("SELECT 1")
 
@@ -179,6 +181,7 @@ class PostgresRunStore(PostgresJobCatalog):
             )
         return claimed
 
+    @reads_only
     async def next_due_in(self, ahead: timedelta) -> timedelta | None:
         seconds = await self._pool.fetchval(NEXT_DUE_IN, ahead)
         return None if seconds is None else timedelta(seconds=seconds)
@@ -319,6 +322,7 @@ class PostgresRunStore(PostgresJobCatalog):
         """Runs whose lease expired: each one's verdict decided by the domain, applied in SQL."""
         return await verdicts.reap(self._pool, limit)
 
+    @reads_only
     async def cluster_figures(self, timeout: float) -> ClusterReading:
         """The cluster-wide figures /metrics reports (every replica reads the same)."""
         async with self._pool.acquire(timeout=timeout) as conn:
