@@ -204,15 +204,19 @@ class UntilDue(Generic[D]):
     async def keep_alive_due(self) -> float | None:
         """Tell the broker the held deliveries whose last word is getting old are still held.
 
-        Returns in how many seconds the next one is due, None when nothing is
-        held (or there is no keep-alive). Their marks move before anything is
+        Every ``keep_alive_every``, and once more within the last half-period
+        before a delivery's release: released, it is started, executed and its
+        first heartbeat beats, and all of that must come before ``ack_wait``
+        runs out from its last word (a herd's start under load takes a second or
+        two). Returns in how many seconds the next one is due, None when nothing
+        is held (or there is no keep-alive). Their marks move before anything is
         awaited, so a delivery is kept alive once per period.
         """
         if self.keep_alive is None or not self.keep_alive_every or not self._held:
             return None
-        now = time.monotonic()
+        now, db_now = time.monotonic(), self.clock()
         every = self.keep_alive_every
-        old = [h for h in self._held.values() if now - h.marked >= every]
+        old = [h for h in self._held.values() if now >= self._keep_alive_at(h, db_now)]
         for h in old:
             h.marked = now
         for i in range(0, len(old), KEEP_ALIVE_AT_ONCE):
@@ -221,7 +225,19 @@ class UntilDue(Generic[D]):
             )
         if not self._held:
             return None
-        return max(0.0, min(h.marked for h in self._held.values()) + every - time.monotonic())
+        db_now = self.clock()
+        soonest = min(self._keep_alive_at(h, db_now) for h in self._held.values())
+        return max(0.0, min(soonest, time.monotonic() + every) - time.monotonic())
+
+    def _keep_alive_at(self, held: _Held[D], db_now: datetime) -> float:
+        """The monotonic time the delivery's next keep-alive is due."""
+        every = self.keep_alive_every
+        until_release = (held.release_at - db_now).total_seconds()
+        if until_release <= every:
+            # The last half-period before its release: its word is made fresh.
+            fresh_before = time.monotonic() + until_release - every / 2
+            return min(held.marked + every, max(held.marked + every / 2, fresh_before))
+        return held.marked + every
 
     # -- the loop -------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ nothing here waits for real time to pass.
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime, timedelta
 
 from actors.ports import DispatchMessage
@@ -155,3 +156,48 @@ async def test_the_loop_starts_each_instant_in_one_call_within_the_free_slots() 
     finally:
         hold.close()
         await asyncio.wait_for(loop, 5)
+
+
+# -- keeping held deliveries from redelivery ---------------------------------------------
+
+
+def _keeping(clock: FakeClock) -> tuple[UntilDue[str], list[str]]:
+    told: list[str] = []
+
+    async def keep_alive(delivery: str) -> None:
+        told.append(delivery)
+
+    hold: UntilDue[str] = UntilDue(
+        clock, max_hold=timedelta(minutes=1), keep_alive=keep_alive, keep_alive_every=S
+    )
+    return hold, told
+
+
+def _age(hold: UntilDue[str], run: str, seconds: float) -> None:
+    """Pretend the delivery's last word to the broker was ``seconds`` ago."""
+    hold._held[(run, 1)].marked = time.monotonic() - seconds
+
+
+async def test_a_held_delivery_is_kept_alive_once_a_period() -> None:
+    clock = FakeClock()
+    hold, told = _keeping(clock)
+    hold.split(pairs(msg("far", T0 + timedelta(seconds=10))), room=10)
+    assert await hold.keep_alive_due() is not None
+    assert told == []  # just delivered: its word is fresh
+    _age(hold, "far", 1.1)
+    await hold.keep_alive_due()
+    assert told == ["delivery-far"]
+    await hold.keep_alive_due()
+    assert told == ["delivery-far"]  # once a period, not at every look
+
+
+async def test_a_delivery_about_to_be_released_gets_a_fresh_word_first() -> None:
+    # Started, executed and heartbeated after its release: all of that must come
+    # within ack_wait of its last word, so that word is at most half a period old.
+    clock = FakeClock()
+    hold, told = _keeping(clock)
+    hold.split(pairs(msg("soon", T0 + 300 * MS), msg("later", T0 + timedelta(seconds=10))), room=10)
+    _age(hold, "soon", 0.6)
+    _age(hold, "later", 0.6)
+    await hold.keep_alive_due()
+    assert told == ["delivery-soon"]
