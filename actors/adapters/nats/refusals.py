@@ -24,9 +24,13 @@ def answer_refusals(js: JetStreamContext) -> None:
     """Wrap ``js``'s async-publish reply handler so that an error answer fails the future.
 
     Must run before the first ``publish_async``: that is when nats-py subscribes
-    the handler (read from the instance, so this one is taken).
+    the handler (read from the instance, so this one is taken). A JetStream
+    context without nats-py's private handler (another version, a test's
+    stand-in) is left as it is: its refusals then look like timeouts, as before.
     """
-    handle = js._handle_async_reply
+    handle = getattr(js, "_handle_async_reply", None)
+    if handle is None or not hasattr(js, "_publish_async_futures"):
+        return
 
     async def handle_refusals(msg: Msg) -> None:
         try:
