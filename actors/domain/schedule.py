@@ -109,8 +109,9 @@ def _steady_local_offset(zone: ZoneInfo, ordinal: int) -> timedelta | None:
 
     The wall times of a local day are instants within the UTC days before,
     of and after it (offsets lie within -12 h and +14 h). When the offset is
-    the same all through those three days, every wall time of the day exists
-    exactly once and is ``wall - offset``; otherwise None (use local_to_instant).
+    the same all through those three days, every wall time of the day names
+    one instant, neither skipped nor repeated, and that instant is
+    ``wall - offset``; otherwise None (use local_to_instant).
     """
     key = (zone, ordinal)
     if key in _STEADY_LOCAL_DAYS:
