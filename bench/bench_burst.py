@@ -40,7 +40,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -64,8 +63,10 @@ from bench.common import (
     config_toml,
     delete_stream,
     environment,
+    free_port,
     migrated_store,
     print_table,
+    rss_mb,
     stop_processes,
 )
 from tests.servers import unique_name
@@ -120,22 +121,6 @@ def jobs_toml(herd: int, spread: int, seed: int) -> str:
             'run = { python = "bench.common:anoop" }\n'
         )
     return "\n".join(parts)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 def _scrape(port: int) -> dict[str, float] | None:
@@ -203,8 +188,8 @@ async def _watch(procs: list[Proc], build: Build, stop: asyncio.Event, every: fl
     last = 0.0
     while not stop.is_set():
         for p in procs:
-            build.rss_max = max(build.rss_max, _rss_mb(p.popen.pid))
-            p.rss_max = max(p.rss_max, _rss_mb(p.popen.pid))
+            build.rss_max = max(build.rss_max, rss_mb(p.popen.pid))
+            p.rss_max = max(p.rss_max, rss_mb(p.popen.pid))
         if time.monotonic() - last >= every:
             last = time.monotonic()
             await _scrape_all(procs)
@@ -294,7 +279,7 @@ async def measure(label: str, tree: Path, args: argparse.Namespace) -> Build:
                 procs = [
                     Proc(i, port, log, _start(config, port, log, tree, args.log_level))
                     for i in range(args.replicas)
-                    for port, log in [(_free_port(), Path(tmp) / f"replica-{i}.log")]
+                    for port, log in [(free_port(), Path(tmp) / f"replica-{i}.log")]
                 ]
                 stop = asyncio.Event()
                 watcher = asyncio.create_task(_watch(procs, build, stop, args.scrape_every))

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,8 +41,10 @@ from bench.common import (
     config_toml,
     delete_stream,
     environment,
+    free_port,
     migrated_store,
     print_table,
+    rss_mb,
     stop_processes,
 )
 from tests.servers import unique_name
@@ -61,12 +62,6 @@ def mixed_jobs(n_jobs: int) -> str:
         """)
         for i in range(n_jobs)
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _get(url: str, timeout: float = 30.0) -> tuple[int, bytes]:
@@ -88,19 +83,12 @@ def _start(config: Path, log: Path, tree: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def _rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 async def measure(
     label: str, per_job: bool | None, args: argparse.Namespace, tree: Path = REPO
 ) -> dict[str, float]:
     """One configuration; ``per_job`` None: the setting left out (a tree that lacks it)."""
     deployment = unique_name("bench")
-    port = _free_port()
+    port = free_port()
     last_job = f'claimd_job="job-{args.jobs - 1:05d}"'.encode()
     try:
         async with bench_schema() as url, migrated_store(url, max_size=2):
@@ -143,7 +131,7 @@ async def measure(
                         await asyncio.sleep(1.1)  # past the cluster gauges' rate limit
                     families = list(text_string_to_metric_families(body.decode()))
                     samples = sum(len(f.samples) for f in families)
-                    rss = _rss_mb(proc.pid)
+                    rss = rss_mb(proc.pid)
                 finally:
                     stop_processes([proc], signal.SIGTERM)
         return {

@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -273,6 +274,24 @@ def stop_processes(procs: Sequence[subprocess.Popen[bytes]], sig: int = signal.S
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def free_port() -> int:
+    """A free loopback TCP port (for a replica's HTTP face)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_mb(pid: int) -> float:
+    """A live process's resident set in MB (Linux /proc); 0 when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
 
 
 def print_result(result: dict[str, Any]) -> None:
