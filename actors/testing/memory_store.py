@@ -58,6 +58,7 @@ class InMemoryRunStore(InMemoryWorkerStatements):
                 self._attempt(run, run.lease_owner or "", Outcome.LEASE_EXPIRED, error)
                 run.outcome, run.error = Outcome.LEASE_EXPIRED.value, error
             run.apply(verdict, now)
+            run.started_at = None  # APPLY_REAPED clears it whatever the verdict
             reaped.append((run.id, run.job, f"{before}->{verdict.state}"))
         return reaped
 
@@ -79,9 +80,12 @@ class InMemoryRunStore(InMemoryWorkerStatements):
         now = self._now()
         old = [
             r.id
-            for r in self.runs.values()
-            if r.state.terminal and r.finished_at is not None and r.finished_at < now - older_than
-        ][:batch]
+            for r in sorted(
+                (r for r in self.runs.values() if r.state.terminal and r.finished_at is not None),
+                key=lambda r: r.finished_at or now,
+            )
+            if r.finished_at is not None and r.finished_at < now - older_than
+        ][:batch]  # ORDER BY finished_at: the oldest history goes first
         for run_id in old:
             run = self.runs.pop(run_id)
             job = self.jobs[run.job]
