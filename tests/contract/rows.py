@@ -225,7 +225,7 @@ class PostgresRows:
             " WHERE run_id = $1::uuid ORDER BY attempt, claim_epoch",
             run_id,
         )
-        return [tuple(r) for r in rows]  # type: ignore[misc]
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     async def gaps(self, job: str) -> list[tuple[datetime, datetime, int, str]]:
         rows = await self.pool.fetch(
@@ -233,7 +233,7 @@ class PostgresRows:
             " JOIN jobs j ON j.id = g.job_id WHERE j.name = $1 ORDER BY g.from_at",
             job,
         )
-        return [tuple(r) for r in rows]  # type: ignore[misc]
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     async def set_paused(self, job: str, paused: bool) -> None:
         operations = Operations(self.pool)

@@ -18,7 +18,7 @@ async def test_a_claim_takes_the_oldest_due_first_within_the_batch_and_the_bound
     by_age = {minutes: await rows.insert("job", ago(60 * minutes)) for minutes in (3, 1, 2, 4)}
     future = await rows.insert("job", timedelta(minutes=1))
     first = await store.claim_due_runs("a", 2, LEASE, max_claimed=3)
-    assert [c.run_id for c in sorted(first, key=lambda c: c.due_at)] == [by_age[4], by_age[3]]
+    assert [c.run_id for c in sorted(first, key=lambda c: c.scheduled_at)] == [by_age[4], by_age[3]]
     second = await store.claim_due_runs("b", 5, LEASE, max_claimed=3)
     assert [c.run_id for c in second] == [by_age[2]]  # 3 claimed in all: the bound
     assert all(c.epoch == 1 and c.attempt == 1 and c.job == "job" for c in first + second)
@@ -28,7 +28,8 @@ async def test_a_claim_takes_the_oldest_due_first_within_the_batch_and_the_bound
     assert (row.state, row.lease_owner, row.epoch) == (RunState.CLAIMED, "a", 1)
     assert row.lease_expires_at is not None
     future_row = await rows.row(future)
-    assert future_row is not None and future_row.state is RunState.PENDING
+    assert future_row is not None
+    assert future_row.state is RunState.PENDING
 
 
 async def test_two_claimers_at_once_get_disjoint_batches(store: ReplicaStore, rows: Rows) -> None:
@@ -52,11 +53,13 @@ async def test_a_run_due_within_claim_ahead_is_claimed_and_next_due_in_sees_past
     later = await rows.insert("job", timedelta(seconds=60))
     assert await store.claim_due_runs("a", 10, LEASE, 100) == []
     wait = await store.next_due_in(timedelta(0))
-    assert wait is not None and timedelta(seconds=1) < wait <= timedelta(seconds=2)
+    assert wait is not None
+    assert timedelta(seconds=1) < wait <= timedelta(seconds=2)
     [claimed] = await store.claim_due_runs("a", 10, LEASE, 100, ahead=timedelta(seconds=5))
     assert claimed.run_id == soon
     wait = await store.next_due_in(timedelta(seconds=5))
-    assert wait is not None and timedelta(seconds=59) < wait <= timedelta(seconds=60)
+    assert wait is not None
+    assert timedelta(seconds=59) < wait <= timedelta(seconds=60)
     assert (await rows.row(later)) is not None
     assert await store.next_due_in(timedelta(minutes=2)) is None
 

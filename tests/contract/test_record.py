@@ -32,7 +32,9 @@ async def test_a_heartbeat_extends_only_this_workers_running_run_under_its_epoch
     await rows.later()
     assert await store.extend_leases("w", [key], LEASE * 2) == {key}
     after = (await _row(rows, run.run_id)).lease_expires_at
-    assert before is not None and after is not None and after > before
+    assert before is not None
+    assert after is not None
+    assert after > before
     assert await store.extend_leases("x", [key], LEASE) == set()  # another worker
     assert await store.extend_leases("w", [(run.run_id, run.epoch + 1)], LEASE) == set()
     claimed_id = await rows.insert("job", ago(1))
@@ -100,7 +102,8 @@ async def test_a_completion_applies_the_domains_verdict(store: ReplicaStore, row
         policy=None,
         run_id=run.run_id,
     )
-    assert verdict.retry and verdict.attempt == 2
+    assert verdict.retry
+    assert verdict.attempt == 2
     failed = ExecutionResult(Outcome.FAILED, exit_code=2, error="boom", output_tail="out")
     key = (run.run_id, run.epoch)
     assert await store.complete_runs([Completion(*key, failed, verdict, "w")]) == {key}

@@ -80,7 +80,8 @@ async def test_a_start_is_taken_up_again_only_by_its_worker_when_it_says_so(
     _, [other] = await store.start_runs("x", [message(run)], LEASE, retake=key)
     assert other.reason is Why.OWNED
     row = await rows.row(run.run_id)
-    assert row is not None and row.lease_owner == "w"
+    assert row is not None
+    assert row.lease_owner == "w"
 
 
 async def test_a_run_claimed_ahead_is_not_started_before_it_is_due(
@@ -93,7 +94,8 @@ async def test_a_run_claimed_ahead_is_not_started_before_it_is_due(
     _, [early] = await store.start_runs("w", [message(run)], LEASE)
     assert (early.reason, early.state) == (Why.EARLY, RunState.CLAIMED)
     row = await rows.row(run_id)
-    assert row is not None and (row.state, row.lease_owner) == (RunState.CLAIMED, "claimer")
+    assert row is not None
+    assert (row.state, row.lease_owner) == (RunState.CLAIMED, "claimer")
 
 
 async def test_a_claimed_run_past_its_deadline_at_the_start_is_skipped(
@@ -118,8 +120,10 @@ async def test_a_claimed_latest_run_superseded_meanwhile_is_skipped_at_the_start
     _, [skipped] = await store.start_runs("w", [message(run)], LEASE)
     assert skipped.reason is Why.SKIPPED
     row, newest = await rows.row(run.run_id), await rows.row(newer)
-    assert row is not None and (row.state, row.error) == (RunState.SKIPPED, SkipReason.SUPERSEDED)
-    assert newest is not None and newest.state is RunState.PENDING
+    assert row is not None
+    assert (row.state, row.error) == (RunState.SKIPPED, SkipReason.SUPERSEDED)
+    assert newest is not None
+    assert newest.state is RunState.PENDING
 
 
 async def test_a_claim_the_pause_did_not_see_is_handed_back_by_the_start(
@@ -146,6 +150,8 @@ async def test_an_unreadable_definition_fails_its_own_attempt_only(
     assert [s.run_id for s in started] == [good.run_id]
     assert (refused.run_id, refused.reason) == (odd.run_id, Why.UNREADABLE)
     row = await rows.row(odd.run_id)
-    assert row is not None and (row.state, row.outcome) == (RunState.FAILED, "failed")
-    assert row.error is not None and "unreadable" in row.error
+    assert row is not None
+    assert (row.state, row.outcome) == (RunState.FAILED, "failed")
+    assert row.error is not None
+    assert "unreadable" in row.error
     assert await rows.attempts(odd.run_id) == [(1, 1, "failed", "w")]
