@@ -202,6 +202,8 @@ class InMemoryJobCatalog:
                 paused=old.paused if old else False,
                 materialized_until=old.materialized_until if old else None,
                 created_at=old.created_at if old else now,
+                # UPSERT_JOBS leaves the retention mark alone (sql/0012).
+                history_pruned_through=old.history_pruned_through if old else None,
             )
             self.jobs[job.name] = row
             if old is None:
