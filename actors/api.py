@@ -16,11 +16,9 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-import asyncpg
 from aiohttp import web
 
-from actors.adapters.history import Actor
-from actors.adapters.postgres import BACKFILL_MAX_RUNS
+from actors.domain.backfill import BACKFILL_MAX_RUNS
 from actors.observability import get_logger
 from actors.openapi import document
 from actors.operator import (
@@ -31,20 +29,14 @@ from actors.operator import (
     Unauthorized,
 )
 from actors.operator.reads import MAX_GRID
-from actors.ports import StoreUnavailable
+from actors.ports import Actor, StoreUnavailable
 
 log = get_logger("api")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-# Connection-level failures: the database is away, which is a 503, not a bug.
-_OUTAGES = (
-    OSError,
-    TimeoutError,
-    StoreUnavailable,
-    asyncpg.PostgresConnectionError,
-    asyncpg.exceptions.InternalClientError,
-    asyncpg.CannotConnectNowError,
-)
+# The store is away (the operator's port says so, whatever its driver), which
+# is a 503, not a bug.
+_OUTAGES = (OSError, TimeoutError, StoreUnavailable)
 
 
 def error_response(

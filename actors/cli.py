@@ -29,6 +29,7 @@ from actors.config import ConfigError, LoadedConfig, load_config
 from actors.domain import CronSchedule, decode_job, encode_job, take
 from actors.observability import LOG_FORMATS, configure_logging, get_logger, redact
 from actors.operator import OperatorError
+from actors.operator_root import open_operator_store
 from actors.supervisor import ActorGaveUp
 
 log = get_logger("cli")
@@ -287,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--pid-file", help="write the pid here (for `claimd reload`)")
     run.set_defaults(func=cmd_run)
 
-    operator_cli.register(sub)
+    operator_cli.register(sub, open_operator_store)
 
     mig = sub.add_parser("migrate", help="apply the schema migrations")
     mig.add_argument("--database-url")

@@ -1,7 +1,8 @@
 """The database for a short-lived client (the operator's commands): a small pool, and the
 driver's errors sorted by what the client tells its user.
 
-The command line reaches PostgreSQL only through here, so it names no driver.
+The command line reaches PostgreSQL only through here (and the operator's port on it,
+actors.adapters.postgres.operator_store), so it names no driver.
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ without an offset are read in the job's zone; every answer carries UTC and the
 job's zone. Every action is recorded in ``operator_actions`` with who asked.
 """
 
-from actors.adapters.history import Actor
 from actors.operator.actions import OperatorService
 from actors.operator.errors import (
     BadInput,
@@ -18,6 +17,7 @@ from actors.operator.errors import (
     Unavailable,
     Unprocessable,
 )
+from actors.ports import Actor
 
 __all__ = [
     "Actor",

@@ -10,16 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import asyncpg
-
-from actors.adapters.history import Actor, record_action
-from actors.adapters.postgres import (
-    BACKFILL_MAX_RUNS,
-    BackfillProgress,
-    BackfillTooLarge,
-    Operations,
-    UnknownJob,
-)
+from actors.domain.backfill import BACKFILL_MAX_RUNS, BackfillProgress, BackfillTooLarge
 from actors.domain.trigger import TriggerRefused, judge_trigger
 from actors.observability import get_logger
 from actors.operator.errors import (
@@ -31,20 +22,18 @@ from actors.operator.errors import (
 )
 from actors.operator.reads import OperatorReads
 from actors.operator.shapes import iso, parse_time, run_id_of, schedule_of, zone_named
+from actors.ports import Actor, Recorded, Unchanged, UnknownJob
 
 log = get_logger("operator")
-LOCK_JOB = "SELECT id, paused FROM jobs WHERE name = $1 AND enabled FOR UPDATE"
-RUN_STATE = "SELECT state FROM job_runs WHERE id = $1::uuid"
-RUN_JOB = "SELECT j.name FROM job_runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1::uuid"
 
 
 class OperatorService(OperatorReads):
-    """Reads and actions over the database, as the CLI and the API offer them."""
+    """Reads and actions over the operator's port, as the CLI and the API offer them."""
 
     async def _record_refusal(
         self, actor: Actor, action: str, error: OperatorError, **fields: Any
     ) -> None:
-        await record_action(self._pool, actor, action, ok=False, result=str(error), **fields)
+        await self.history.record_action(actor, action, ok=False, result=str(error), **fields)
 
     async def pause(self, actor: Actor, job: str) -> dict[str, Any]:
         return await self._set_paused(actor, job, True)
@@ -54,17 +43,15 @@ class OperatorService(OperatorReads):
 
     async def _set_paused(self, actor: Actor, job: str, paused: bool) -> dict[str, Any]:
         action = "pause" if paused else "resume"
-        error: OperatorError | None = None
-        async with self._pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(LOCK_JOB, job)
-            if row is None:
-                error = NotFound(f"no enabled job named {job!r}")
-            elif row["paused"] == paused:
-                error = NothingToDo(f"{job} is already {'paused' if paused else 'running'}")
-            else:
-                await (Operations(conn).pause(job) if paused else Operations(conn).resume(job))
-                message = f"{'paused' if paused else 'resumed'} {job}"
-                return await self._done(conn, actor, action, message, job=job)
+        message = f"{'paused' if paused else 'resumed'} {job}"
+        done = await self.history.set_paused(actor, job, paused, result=message)
+        if isinstance(done, Recorded):
+            return self._done(done, actor, action, message, job=job)
+        error: OperatorError = (
+            NotFound(f"no enabled job named {job!r}")
+            if done is Unchanged.UNKNOWN_JOB
+            else NothingToDo(f"{job} is already {'paused' if paused else 'running'}")
+        )
         await self._record_refusal(actor, action, error, job=job)
         raise error
 
@@ -91,35 +78,40 @@ class OperatorService(OperatorReads):
         what = (
             f"a scheduled instant of {job}" if scheduled else f"not an instant of {job}'s schedule"
         )
+        # Said in the answer, because the two differ in what follows: the run of a
+        # scheduled instant is that instant's run (the schedule adds no other),
+        # while any other instant is an extra run.
+        effect = (
+            "this run is that instant's run; the schedule adds no other"
+            if scheduled
+            else "an extra run"
+        )
+
+        def message(run_id: str) -> str:
+            return f"triggered {job}: run {run_id} at {iso(instant)} ({what}: {effect})"
+
         error: OperatorError
-        async with self._pool.acquire() as conn, conn.transaction():
-            try:
-                run_id = await Operations(conn).trigger(job, instant)
-            except UnknownJob:
-                run_id, error = None, NotFound(f"no enabled job named {job!r}")
-            else:
-                error = NothingToDo(
-                    f"{job} already has a run at {iso(instant)} ({what}); nothing added"
-                )
-            if run_id is not None:
-                # Said in the answer, because the two differ in what follows: the
-                # run of a scheduled instant is that instant's run (the schedule
-                # adds no other), while any other instant is an extra run.
-                effect = (
-                    "this run is that instant's run; the schedule adds no other"
-                    if scheduled
-                    else "an extra run"
-                )
-                return await self._done(
-                    conn,
-                    actor,
-                    "trigger",
-                    f"triggered {job}: run {run_id} at {iso(instant)} ({what}: {effect})",
-                    job=job,
-                    run_id=run_id,
-                    arguments=arguments,
-                    extra={"scheduled_at": iso(instant), "scheduled_instant": scheduled},
-                )
+        try:
+            done = await self.history.trigger(
+                actor, job, instant, arguments=arguments, result=message
+            )
+        except UnknownJob:
+            done, error = None, NotFound(f"no enabled job named {job!r}")
+        else:
+            error = NothingToDo(
+                f"{job} already has a run at {iso(instant)} ({what}); nothing added"
+            )
+        if done is not None:
+            run_id, recorded = done
+            return self._done(
+                recorded,
+                actor,
+                "trigger",
+                message(run_id),
+                job=job,
+                run_id=run_id,
+                extra={"scheduled_at": iso(instant), "scheduled_instant": scheduled},
+            )
         await self._record_refusal(actor, "trigger", error, job=job, arguments=arguments)
         raise error
 
@@ -154,7 +146,7 @@ class OperatorService(OperatorReads):
                 raise Unprocessable(f"from {iso(first)} is after to {iso(last)}")
             arguments.update({"from_instant": iso(first), "to_instant": iso(last)})
             try:
-                done = await Operations(self._pool).backfill(
+                done = await self.history.backfill(
                     job, first, last, max_runs=max_runs, progress=progress
                 )
             except UnknownJob:
@@ -173,16 +165,17 @@ class OperatorService(OperatorReads):
             f"{iso(last)}: {done.added:,} runs added, {done.existing:,} already had "
             "a run"
         )
-        async with self._pool.acquire() as conn:
-            return await self._done(
-                conn,
-                actor,
-                "backfill",
-                message,
-                job=job,
-                arguments=arguments,
-                extra={"added": done.added, "existing": done.existing, "instants": done.instants},
-            )
+        recorded = await self.history.record_action(
+            actor, "backfill", job=job, arguments=arguments, ok=True, result=message
+        )
+        return self._done(
+            recorded,
+            actor,
+            "backfill",
+            message,
+            job=job,
+            extra={"added": done.added, "existing": done.existing, "instants": done.instants},
+        )
 
     async def cancel(self, actor: Actor, run_id: str) -> dict[str, Any]:
         """Cancel a pending or running run; a finished one is left as it is."""
@@ -191,17 +184,13 @@ class OperatorService(OperatorReads):
         except OperatorError as bad:
             await self._record_refusal(actor, "cancel", bad, arguments={"run_id": run_id})
             raise
-        async with self._pool.acquire() as conn, conn.transaction():
-            if await Operations(conn).cancel(ident, f"cancelled by {actor.name}"):
-                return await self._done(
-                    conn,
-                    actor,
-                    "cancel",
-                    f"cancelled {ident}",
-                    job=await conn.fetchval(RUN_JOB, ident),
-                    run_id=ident,
-                )
-            state = await conn.fetchval(RUN_STATE, ident)
+        message = f"cancelled {ident}"
+        found = await self.history.cancel(
+            actor, ident, reason=f"cancelled by {actor.name}", result=message
+        )
+        if found.recorded is not None:
+            return self._done(found.recorded, actor, "cancel", message, job=found.job, run_id=ident)
+        state = found.state
         error = (
             NotFound(f"no run {ident}")
             if state is None
@@ -216,28 +205,18 @@ class OperatorService(OperatorReads):
         )
         raise error
 
-    async def _done(
-        self,
-        conn: asyncpg.Connection,
+    @staticmethod
+    def _done(
+        recorded: Recorded,
         actor: Actor,
         action: str,
         message: str,
         *,
         job: str | None = None,
         run_id: str | None = None,
-        arguments: dict[str, Any] | None = None,
         extra: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        action_id, at = await record_action(
-            conn,
-            actor,
-            action,
-            job=job,
-            run_id=run_id,
-            arguments=arguments,
-            ok=True,
-            result=message,
-        )
+        """The answer to an action that happened (its record written with it)."""
         log.debug(
             "operator action",
             action=action,
@@ -251,8 +230,8 @@ class OperatorService(OperatorReads):
             "job": job,
             "run_id": run_id,
             "message": message,
-            "action_id": action_id,
-            "at": iso(at),
+            "action_id": recorded.action_id,
+            "at": iso(recorded.at),
             "actor": actor.name,
             **(extra or {}),
         }

@@ -8,9 +8,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-import asyncpg
-
-from actors.adapters.history import History
 from actors.config import JOB_NAME_PATTERN
 from actors.domain import take
 from actors.domain.history import (
@@ -38,6 +35,7 @@ from actors.operator.shapes import (
     zone_named,
 )
 from actors.operator.words import schedule_words
+from actors.ports import AttemptRecord, JobRecord, OperatorStore, RunDetail
 
 # The grid looks back at most this far for a job's last instants (a yearly job
 # shows its last few years, not its whole history).
@@ -46,15 +44,14 @@ MAX_GRID = 200
 
 
 class OperatorReads:
-    """Reads over the database, as the CLI and the API offer them."""
+    """Reads over the operator's port, as the CLI and the API offer them."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
-        self._pool = pool
-        self.history = History(pool)
+    def __init__(self, store: OperatorStore) -> None:
+        self.history = store
 
     # --- reads --------------------------------------------------------------------
 
-    async def _job_row(self, name: str) -> dict[str, Any]:
+    async def _job_row(self, name: str) -> JobRecord:
         if not re.match(JOB_NAME_PATTERN, name):  # never a job: not worth a query
             raise NotFound(f"no job named {name!r}")
         row = await self.history.job(name)
@@ -297,9 +294,7 @@ class OperatorReads:
         return [{**r, "at": iso(r["at"]), "arguments": json.loads(r["arguments"])} for r in rows]
 
 
-def unrecorded_attempt(
-    row: dict[str, Any], recorded: Sequence[dict[str, Any]]
-) -> list[dict[str, Any]]:
+def unrecorded_attempt(row: RunDetail, recorded: Sequence[AttemptRecord]) -> list[AttemptRecord]:
     """The run's current attempt when ``job_run_attempts`` has no verdict of it (yet).
 
     A verdict is written when an attempt finishes: the one running now has none,

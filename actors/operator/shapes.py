@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
@@ -63,7 +63,7 @@ def parse_time(text: str, zone: tzinfo, now: datetime, what: str) -> datetime:
         raise BadInput(f"{what} {exc}") from None
 
 
-def run_json(row: dict[str, Any]) -> dict[str, Any]:
+def run_json(row: Mapping[str, Any]) -> dict[str, Any]:
     zone = zone_named(row["timezone"])
     out: dict[str, Any] = {
         "id": row["id"],
@@ -88,7 +88,7 @@ def run_json(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def encode_cursor(row: dict[str, Any]) -> str:
+def encode_cursor(row: Mapping[str, Any]) -> str:
     return f"{iso(row['scheduled_at'])}~{row['id']}"
 
 

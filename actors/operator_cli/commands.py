@@ -26,20 +26,20 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
-from actors.adapters import database
-from actors.adapters.history import Actor, History, record_action
-from actors.adapters.postgres import BACKFILL_CHUNK, BACKFILL_MAX_RUNS
 from actors.config import ConfigError, load_config
+from actors.domain.backfill import BACKFILL_CHUNK, BACKFILL_MAX_RUNS
 from actors.domain.trigger import EARLIEST_TRIGGER
 from actors.operator import BadInput, OperatorError, Unavailable
 from actors.operator_cli import render
 from actors.operator_cli.connect import (
     Backend,
+    StoreOpener,
     connect_database,
     database_url,
     open_backend,
     os_user,
 )
+from actors.ports import Actor, SchemaMissing, StoreRefused, StoreUnavailable
 
 EXIT_CODES = __doc__.split("Exit status", 1)[1] if __doc__ else ""
 TIME_NOTE = (
@@ -72,14 +72,14 @@ async def _run(command: Command, args: argparse.Namespace) -> int:
         payload, text, code = await command(backend, args)
     except OperatorError as exc:
         return _fail(exc, exc.exit)
-    except database.SCHEMA_MISSING:
+    except SchemaMissing:
         return _fail(
             Unavailable("the database has no claimd schema, or an older one: run `claimd migrate`"),
             4,
         )
-    except database.CONNECTION_LOST as exc:
+    except (StoreUnavailable, OSError, TimeoutError) as exc:
         return _fail(Unavailable(f"lost the database: {exc}"), 4)
-    except database.DATABASE_ERROR as exc:
+    except StoreRefused as exc:
         return _fail(exc, 1)
     finally:
         await backend.close()
@@ -162,32 +162,32 @@ def _action(name: str, *fields: str) -> Command:
 async def _reload(args: argparse.Namespace, pid: int) -> int:
     try:
         url = database_url(args)
-        pool = await connect_database(url, args.connect_timeout) if url else None
+        store = await connect_database(args, url) if url else None
     except OperatorError as exc:
         return _fail(exc, exc.exit)
     try:
-        before = await History(pool).last_action_id() if pool else 0
+        before = await store.last_action_id() if store else 0
         try:
             os.kill(pid, signal.SIGHUP)
         except ProcessLookupError:
             return _fail(BadInput(f"no process {pid}"), 3)
         except PermissionError:
             return _fail(BadInput(f"not allowed to signal process {pid}"), 2)
-        if pool is None:
+        if store is None:
             print(f"sent SIGHUP to {pid} (give --config to wait for the replica's verdict)")
             return 0
         verdict = None
         deadline = time.monotonic() + args.wait
         while verdict is None and time.monotonic() < deadline:
-            verdict = await History(pool).reload_verdict(pid, before)
+            verdict = await store.reload_verdict(pid, before)
             if verdict is None:
                 await asyncio.sleep(0.1)
         ok, result = verdict or (False, f"no verdict recorded within {args.wait:g}s")
         actor = Actor(args.actor or os_user(), "cli", f"{os.uname().nodename}:{os.getpid()}")
-        await record_action(pool, actor, "reload", arguments={"pid": pid}, ok=ok, result=result)
+        await store.record_action(actor, "reload", arguments={"pid": pid}, ok=ok, result=result)
     finally:
-        if pool is not None:
-            await pool.close()
+        if store is not None:
+            await store.close()
     if not ok:
         return _fail(RuntimeError(f"process {pid}: {result}"), 1)
     print(f"process {pid}: {result}")
@@ -250,8 +250,12 @@ def _connection(p: argparse.ArgumentParser, *, output: bool = True) -> None:
         p.add_argument("--json", action="store_true", help="JSON for scripts")
 
 
-def register(sub: Any) -> None:
-    """Add the operator's commands to the `claimd` parser."""
+def register(sub: Any, open_store: StoreOpener) -> None:
+    """Add the operator's commands to the `claimd` parser.
+
+    ``open_store`` opens the operator's store on a database URL: the adapter is
+    named by the caller (actors.operator_root), never here.
+    """
 
     def command(name: str, help_text: str, fn: Command) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(
@@ -262,7 +266,7 @@ def register(sub: Any) -> None:
             formatter_class=argparse.RawTextHelpFormatter,
         )
         _connection(p)
-        p.set_defaults(func=_command(fn))
+        p.set_defaults(func=_command(fn), open_store=open_store)
         return p
 
     p = command(
@@ -378,4 +382,4 @@ def register(sub: Any) -> None:
         help="how long to wait for the replica's verdict (default 10)",
     )
     _connection(rel, output=False)
-    rel.set_defaults(func=cmd_reload)
+    rel.set_defaults(func=cmd_reload, open_store=open_store)

@@ -14,15 +14,14 @@ import json
 import os
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
 
-from actors.adapters.database import DatabaseUnreachable, DatabaseUrlInvalid, Pool, open_pool
-from actors.adapters.history import Actor
-from actors.adapters.postgres import BACKFILL_CHUNK, BackfillProgress
 from actors.config import ConfigError, load_config
+from actors.domain.backfill import BACKFILL_CHUNK, BackfillProgress
 from actors.operator import (
     BadInput,
     Forbidden,
@@ -34,6 +33,7 @@ from actors.operator import (
     Unavailable,
     Unprocessable,
 )
+from actors.ports import Actor, OperatorStore
 
 ENDPOINTS_FILE = "endpoints.json"
 _BY_STATUS: dict[int, type[OperatorError]] = {
@@ -44,6 +44,12 @@ _BY_STATUS: dict[int, type[OperatorError]] = {
     409: NothingToDo,
     422: Unprocessable,
 }
+
+
+# Opens the operator's store on a database URL within a timeout, or raises BadInput
+# (the URL names no database) or Unavailable (no answer). The composition root
+# that names the adapter (actors.operator_root) hands it to ``register``.
+StoreOpener = Callable[[str, float], Awaitable[OperatorStore]]
 
 
 class Backend(Protocol):
@@ -130,14 +136,13 @@ def database_url(args: Any) -> str | None:
 # --- the database -------------------------------------------------------------------
 
 
-async def connect_database(url: str, timeout: float) -> Pool:
-    """A small pool, or BadInput / Unavailable within ``timeout`` seconds, in one line."""
-    try:
-        return await open_pool(url, timeout)
-    except DatabaseUrlInvalid as exc:
-        raise BadInput(str(exc)) from None
-    except DatabaseUnreachable as exc:
-        raise Unavailable(str(exc)) from None
+async def connect_database(args: Any, url: str) -> OperatorStore:
+    """The operator's store on ``url``, or BadInput / Unavailable within the connect
+    timeout, in one line (through the opener ``register`` was given)."""
+    open_store: StoreOpener | None = getattr(args, "open_store", None)
+    if open_store is None:
+        raise Unavailable("no database adapter is wired into this command")
+    return await open_store(url, float(getattr(args, "connect_timeout", 5.0)))
 
 
 def print_backfill_progress(done: BackfillProgress) -> None:
@@ -152,11 +157,11 @@ def print_backfill_progress(done: BackfillProgress) -> None:
 
 
 class DatabaseBackend:
-    """Straight to PostgreSQL, through the same service the API uses."""
+    """Straight to the store (PostgreSQL), through the same service the API uses."""
 
-    def __init__(self, pool: Pool, actor: Actor) -> None:
-        self.pool = pool
-        self.service = OperatorService(pool)
+    def __init__(self, store: OperatorStore, actor: Actor) -> None:
+        self.store = store
+        self.service = OperatorService(store)
         self.actor = actor
 
     async def get(self, what: str, **params: Any) -> Any:
@@ -169,7 +174,7 @@ class DatabaseBackend:
         return result
 
     async def close(self) -> None:
-        await self.pool.close()
+        await self.store.close()
 
 
 # --- a replica's HTTP API -----------------------------------------------------------
@@ -285,6 +290,6 @@ async def open_backend(args: Any) -> Backend:
             "no claimd to talk to: give --config, --database-url or --url "
             "(or run `claimd dev` in this directory)"
         )
-    pool = await connect_database(dsn, timeout)
+    store = await connect_database(args, dsn)
     origin = f"{socket.gethostname()}:{os.getpid()}"
-    return DatabaseBackend(pool, Actor(name=actor, via="cli", origin=origin))
+    return DatabaseBackend(store, Actor(name=actor, via="cli", origin=origin))

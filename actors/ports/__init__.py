@@ -8,6 +8,7 @@ the proof of the distributed behaviour.
 - ``messages``: the values crossing the ports (dispatches, starts, completions, readings);
 - ``errors``: what callers tell apart (an outage is waited out);
 - ``stores``: the store by role (planning, claiming, the worker's, reaping, operating);
+- ``operator``: the operator side's store (its reads and its recorded actions);
 - ``dispatch``: the broker and the worker's inbox;
 - ``execution``: the executor and the clocks.
 
@@ -28,6 +29,25 @@ from actors.ports.messages import (
     RejectedJob,
     StartedRun,
 )
+from actors.ports.operator import (
+    ActionRecord,
+    Actor,
+    AttemptRecord,
+    Cancelled,
+    HistoryReader,
+    JobOverview,
+    JobRecord,
+    OperatorActions,
+    OperatorStore,
+    Recorded,
+    RejectedRecord,
+    RunDetail,
+    RunListing,
+    SchemaMissing,
+    StoreRefused,
+    Unchanged,
+    UnknownJob,
+)
 from actors.ports.stores import (
     ClaimingStore,
     OperatingStore,
@@ -39,8 +59,12 @@ from actors.ports.stores import (
 )
 
 __all__ = [
+    "ActionRecord",
+    "Actor",
+    "AttemptRecord",
     "Broker",
     "Callback",
+    "Cancelled",
     "ClaimingStore",
     "Clock",
     "ClusterReading",
@@ -49,22 +73,35 @@ __all__ = [
     "Delivery",
     "DispatchMessage",
     "Executor",
+    "HistoryReader",
     "Inbox",
     "InboxSilent",
+    "JobOverview",
     "JobReading",
+    "JobRecord",
     "JobState",
     "Materialized",
     "NotStarted",
     "OperatingStore",
+    "OperatorActions",
+    "OperatorStore",
     "Outage",
     "PlanningStore",
     "ReapingStore",
     "RecordRejected",
+    "Recorded",
     "RejectedJob",
+    "RejectedRecord",
     "ReplicaBroker",
     "ReplicaStore",
+    "RunDetail",
+    "RunListing",
     "RunStore",
+    "SchemaMissing",
     "StartedRun",
+    "StoreRefused",
     "StoreUnavailable",
+    "Unchanged",
+    "UnknownJob",
     "WorkerStore",
 ]

@@ -15,7 +15,12 @@ from datetime import datetime, timedelta
 from actors.adapters.executors import LocalExecutor
 from actors.adapters.nats import NATS_HEALTH, JetStreamBroker
 from actors.adapters.nats_inbox import PROBE_TIMEOUT_S, JetStreamInbox, PullSubscription
-from actors.adapters.postgres import POSTGRES_HEALTH, PostgresRunStore, is_unreachable
+from actors.adapters.postgres import (
+    POSTGRES_HEALTH,
+    PostgresOperatorStore,
+    PostgresRunStore,
+    is_unreachable,
+)
 from actors.adapters.postgres.notify import PendingRunsListener
 from actors.clock import DatabaseClock
 from actors.config import Settings
@@ -114,7 +119,7 @@ class ProductionAdapters:
         return PendingRunsListener(_postgres(store).pool, on_pending).run
 
     def operator(self, store: ReplicaStore) -> OperatorService | None:
-        return OperatorService(_postgres(store).pool)
+        return OperatorService(PostgresOperatorStore(_postgres(store).pool))
 
     def _opened(self) -> JetStreamBroker:
         """The JetStream broker open_broker connected (a subclass's open_broker may wrap

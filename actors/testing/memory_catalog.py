@@ -40,6 +40,8 @@ class InMemoryJobCatalog:
     runs: dict[str, RunRow] = field(default_factory=dict)
     attempts: list[AttemptRow] = field(default_factory=list)
     rejected: dict[str, RejectedJob] = field(default_factory=dict)
+    rejected_by: tuple[str, datetime] | None = None  # (replica, recorded_at) of the last load
+    # The action log, as operator_actions holds it (actors.ports.ActionRecord's keys).
     actions: list[dict[str, Any]] = field(default_factory=list)
     gaps: list[tuple[str, Gap]] = field(default_factory=list)  # (job, instants dropped)
     outage: Exception | None = None
@@ -158,21 +160,45 @@ class InMemoryJobCatalog:
         self, replica_id: str, arguments: dict[str, Any], ok: bool, result: str
     ) -> None:
         """The operator action a SIGHUP reload leaves (record_action)."""
-        self._now()
-        self.actions.append(
-            {
-                "action": "reload",
-                "by": replica_id,
-                "arguments": arguments,
-                "ok": ok,
-                "result": result,
-            }
+        self.record(
+            "sighup", "signal", replica_id, "reload", arguments=arguments, ok=ok, result=result
         )
+
+    def record(
+        self,
+        actor: str,
+        via: str,
+        origin: str | None,
+        action: str,
+        *,
+        job: str | None = None,
+        run_id: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        ok: bool,
+        result: str,
+    ) -> dict[str, Any]:
+        """RECORD_ACTION: one row of the action log, its id the next, at the store's now."""
+        row = {
+            "id": len(self.actions) + 1,
+            "at": self._now(),
+            "actor": actor,
+            "via": via,
+            "origin": origin,
+            "action": action,
+            "job": job,
+            "run_id": run_id,
+            "arguments": json.dumps(arguments or {}, default=str, ensure_ascii=False),
+            "ok": ok,
+            "result": result,
+        }
+        self.actions.append(row)
+        return row
 
     async def record_rejected_jobs(self, replica_id: str, rejected: Sequence[RejectedJob]) -> None:
         """CLEAR_REJECTED_JOBS, RECORD_REJECTED_JOBS: the last load's set, whole."""
-        self._now()
+        now = self._now()
         self.rejected = {r.job: r for r in rejected}
+        self.rejected_by = (replica_id, now)
 
     # -- the job catalog --------------------------------------------------------------
 
@@ -204,6 +230,7 @@ class InMemoryJobCatalog:
                 created_at=old.created_at if old else now,
                 # UPSERT_JOBS leaves the retention mark alone (sql/0012).
                 history_pruned_through=old.history_pruned_through if old else None,
+                planned_since=old.planned_since if old else None,
             )
             self.jobs[job.name] = row
             if old is None:
@@ -214,10 +241,10 @@ class InMemoryJobCatalog:
                 # RESTORE_READDED_JOB: back in the config, what the removal
                 # cancelled ahead (and anything not started) is planned again.
                 self._withdraw_ahead(job.name, now, also_cancelled_by_removal=True)
-                row.materialized_until = now
+                row.materialized_until = row.planned_since = now
             elif json.loads(old.definition)["schedule"] != definition["schedule"]:
                 self._withdraw_ahead(job.name, now)
-                row.materialized_until = now
+                row.materialized_until = row.planned_since = now
         names = {job.name for job in jobs} | set(keep)
         for row in self.jobs.values():
             if row.enabled and row.name not in names:

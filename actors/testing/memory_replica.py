@@ -2,8 +2,8 @@
 
 The store, the broker, the worker's inbox and the executor are the test's
 (so it can look at them and move the store's clock); the inbox is subscribed
-to the broker when the worker asks for it. The operator API
-stays unavailable (503): its service reads PostgreSQL directly.
+to the broker when the worker asks for it. The operator API answers from
+the same store (actors.testing.memory_operator).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from actors.operator import OperatorService
 from actors.ports import Clock, Executor, Inbox, ReplicaBroker, ReplicaStore, WorkerStore
 from actors.testing.memory import InMemoryBroker, InMemoryRunStore
 from actors.testing.memory_inbox import MemoryInbox
+from actors.testing.memory_operator import InMemoryOperatorStore
 
 MEMORY_HEALTH = DependencyHealth("memory")
 
@@ -75,4 +76,4 @@ class MemoryAdapters:
         return None  # no NOTIFY in memory: the claimer's next-due read and poll do
 
     def operator(self, store: ReplicaStore) -> OperatorService | None:
-        return None
+        return OperatorService(InMemoryOperatorStore(self.store))

@@ -32,6 +32,7 @@ class JobRow:
     materialized_until: datetime | None = None
     created_at: datetime | None = None
     history_pruned_through: datetime | None = None
+    planned_since: datetime | None = None  # where a withdrawn plan started again
 
 
 @dataclass
@@ -99,6 +100,7 @@ class AttemptRow:
     outcome: Outcome
     error: str | None
     exit_code: int | None = None
+    finished_at: datetime | None = None
 
 
 def must_not_run(

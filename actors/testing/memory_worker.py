@@ -179,6 +179,14 @@ class InMemoryWorkerStatements(InMemoryClaims):
         """One row of job_run_attempts: the attempt as it ran, before its verdict moves it."""
         self.attempts.append(
             AttemptRow(
-                run.id, run.attempt, run.epoch, worker, run.started_at, outcome, error, exit_code
+                run.id,
+                run.attempt,
+                run.epoch,
+                worker,
+                run.started_at,
+                outcome,
+                error,
+                exit_code,
+                finished_at=self.clock.now(),
             )
         )

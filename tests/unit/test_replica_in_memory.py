@@ -227,7 +227,7 @@ async def test_a_reload_with_errors_changes_nothing_and_is_recorded(tmp_path: Pa
     assert store.rejected == {}
     assert REGISTRY.get_sample_value("claimd_config_job_rejected", {"claimd_job": "broken"}) is None
     assert REGISTRY.get_sample_value("claimd_config_job_errors") == 0
-    assert [(a["ok"], a["by"]) for a in store.actions] == [
+    assert [(a["ok"], a["origin"]) for a in store.actions] == [
         (False, "replica-a"),
         (True, "replica-a"),
     ]

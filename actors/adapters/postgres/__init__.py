@@ -8,6 +8,9 @@
 - ``verdicts``: attempt verdicts applied (completions, the reaper's pass, a stop's hand-back).
 - ``run_store``: the RunStore port (claim, start, heartbeat, complete, release, reap).
 - ``operations``: operator actions (pause, resume, trigger, backfill's inserts, cancel).
+- ``history``: the operator's reads (runs, attempts, gaps, actions), gaps and the action log.
+- ``operator_store``: the operator's port (actors.ports.operator): the reads, each action
+  recorded with it.
 
 The names callers use are re-exported here.
 """
@@ -16,6 +19,7 @@ from actors.adapters.postgres.catalog import PostgresJobCatalog
 from actors.adapters.postgres.errors import POSTGRES_HEALTH, is_outage, is_unreachable
 from actors.adapters.postgres.migrations import migrate, migration_files
 from actors.adapters.postgres.operations import Operations, UnknownJob
+from actors.adapters.postgres.operator_store import PostgresOperatorStore
 from actors.adapters.postgres.pool import connect_pool, split_hosts
 from actors.adapters.postgres.run_store import PostgresRunStore
 from actors.adapters.postgres.statements import (
@@ -41,6 +45,7 @@ __all__ = [
     "BackfillTooLarge",
     "Operations",
     "PostgresJobCatalog",
+    "PostgresOperatorStore",
     "PostgresRunStore",
     "UnknownJob",
     "connect_pool",

@@ -10,8 +10,8 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from actors.adapters.history import Actor, record_action, record_gaps
 from actors.adapters.postgres.errors import reads_only, store_methods_report_outages
+from actors.adapters.postgres.history import record_action, record_gaps
 from actors.adapters.postgres.statements import (
     ACTIVE_JOBS,
     ADVANCE_HIGH_WATER,
@@ -36,7 +36,7 @@ from actors.adapters.postgres.statements import (
 from actors.adapters.postgres.stored_definitions import StoredDefinitions
 from actors.domain import Job, Plan, encode_job
 from actors.domain.runs import REMOVED_FROM_CONFIG
-from actors.ports import JobState, Materialized, RejectedJob
+from actors.ports import Actor, JobState, Materialized, RejectedJob
 
 # Jobs written per upsert statement: bounded parameter arrays, one statement
 # of a few hundred milliseconds at most.

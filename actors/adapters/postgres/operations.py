@@ -16,11 +16,7 @@ from actors.domain.backfill import (
     BackfillProgress,
     plan_backfill,
 )
-
-
-class UnknownJob(LookupError):
-    """An operator action named a job the config file never declared."""
-
+from actors.ports import UnknownJob  # the port's: raised through it as it is
 
 # A backfill writes its rows in statements of this many instants: a long range
 # is many short statements (bounded memory, no lock held for minutes), and one

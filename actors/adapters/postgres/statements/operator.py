@@ -66,3 +66,8 @@ marked AS (
     RETURNING 1)
 SELECT count(*) FROM gone
 """
+# An action's checks, in its transaction: the job row locked (as SET_PAUSED
+# locks it) so that two pauses of one job are decided one after the other.
+LOCK_JOB = "SELECT id, paused FROM jobs WHERE name = $1 AND enabled FOR UPDATE"
+RUN_STATE = "SELECT state FROM job_runs WHERE id = $1::uuid"
+RUN_JOB = "SELECT j.name FROM job_runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1::uuid"

@@ -1,22 +1,5 @@
-"""PostgreSQL: what happened (runs, attempts, gaps) and who did what (operator actions).
-
-The read side an operator uses, and the two writes that keep history without
-silent holes: the gaps a plan drops (written in the plan's own transaction)
-and the operator actions. Every statement is a named, parameterised constant.
-"""
-
-from __future__ import annotations
-
-import json
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
-
-import asyncpg
-
-from actors.domain import RunState
-from actors.domain.history import Gap, RunRecord
+"""What happened (runs, attempts, gaps) and who did what (operator actions): the
+statements of the operator's reads, the gaps a plan drops and the action log."""
 
 TERMINAL = ["succeeded", "failed", "skipped", "cancelled"]
 
@@ -38,30 +21,6 @@ SELECT u.job_id, u.from_at, u.to_at, u.count, u.reason
                     WHERE g.job_id = u.job_id AND g.from_at <= u.to_at AND g.to_at >= u.from_at)
 RETURNING job_id, count
 """
-
-
-async def record_gaps(
-    conn: asyncpg.Connection, current: Sequence[int], gaps: Sequence[tuple[int, Gap]]
-) -> dict[int, int]:
-    """Write the gaps of the plans being written (``current``: the job ids still current).
-
-    Returns the instants recorded missed, by job id: none for a gap already recorded.
-    """
-    if not gaps:
-        return {}
-    rows = await conn.fetch(
-        RECORD_GAPS,
-        [job for job, _ in gaps],
-        [g.first for _, g in gaps],
-        [g.last for _, g in gaps],
-        [g.count for _, g in gaps],
-        [g.reason for _, g in gaps],
-        list(current),
-    )
-    missed: dict[int, int] = {}
-    for row in rows:
-        missed[row["job_id"]] = missed.get(row["job_id"], 0) + row["count"]
-    return missed
 
 
 # --- reads ---------------------------------------------------------------------
@@ -137,7 +96,7 @@ RUN_ATTEMPTS = """
 SELECT attempt, claim_epoch, worker, started_at, finished_at, outcome, exit_code, error
   FROM job_run_attempts WHERE run_id = $1::uuid ORDER BY finished_at, claim_epoch
 """
-JOB_BY_NAME = """
+JOB_RECORD = """
 SELECT j.id, j.name, j.definition, j.enabled, j.paused, j.history_pruned_through,
        COALESCE(j.planned_since, j.created_at) AS due_since,
        COALESCE(j.definition -> 'schedule' ->> 'timezone', 'UTC') AS timezone, now() AS now
@@ -184,160 +143,3 @@ SELECT id, ok, result FROM operator_actions
  WHERE action = 'reload' AND via = 'signal' AND id > $1 AND arguments ->> 'pid' = $2
  ORDER BY id LIMIT 1
 """
-
-
-@dataclass(frozen=True)
-class Actor:
-    """Who asked for an action, and how."""
-
-    name: str  # OS user or --actor (CLI), the token's name (API)
-    via: str  # cli | http | signal
-    origin: str | None = None
-
-
-class History:
-    """Reads of runs, attempts, gaps and actions; the record of operator actions."""
-
-    def __init__(self, pool: asyncpg.Pool) -> None:
-        self._pool = pool
-
-    async def now(self) -> datetime:
-        now: datetime = await self._pool.fetchval(DB_NOW)
-        return now
-
-    async def jobs(self, name: str | None = None) -> list[dict[str, Any]]:
-        return [dict(r) for r in await self._pool.fetch(JOBS_OVERVIEW, name, TERMINAL)]
-
-    async def job(self, name: str) -> dict[str, Any] | None:
-        row = await self._pool.fetchrow(JOB_BY_NAME, name)
-        return None if row is None else dict(row)
-
-    async def runs(
-        self,
-        *,
-        job_id: int | None = None,
-        states: Sequence[str] | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        before: tuple[datetime, str] | None = None,
-        limit: int = 50,
-        ahead: bool = False,
-    ) -> list[dict[str, Any]]:
-        rows = await self._pool.fetch(
-            RUNS_PAGE,
-            job_id,
-            list(states) if states else None,
-            since,
-            until,
-            before[0] if before else None,
-            before[1] if before else None,
-            limit,
-            ahead,
-        )
-        return [dict(r) for r in rows]
-
-    async def run(self, run_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-        async with (
-            self._pool.acquire() as conn,
-            conn.transaction(isolation="repeatable_read", readonly=True),
-        ):
-            row = await conn.fetchrow(RUN_DETAIL, run_id)
-            if row is None:
-                return None
-            attempts = await conn.fetch(RUN_ATTEMPTS, run_id)
-        return dict(row), [dict(a) for a in attempts]
-
-    async def audit_records(
-        self, job_id: int, start: datetime, end: datetime, limit: int
-    ) -> tuple[list[RunRecord], list[Gap]]:
-        """The rows and gaps of a job in ``[start, end]``, read in one snapshot."""
-        async with (
-            self._pool.acquire() as conn,
-            conn.transaction(isolation="repeatable_read", readonly=True),
-        ):
-            rows = await conn.fetch(AUDIT_RUNS, job_id, start, end, limit)
-            gaps = await conn.fetch(AUDIT_GAPS, job_id, start, end)
-        runs = [
-            RunRecord(
-                run_id=r["id"],
-                scheduled_at=r["scheduled_at"],
-                state=RunState(r["state"]),
-                trigger=r["trigger"],
-                attempt=r["attempt"],
-                error=r["error"],
-                lease_expires_at=r["lease_expires_at"],
-            )
-            for r in rows
-        ]
-        return runs, [Gap(g["from_at"], g["to_at"], g["count"], g["reason"]) for g in gaps]
-
-    async def paused_spans(self, job: str) -> list[tuple[datetime, datetime | None]]:
-        """From each pause to its resume (None: still paused), as the action log says."""
-        spans: list[tuple[datetime, datetime | None]] = []
-        since: datetime | None = None
-        for row in await self._pool.fetch(PAUSES, job):
-            if row["action"] == "pause" and since is None:
-                since = row["at"]
-            elif row["action"] == "resume" and since is not None:
-                spans.append((since, row["at"]))
-                since = None
-        if since is not None:
-            spans.append((since, None))
-        return spans
-
-    async def rejected_jobs(self) -> list[dict[str, Any]]:
-        return [dict(r) for r in await self._pool.fetch(REJECTED_JOBS)]
-
-    async def last_action_id(self) -> int:
-        last: int = await self._pool.fetchval(LAST_ACTION_ID)
-        return last
-
-    async def reload_verdict(self, pid: int, after: int) -> tuple[bool, str] | None:
-        """What replica ``pid`` recorded for a reload after action ``after``, if anything yet."""
-        row = await self._pool.fetchrow(RELOAD_VERDICT, after, str(pid))
-        return None if row is None else (row["ok"], row["result"])
-
-    async def actions(
-        self, *, job: str | None = None, before: int | None = None, limit: int = 50
-    ) -> list[dict[str, Any]]:
-        return [dict(r) for r in await self._pool.fetch(ACTIONS_PAGE, job, before, limit)]
-
-
-async def record_action(
-    conn: asyncpg.Connection | asyncpg.Pool,
-    actor: Actor,
-    action: str,
-    *,
-    job: str | None = None,
-    run_id: str | None = None,
-    arguments: dict[str, Any] | None = None,
-    ok: bool,
-    result: str,
-) -> tuple[int, datetime]:
-    """Write one operator action (in the caller's transaction when given a connection)."""
-    args = json.dumps(arguments or {}, default=str, ensure_ascii=False)
-    if len(args) > 4000:  # cut as text, not mid-JSON
-        args = json.dumps({"truncated": args[:3900]}, ensure_ascii=False)
-    row = await conn.fetchrow(
-        RECORD_ACTION,
-        _text(actor.name, 200),
-        actor.via,
-        _text(actor.origin, 200),
-        action,
-        _text(job, 200),
-        run_id,
-        _text(args, 8000),
-        ok,
-        _text(result, 2000),
-    )
-    assert row is not None
-    return row["id"], row["at"]
-
-
-def _text(value: str | None, limit: int) -> str | None:
-    """What an operator typed, storable: PostgreSQL text holds no NUL and no lone surrogate."""
-    if value is None:
-        return None
-    clean = value.replace("\x00", "\ufffd").replace("\\u0000", "\\ufffd")
-    clean = clean.encode("utf-8", "replace").decode("utf-8")
-    return clean if len(clean) <= limit else clean[: limit - 1] + "…"

@@ -1,0 +1,303 @@
+"""The operator side's port: what the CLI and the HTTP API read and do, without a driver.
+
+``HistoryReader`` reads what happened (jobs, runs, attempts, gaps, the action
+log); ``OperatorActions`` does what an operator can do (pause, resume,
+trigger, backfill, cancel), each action and its record in ``operator_actions``
+committed together. ``OperatorStore`` is both, what an adapter implements:
+PostgreSQL (actors.adapters.postgres.operator_store) and the in-memory one
+(actors.testing.memory_operator), held to the same contract tests.
+
+Answers are plain values: the rows below are TypedDicts (plain dicts, the
+keys the SQL names), never a driver's records. A store's failures reach the
+caller as the errors below (and ``StoreUnavailable`` for an outage), never as
+a driver's exceptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any, Protocol, TypedDict
+
+from actors.domain.backfill import BackfillProgress
+from actors.domain.history import Gap, RunRecord
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who asked for an action, and how."""
+
+    name: str  # OS user or --actor (CLI), the token's name (API)
+    via: str  # cli | http | signal
+    origin: str | None = None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """An action's row in the action log: its id and when it was written (store's clock)."""
+
+    action_id: int
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """What a cancel found: ``recorded`` when it cancelled the run (``job`` is the run's),
+    else the run's ``state`` (None: no such run)."""
+
+    recorded: Recorded | None
+    job: str | None = None
+    state: str | None = None
+
+
+class Unchanged(Enum):
+    """Why a pause or resume changed nothing."""
+
+    UNKNOWN_JOB = "no enabled job has the name"
+    ALREADY = "the job already is so"
+
+
+class UnknownJob(LookupError):
+    """An operator action named a job the config file never declared (or no longer does)."""
+
+
+class SchemaMissing(Exception):
+    """The store has no claimd schema, or an older one: `claimd migrate` first."""
+
+
+class StoreRefused(Exception):
+    """The store answered with an error about the request (not an outage)."""
+
+
+class JobRecord(TypedDict):
+    """One job as an action or the audit reads it, with the store's now."""
+
+    id: int
+    name: str
+    definition: str  # JSON text (actors.domain.encode_job)
+    enabled: bool
+    paused: bool
+    history_pruned_through: datetime | None
+    due_since: datetime | None
+    timezone: str
+    now: datetime
+
+
+class JobOverview(TypedDict):
+    """One job with its figures, as the job list shows it."""
+
+    id: int
+    name: str
+    definition: str
+    enabled: bool
+    paused: bool
+    created_at: datetime | None
+    history_pruned_through: datetime | None
+    due_since: datetime | None
+    timezone: str
+    backlog: int
+    oldest_due: datetime | None
+    ahead: int
+    running: int
+    last_run_id: str | None
+    last_state: str | None
+    last_outcome: str | None
+    last_error: str | None
+    last_scheduled_at: datetime | None
+    last_finished_at: datetime | None
+    last_success: datetime | None
+    failures_24h: int
+
+
+class RunListing(TypedDict):
+    """One run as a listing shows it."""
+
+    id: str
+    job: str
+    timezone: str
+    scheduled_at: datetime
+    due_at: datetime
+    state: str
+    trigger: str
+    attempt: int
+    claim_epoch: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    claimed_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    outcome: str | None
+    exit_code: int | None
+    error: str | None
+
+
+class RunDetail(RunListing):
+    """One run with its output's tail and the store's now."""
+
+    output_tail: str | None
+    now: datetime
+
+
+class AttemptRecord(TypedDict):
+    """One finished attempt of a run (``job_run_attempts``)."""
+
+    attempt: int
+    claim_epoch: int
+    worker: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    outcome: str
+    exit_code: int | None
+    error: str | None
+
+
+class RejectedRecord(TypedDict):
+    """A job the config file rejected at its last load."""
+
+    job: str
+    path: str
+    field: str | None
+    error: str
+    replica: str | None
+    recorded_at: datetime
+    old_definition_running: bool
+
+
+class ActionRecord(TypedDict):
+    """One row of the action log; ``arguments`` is JSON text."""
+
+    id: int
+    at: datetime
+    actor: str
+    via: str
+    origin: str | None
+    action: str
+    job: str | None
+    run_id: str | None
+    arguments: str
+    ok: bool
+    result: str
+
+
+class HistoryReader(Protocol):
+    """What happened: jobs, runs, attempts, gaps, rejected jobs and the action log."""
+
+    async def now(self) -> datetime:
+        """The store's clock (the database's now())."""
+        ...
+
+    async def jobs(self, name: str | None = None) -> list[JobOverview]:
+        """Every job (or the one named), by name."""
+        ...
+
+    async def job(self, name: str) -> JobRecord | None: ...
+    async def runs(
+        self,
+        *,
+        job_id: int | None = None,
+        states: Sequence[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        before: tuple[datetime, str] | None = None,
+        limit: int = 50,
+        ahead: bool = False,
+    ) -> list[RunListing]:
+        """Newest first by (scheduled_at, id), those before the cursor ``before``; only
+        runs scheduled at or before now unless ``ahead``."""
+        ...
+
+    async def run(self, run_id: str) -> tuple[RunDetail, list[AttemptRecord]] | None:
+        """The run and its recorded attempts (by finish, then epoch), in one snapshot."""
+        ...
+
+    async def audit_records(
+        self, job_id: int, start: datetime, end: datetime, limit: int
+    ) -> tuple[list[RunRecord], list[Gap]]:
+        """The rows and gaps of a job in ``[start, end]``, read in one snapshot."""
+        ...
+
+    async def paused_spans(self, job: str) -> list[tuple[datetime, datetime | None]]:
+        """From each pause to its resume (None: still paused), as the action log says."""
+        ...
+
+    async def rejected_jobs(self) -> list[RejectedRecord]: ...
+    async def last_action_id(self) -> int:
+        """The newest action's id (0: none)."""
+        ...
+
+    async def reload_verdict(self, pid: int, after: int) -> tuple[bool, str] | None:
+        """What replica ``pid`` recorded for a reload after action ``after``, if anything yet."""
+        ...
+
+    async def actions(
+        self, *, job: str | None = None, before: int | None = None, limit: int = 50
+    ) -> list[ActionRecord]:
+        """The action log, newest first (by id), those before id ``before``."""
+        ...
+
+
+class OperatorActions(Protocol):
+    """What an operator can do; each action that happens is recorded with it, atomically."""
+
+    async def record_action(
+        self,
+        actor: Actor,
+        action: str,
+        *,
+        job: str | None = None,
+        run_id: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        ok: bool,
+        result: str,
+    ) -> Recorded:
+        """Write one row of the action log (a refusal, a backfill done, a reload)."""
+        ...
+
+    async def set_paused(
+        self, actor: Actor, job: str, paused: bool, *, result: str
+    ) -> Recorded | Unchanged:
+        """Pause (or resume) ``job`` and record it with ``result``, in one transaction;
+        or why nothing changed (and nothing was recorded)."""
+        ...
+
+    async def trigger(
+        self,
+        actor: Actor,
+        job: str,
+        at: datetime,
+        *,
+        arguments: dict[str, Any],
+        result: Callable[[str], str],
+    ) -> tuple[str, Recorded] | None:
+        """A run of ``job`` for instant ``at``, due now, recorded with ``result(run_id)``.
+
+        None (nothing written) when the instant has a row; UnknownJob when no
+        enabled job has the name.
+        """
+        ...
+
+    async def backfill(
+        self,
+        job: str,
+        start: datetime,
+        end: datetime,
+        *,
+        max_runs: int,
+        progress: Callable[[BackfillProgress], None] | None = None,
+    ) -> BackfillProgress:
+        """One run per instant of the schedule in ``[start, end]`` that has no row yet,
+        in chunks that commit one by one; UnknownJob, or BackfillTooLarge before
+        anything is written."""
+        ...
+
+    async def cancel(self, actor: Actor, run_id: str, *, reason: str, result: str) -> Cancelled:
+        """Cancel a pending, claimed or running run and record it, in one transaction."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class OperatorStore(HistoryReader, OperatorActions, Protocol):
+    """The operator side's store: its reads and its actions."""
