@@ -137,7 +137,8 @@ async def test_pause_and_resume_change_the_job_once_and_leave_the_paused_span(
     assert paused["message"] == "paused job"
     assert (await service.jobs())[0]["paused"] is True
     row = await rows.row(claimed_id)
-    assert row is not None and row.state is RunState.PENDING  # the claim handed back
+    assert row is not None
+    assert row.state is RunState.PENDING
     with pytest.raises(NothingToDo, match="already paused"):
         await service.pause(ALICE, "job")
     await rows.later()
@@ -150,7 +151,8 @@ async def test_pause_and_resume_change_the_job_once_and_leave_the_paused_span(
         await service.pause(ALICE, "nosuch")
     spans = await service.history.paused_spans("job")
     assert len(spans) == 1
-    assert spans[0][1] is not None and spans[0][0] <= spans[0][1]
+    assert spans[0][1] is not None
+    assert spans[0][0] <= spans[0][1]
     log = await service.actions(limit=2)
     assert [(a["action"], a["ok"]) for a in log] == [("pause", False), ("resume", False)]
     older = await service.actions(before=log[-1]["id"])

@@ -1,0 +1,284 @@
+"""The operator's reads in memory: the history (jobs, runs, attempts, gaps, rejected jobs,
+the action log) on the rows of an InMemoryRunStore, as actors.adapters.postgres.history
+reads them.
+
+Each method mirrors one statement of actors.adapters.postgres.statements.history
+(named in its docstring), on the store's clock. The actions beside them are
+actors.testing.memory_operator.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import cast
+
+from actors.domain import RunState
+from actors.domain.history import Gap, RunRecord
+from actors.ports import (
+    ActionRecord,
+    AttemptRecord,
+    JobOverview,
+    JobRecord,
+    RejectedRecord,
+    RunDetail,
+    RunListing,
+)
+from actors.testing.memory_rows import JobRow, RunRow
+from actors.testing.memory_store import InMemoryRunStore
+
+TERMINAL = (RunState.SUCCEEDED, RunState.FAILED, RunState.SKIPPED, RunState.CANCELLED)
+
+
+def _zone(job: JobRow) -> str:
+    return str(json.loads(job.definition)["schedule"].get("timezone") or "UTC")
+
+
+def _newest(runs: Sequence[RunRow]) -> RunRow | None:
+    return max(runs, key=lambda r: r.scheduled_at, default=None)
+
+
+class InMemoryHistory:
+    """The HistoryReader port on an InMemoryRunStore's rows."""
+
+    def __init__(self, store: InMemoryRunStore) -> None:
+        self.store = store
+
+    async def now(self) -> datetime:
+        """DB_NOW."""
+        return self.store._now()
+
+    async def jobs(self, name: str | None = None) -> list[JobOverview]:
+        """JOBS_OVERVIEW: one row per job, by name."""
+        now = self.store._now()
+        return [
+            self._overview(job, now)
+            for job in sorted(self.store.jobs.values(), key=lambda j: j.name)
+            if name is None or job.name == name
+        ]
+
+    def _overview(self, job: JobRow, now: datetime) -> JobOverview:
+        mine = [r for r in self.store.runs.values() if r.job == job.name]
+        due = [
+            r for r in mine if r.state in (RunState.PENDING, RunState.CLAIMED) and r.due_at <= now
+        ]
+        last = _newest([r for r in mine if r.state in TERMINAL and r.scheduled_at <= now])
+        success = _newest([r for r in mine if r.state is RunState.SUCCEEDED])
+        return {
+            "id": job.id,
+            "name": job.name,
+            "definition": job.definition,
+            "enabled": job.enabled,
+            "paused": job.paused,
+            "created_at": job.created_at,
+            "history_pruned_through": job.history_pruned_through,
+            "due_since": job.planned_since or job.created_at,
+            "timezone": _zone(job),
+            "backlog": len(due),
+            "oldest_due": min((r.due_at for r in due), default=None),
+            "ahead": sum(r.state is RunState.PENDING and r.due_at > now for r in mine),
+            "running": sum(r.state is RunState.RUNNING for r in mine),
+            "last_run_id": last.id if last else None,
+            "last_state": last.state.value if last else None,
+            "last_outcome": last.outcome if last else None,
+            "last_error": last.error if last else None,
+            "last_scheduled_at": last.scheduled_at if last else None,
+            "last_finished_at": last.finished_at if last else None,
+            "last_success": success.finished_at if success else None,
+            "failures_24h": sum(
+                r.state is RunState.FAILED and r.scheduled_at > now - timedelta(hours=24)
+                for r in mine
+            ),
+        }
+
+    async def job(self, name: str) -> JobRecord | None:
+        """JOB_RECORD."""
+        now = self.store._now()
+        job = self.store.jobs.get(name)
+        if job is None:
+            return None
+        return {
+            "id": job.id,
+            "name": job.name,
+            "definition": job.definition,
+            "enabled": job.enabled,
+            "paused": job.paused,
+            "history_pruned_through": job.history_pruned_through,
+            "due_since": job.planned_since or job.created_at,
+            "timezone": _zone(job),
+            "now": now,
+        }
+
+    def _listing(self, run: RunRow) -> RunListing:
+        return {
+            "id": run.id,
+            "job": run.job,
+            "timezone": _zone(self.store.jobs[run.job]),
+            "scheduled_at": run.scheduled_at,
+            "due_at": run.due_at,
+            "state": run.state.value,
+            "trigger": run.trigger,
+            "attempt": run.attempt,
+            "claim_epoch": run.epoch,
+            "lease_owner": run.lease_owner,
+            "lease_expires_at": run.lease_expires_at,
+            "claimed_at": run.claimed_at,
+            "started_at": run.started_at,
+            "finished_at": run.finished_at,
+            "outcome": run.outcome,
+            "exit_code": run.exit_code,
+            "error": run.error,
+        }
+
+    async def runs(
+        self,
+        *,
+        job_id: int | None = None,
+        states: Sequence[str] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        before: tuple[datetime, str] | None = None,
+        limit: int = 50,
+        ahead: bool = False,
+    ) -> list[RunListing]:
+        """RUNS_PAGE: newest first by (scheduled_at, id); the cursor is the last row's pair
+        (a uuid's order is its canonical text's)."""
+        now = self.store._now()
+        names = {j.id: j.name for j in self.store.jobs.values()}
+        found = [
+            r
+            for r in self.store.runs.values()
+            if (job_id is None or r.job == names.get(job_id))
+            and (not states or r.state.value in states)
+            and (since is None or r.scheduled_at >= since)
+            and (until is None or r.scheduled_at <= until)
+            and (before is None or (r.scheduled_at, r.id) < before)
+            and (ahead or r.scheduled_at <= now)
+        ]
+        found.sort(key=lambda r: (r.scheduled_at, r.id), reverse=True)
+        return [self._listing(r) for r in found[:limit]]
+
+    async def run(self, run_id: str) -> tuple[RunDetail, list[AttemptRecord]] | None:
+        """RUN_DETAIL and RUN_ATTEMPTS (by finish, then epoch)."""
+        now = self.store._now()
+        run = self.store.runs.get(run_id)
+        if run is None:
+            return None
+        detail = cast(RunDetail, {**self._listing(run), "output_tail": run.output_tail, "now": now})
+        attempts: list[AttemptRecord] = [
+            {
+                "attempt": a.attempt,
+                "claim_epoch": a.epoch,
+                "worker": a.worker,
+                "started_at": a.started_at,
+                "finished_at": a.finished_at,
+                "outcome": a.outcome.value,
+                "exit_code": a.exit_code,
+                "error": a.error,
+            }
+            for a in sorted(
+                (a for a in self.store.attempts if a.run_id == run_id),
+                key=lambda a: (a.finished_at or now, a.epoch),
+            )
+        ]
+        return detail, attempts
+
+    async def audit_records(
+        self, job_id: int, start: datetime, end: datetime, limit: int
+    ) -> tuple[list[RunRecord], list[Gap]]:
+        """AUDIT_RUNS and AUDIT_GAPS."""
+        self.store._now()
+        name = next((j.name for j in self.store.jobs.values() if j.id == job_id), None)
+        runs = sorted(
+            (
+                r
+                for r in self.store.runs.values()
+                if r.job == name and start <= r.scheduled_at <= end
+            ),
+            key=lambda r: r.scheduled_at,
+        )[:limit]
+        gaps = sorted(
+            (g for n, g in self.store.gaps if n == name and g.first <= end and g.last >= start),
+            key=lambda g: g.first,
+        )
+        return [
+            RunRecord(
+                run_id=r.id,
+                scheduled_at=r.scheduled_at,
+                state=r.state,
+                trigger=r.trigger,
+                attempt=r.attempt,
+                error=r.error,
+                lease_expires_at=r.lease_expires_at,
+            )
+            for r in runs
+        ], gaps
+
+    async def paused_spans(self, job: str) -> list[tuple[datetime, datetime | None]]:
+        """PAUSES, paired as the PostgreSQL adapter pairs them."""
+        self.store._now()
+        spans: list[tuple[datetime, datetime | None]] = []
+        since: datetime | None = None
+        for row in self.store.actions:
+            if row["job"] != job or not row["ok"]:
+                continue
+            if row["action"] == "pause" and since is None:
+                since = row["at"]
+            elif row["action"] == "resume" and since is not None:
+                spans.append((since, row["at"]))
+                since = None
+        if since is not None:
+            spans.append((since, None))
+        return spans
+
+    async def rejected_jobs(self) -> list[RejectedRecord]:
+        """REJECTED_JOBS."""
+        now = self.store._now()
+        replica, at = self.store.rejected_by or ("", now)
+        out: list[RejectedRecord] = []
+        for name in sorted(self.store.rejected):
+            r = self.store.rejected[name]
+            job = self.store.jobs.get(name)
+            out.append(
+                {
+                    "job": r.job,
+                    "path": r.path,
+                    "field": r.field,
+                    "error": r.error,
+                    "replica": replica,
+                    "recorded_at": at,
+                    "old_definition_running": bool(job and job.enabled),
+                }
+            )
+        return out
+
+    async def last_action_id(self) -> int:
+        """LAST_ACTION_ID."""
+        self.store._now()
+        return max((int(a["id"]) for a in self.store.actions), default=0)
+
+    async def reload_verdict(self, pid: int, after: int) -> tuple[bool, str] | None:
+        """RELOAD_VERDICT."""
+        self.store._now()
+        for a in self.store.actions:
+            if (
+                a["action"] == "reload"
+                and a["via"] == "signal"
+                and a["id"] > after
+                and json.loads(a["arguments"]).get("pid") == str(pid)
+            ):
+                return bool(a["ok"]), str(a["result"])
+        return None
+
+    async def actions(
+        self, *, job: str | None = None, before: int | None = None, limit: int = 50
+    ) -> list[ActionRecord]:
+        """ACTIONS_PAGE: newest first."""
+        self.store._now()
+        rows = [
+            a
+            for a in reversed(self.store.actions)
+            if (job is None or a["job"] == job) and (before is None or a["id"] < before)
+        ]
+        return [cast(ActionRecord, dict(a)) for a in rows[:limit]]
