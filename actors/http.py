@@ -13,8 +13,10 @@ from prometheus_client.registry import Collector
 
 from actors.api import OperatorApi
 from actors.observability import DELIVERIES_SKIPPED, FENCED_COMPLETIONS, REDELIVERIES, get_logger
-from actors.observability.exposition import render as render_metrics
+from actors.observability.exposition import render_chunks
+from actors.observability.memory import trim_heap
 
+TRIM_AFTER_BYTES = 16 << 20  # a page this big leaves freed heap worth returning to the system
 log = get_logger("http")
 
 ReadyCheck = Callable[[], Awaitable[dict[str, Any]]]
@@ -92,6 +94,33 @@ async def _revalidate_static(request: web.Request, response: web.StreamResponse)
         response.headers["Cache-Control"] = "no-cache"
 
 
+async def stream_metrics(request: web.Request, headers: dict[str, str]) -> web.StreamResponse:
+    """The /metrics page, rendered off the event loop a chunk at a time and sent as made.
+
+    With thousands of jobs the text is tens of MB and seconds of Python, which
+    would hold up every actor on the loop; each chunk is sent before the next is
+    made, so the page is never held whole (chunked transfer, no Content-Length).
+    """
+    chunks = render_chunks()
+    response = web.StreamResponse(headers=headers)
+    sent = 0
+    try:
+        await response.prepare(request)
+        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+            sent += len(chunk)
+            await response.write(chunk)
+        await response.write_eof()
+    except ConnectionError:
+        # The scraper gave up (its timeout) or went away: nothing to report.
+        log.debug("metrics scrape: client went away mid-response")
+    finally:
+        chunks.close()
+        if sent >= TRIM_AFTER_BYTES:
+            # The page's chunks were freed into the heap: give them back.
+            await asyncio.to_thread(trim_heap)
+    return response
+
+
 def build_app(
     ready: ReadyCheck,
     jobs_summary: Callable[[], Awaitable[list[dict[str, Any]]]],
@@ -110,21 +139,7 @@ def build_app(
             return web.Response(headers=headers)
         if refresh is not None:
             await refresh()
-        # Rendered off the event loop: with thousands of jobs the text is tens
-        # of MB and takes a good part of a second of Python, which would hold up
-        # every actor. Sent a chunk at a time (the page is held once, as bytes).
-        chunks = await asyncio.to_thread(render_metrics)
-        response = web.StreamResponse(headers=headers)
-        response.content_length = sum(len(c) for c in chunks)
-        await response.prepare(request)
-        try:
-            for chunk in chunks:
-                await response.write(chunk)
-            await response.write_eof()
-        except ConnectionError:
-            # The scraper gave up (its timeout) or went away: nothing to report.
-            log.debug("metrics scrape: client went away mid-response")
-        return response
+        return await stream_metrics(request, headers)
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

@@ -84,7 +84,7 @@ class JobsConfig:
         init_job_series(self.jobs)
         self.loaded = dataclasses.replace(loaded, settings=self.loaded.settings)
         await self._rejected(store, replica_id, loaded)
-        log.info("reloaded", path=str(self.path), changes=changes)
+        log.info("reloaded", path=str(self.path), changes=in_brief(changes))
         return True
 
     async def _rejected(self, store: ReplicaStore, replica_id: str, loaded: LoadedConfig) -> None:
@@ -110,8 +110,11 @@ class JobsConfig:
         except Exception as exc:  # noqa: BLE001 - the metric and the log still say it
             log.warning("rejected jobs not recorded", error=redact(repr(exc)))
 
-    async def sync_at_start(self, store: ReplicaStore, replica_id: str) -> None:
-        """The jobs as the file says at start; invalid ones are logged and kept as they are."""
+    async def sync_at_start(self, store: ReplicaStore, replica_id: str) -> bool:
+        """The jobs as the file says at start; invalid ones are logged and kept as they are.
+
+        True once done (for a caller that retries it while the database is away).
+        """
         for error in self.loaded.errors:
             log.error(
                 "invalid job skipped; the others run",
@@ -124,5 +127,23 @@ class JobsConfig:
             changes = await store.sync_jobs(
                 list(self.jobs.values()), keep=[e.job for e in self.loaded.errors if e.job]
             )
-            log.info("jobs synced", jobs=len(self.jobs), changes=changes)
+            log.info("jobs synced", jobs=len(self.jobs), changes=in_brief(changes))
         await self._rejected(store, replica_id, self.loaded)
+        return True
+
+
+LISTED_CHANGES = 50
+
+
+def in_brief(changes: dict[str, str]) -> dict[str, str] | dict[str, int | list[str]]:
+    """A sync's changes for one log line: whole when few, else counted by kind with some names.
+
+    A first sync of 100,000 jobs is 100,000 "added": one line of megabytes.
+    """
+    if len(changes) <= LISTED_CHANGES:
+        return changes
+    counted: dict[str, int | list[str]] = {}
+    for kind in sorted(set(changes.values())):
+        counted[kind] = sum(1 for v in changes.values() if v == kind)
+    counted["some"] = sorted(changes)[:10]
+    return counted

@@ -30,7 +30,7 @@ from actors.observability import (
     redact,
 )
 from actors.operator import OperatorService, Unavailable
-from actors.ports import ReplicaStore
+from actors.ports import Outage, ReplicaStore
 from actors.replica.adapters import Adapters
 from actors.replica.lifecycle import (
     EXIT_MARGIN_S,
@@ -202,7 +202,16 @@ class Replica:
             await store.close()
 
     async def _run_with(self, store: ReplicaStore) -> None:
-        await self._jobs.sync_at_start(store, self.replica_id)
+        # A database that times out or goes away during the first sync (100,000
+        # jobs written under load) is waited out as at connect, not a failed start.
+        synced = await until_connected(
+            self.stop_requested,
+            "PostgreSQL (syncing the jobs)",
+            lambda: self._jobs.sync_at_start(store, self.replica_id),
+            lambda exc: isinstance(exc, Outage),
+        )
+        if synced is None:
+            return
         # Whatever fails while connecting to NATS is worth waiting out (an
         # authorization error too is logged with every retry).
         broker = await until_connected(

@@ -3,6 +3,7 @@ their plans written."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -36,12 +37,27 @@ from actors.adapters.postgres.statements import (
 from actors.adapters.postgres.stored_definitions import StoredDefinitions
 from actors.domain import Job, Plan, encode_job
 from actors.domain.runs import REMOVED_FROM_CONFIG
+from actors.observability import get_logger
 from actors.ports import JobState, Materialized, RejectedJob
 
 # Jobs written per upsert statement: bounded parameter arrays, one statement
 # of a few hundred milliseconds at most.
 SYNC_CHUNK = 5_000
+SYNC_LOCK_POLL_S = 0.25
+log = get_logger("catalog")
 T = TypeVar("T")
+
+
+async def _take_sync_lock(conn: asyncpg.Connection) -> None:
+    """LOCK_SYNC, polled until another replica's sync (its transaction) ends."""
+    waited = 0.0
+    while not await conn.fetchval(LOCK_SYNC):
+        if waited == 0.0:
+            log.info("job sync: another replica is syncing; waiting for it to finish")
+        await asyncio.sleep(SYNC_LOCK_POLL_S)
+        waited += SYNC_LOCK_POLL_S
+    if waited:
+        log.info("job sync: the other replica's sync finished", waited_s=round(waited, 1))
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
@@ -70,7 +86,7 @@ class PostgresJobCatalog:
         names = [job.name for job in jobs] + list(keep)
         wanted = set(names)
         async with self._pool.acquire() as conn, conn.transaction():
-            await conn.execute(LOCK_SYNC)
+            await _take_sync_lock(conn)
             stored = {r["name"]: r for r in await conn.fetch(JOBS_AS_SYNCED)}
             # (job, fingerprint): encoded a chunk at a time below, so that a sync
             # of 100,000 new jobs never holds every definition at once.
