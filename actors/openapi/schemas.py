@@ -74,10 +74,14 @@ JOB = {
     "paused": scalar("boolean"),
     "schedule": scalar("string"),
     "timezone": scalar("string"),
+    "schedule_words": scalar("string", description="the schedule in words (the zone apart)"),
     "next_fire": TIME_OR_NULL,
     "next_fire_local": LOCAL_OR_NULL,
     "backlog": scalar("integer", description="due and not started (the look-ahead apart)"),
     "oldest_due": TIME_OR_NULL,
+    "oldest_due_age_s": scalar(
+        "number", True, description="how long the oldest run due and not started has waited"
+    ),
     "ahead": scalar("integer", description="pending runs written ahead, not yet due"),
     "running": scalar("integer"),
     "pending": scalar("integer", description="backlog + ahead"),

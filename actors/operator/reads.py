@@ -35,6 +35,7 @@ from actors.operator.shapes import (
     schedule_of,
     zone_named,
 )
+from actors.operator.words import schedule_words
 
 
 class OperatorReads:
@@ -101,6 +102,7 @@ class OperatorReads:
                     "enabled": row["enabled"],
                     "paused": row["paused"],
                     "schedule": schedule.describe(),
+                    "schedule_words": schedule_words(schedule),
                     "timezone": zone_name(schedule),
                     "next_fire": iso(nxt),
                     "next_fire_local": local(nxt, zone),
@@ -108,6 +110,10 @@ class OperatorReads:
                     # claimd_job_overdue_runs metric says).
                     "backlog": 0 if row["paused"] else row["backlog"],
                     "oldest_due": None if row["paused"] else iso(row["oldest_due"]),
+                    # On the database's clock: the page calls a job overdue by it.
+                    "oldest_due_age_s": None
+                    if row["paused"] or row["oldest_due"] is None
+                    else (now - row["oldest_due"]).total_seconds(),
                     "ahead": row["ahead"],
                     "running": row["running"],
                     "pending": row["backlog"] + row["ahead"],
