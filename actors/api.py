@@ -30,7 +30,7 @@ from actors.operator import (
     OperatorService,
     Unauthorized,
 )
-from actors.operator.reads import MAX_GRID
+from actors.operator.grid import MAX_GRID
 from actors.ports import StoreUnavailable
 
 log = get_logger("api")

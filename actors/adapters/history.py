@@ -15,6 +15,7 @@ from typing import Any
 
 import asyncpg
 
+from actors.adapters.grid_records import pause_spans
 from actors.domain import RunState
 from actors.domain.history import Gap, RunRecord
 
@@ -80,7 +81,7 @@ SELECT j.id, j.name, j.definition, j.enabled, j.paused, j.created_at, j.history_
        b.backlog, b.oldest_due, a.ahead, x.running,
        lt.id::text AS last_run_id, lt.state AS last_state, lt.outcome AS last_outcome,
        lt.error AS last_error, lt.scheduled_at AS last_scheduled_at,
-       lt.finished_at AS last_finished_at,
+       lt.finished_at AS last_finished_at, lt.trigger AS last_trigger,
        ls.finished_at AS last_success, f.failures_24h
   FROM jobs j
   LEFT JOIN LATERAL (SELECT count(*) AS backlog, min(r.due_at) AS oldest_due FROM job_runs r
@@ -90,7 +91,8 @@ SELECT j.id, j.name, j.definition, j.enabled, j.paused, j.created_at, j.history_
                       WHERE r.job_id = j.id AND r.state = 'pending' AND r.due_at > now()) a ON true
   LEFT JOIN LATERAL (SELECT count(*) AS running FROM job_runs r
                       WHERE r.job_id = j.id AND r.state = 'running') x ON true
-  LEFT JOIN LATERAL (SELECT r.id, r.state, r.outcome, r.error, r.scheduled_at, r.finished_at
+  LEFT JOIN LATERAL (SELECT r.id, r.state, r.outcome, r.error, r.scheduled_at, r.finished_at,
+                            r.trigger
                        FROM job_runs r
                       WHERE r.job_id = j.id AND r.state = ANY ($2::text[])
                         AND r.scheduled_at <= now()
@@ -273,17 +275,7 @@ class History:
 
     async def paused_spans(self, job: str) -> list[tuple[datetime, datetime | None]]:
         """From each pause to its resume (None: still paused), as the action log says."""
-        spans: list[tuple[datetime, datetime | None]] = []
-        since: datetime | None = None
-        for row in await self._pool.fetch(PAUSES, job):
-            if row["action"] == "pause" and since is None:
-                since = row["at"]
-            elif row["action"] == "resume" and since is not None:
-                spans.append((since, row["at"]))
-                since = None
-        if since is not None:
-            spans.append((since, None))
-        return spans
+        return pause_spans([(r["action"], r["at"]) for r in await self._pool.fetch(PAUSES, job)])
 
     async def rejected_jobs(self) -> list[dict[str, Any]]:
         return [dict(r) for r in await self._pool.fetch(REJECTED_JOBS)]
