@@ -16,6 +16,7 @@ from actors.observability import (
     init_job_series,
     redact,
 )
+from actors.observability.memory import trim_heap
 from actors.ports import RejectedJob, ReplicaStore
 
 log = get_logger("replica")
@@ -52,7 +53,9 @@ class JobsConfig:
 
     async def _reload(self, store: ReplicaStore, replica_id: str) -> bool:
         try:
-            loaded = load_config(self.path)
+            # In a thread: 100,000 jobs take seconds to read and validate, which
+            # would stop every actor on the loop (starts, heartbeats) meanwhile.
+            loaded = await asyncio.to_thread(load_config, self.path)
         except ConfigError as exc:
             # The file as a whole is unreadable (TOML, [claimd]): which jobs it
             # rejects is unknown, so the last load's record stands.
@@ -85,6 +88,9 @@ class JobsConfig:
         self.loaded = dataclasses.replace(loaded, settings=self.loaded.settings)
         await self._rejected(store, replica_id, loaded)
         log.info("reloaded", path=str(self.path), changes=in_brief(changes))
+        if len(self.jobs) >= TRIM_AFTER_JOBS:
+            # The previous config's objects went back to the heap: return them.
+            await asyncio.to_thread(trim_heap)
         return True
 
     async def _rejected(self, store: ReplicaStore, replica_id: str, loaded: LoadedConfig) -> None:
@@ -133,6 +139,7 @@ class JobsConfig:
 
 
 LISTED_CHANGES = 50
+TRIM_AFTER_JOBS = 10_000  # a reload this big frees tens of MB of the old config
 
 
 def in_brief(changes: dict[str, str]) -> dict[str, str] | dict[str, int | list[str]]:
