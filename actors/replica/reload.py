@@ -84,7 +84,7 @@ class JobsConfig:
         init_job_series(self.jobs)
         self.loaded = dataclasses.replace(loaded, settings=self.loaded.settings)
         await self._rejected(store, replica_id, loaded)
-        log.info("reloaded", path=str(self.path), changes=in_brief(changes))
+        log.info("reloaded", path=str(self.path), jobs=len(self.jobs), changes=in_brief(changes))
         return True
 
     async def _rejected(self, store: ReplicaStore, replica_id: str, loaded: LoadedConfig) -> None:
