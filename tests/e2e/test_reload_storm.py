@@ -241,7 +241,6 @@ async def blow(storm: Storm) -> None:
         storm.alive()
     storm.write(FULL)
     storm.signal_all()
-    last_signal = time.time()
 
     async def settled() -> bool:
         storm.alive()
@@ -249,7 +248,7 @@ async def blow(storm: Storm) -> None:
             last = p.events("reloaded")[-1:]
             if not last or last[0]["jobs"] != JOB_COUNT[FULL]:
                 return False
-            if parse_ts(last[0]["timestamp"]) < last_signal:
+            if parse_ts(last[0]["timestamp"]) < storm.sent[p.label][-1]:
                 return False
         return True
 
