@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from actors.domain import (
+    MIN_ON_TIME,
     DecodedJobs,
     Job,
     Plan,
@@ -57,10 +58,6 @@ from actors.ports import DatabaseTime, JobState, PlanningStore
 log = get_logger("materializer")
 
 
-# The least lateness an instant may have when first planned and still be on
-# time rather than missed: a job's first tick after it was added, or a tick
-# that came a little late, must not drop instants under catchup latest/none.
-MIN_ON_TIME = timedelta(seconds=5)
 # Jobs planned and written together: one statement of a few thousand rows.
 CHUNK_JOBS = 2_000
 # Planning yields to the event loop after this much work (seconds of CPU).

@@ -87,7 +87,7 @@ class JobsConfig:
         init_job_series(self.jobs)
         self.loaded = dataclasses.replace(loaded, settings=self.loaded.settings)
         await self._rejected(store, replica_id, loaded)
-        log.info("reloaded", path=str(self.path), changes=in_brief(changes))
+        log.info("reloaded", path=str(self.path), jobs=len(self.jobs), changes=in_brief(changes))
         if len(self.jobs) >= TRIM_AFTER_JOBS:
             # The previous config's objects went back to the heap: return them.
             await asyncio.to_thread(trim_heap)

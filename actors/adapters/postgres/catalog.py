@@ -16,12 +16,14 @@ from actors.adapters.postgres.errors import reads_only, store_methods_report_out
 from actors.adapters.postgres.statements import (
     ACTIVE_JOBS,
     ADVANCE_HIGH_WATER,
+    ADVANCE_MARKS_TO_REMOVAL,
     CATALOG_VERSION,
     CLEAR_REJECTED_JOBS,
     CURRENT_MARKS,
     DATABASE_NOW,
     DISABLE_REMOVED_JOBS,
     INSERT_PLANNED_RUNS,
+    INSERT_RUNS_UNTIL_REMOVAL,
     JOBS_AS_SYNCED,
     JOBS_SUMMARY,
     LOCK_JOBS_FOR_SYNC,
@@ -30,12 +32,21 @@ from actors.adapters.postgres.statements import (
     PLAN_IS_FRESH,
     RECORD_REJECTED_JOBS,
     REMOVED_JOBS,
+    REMOVED_JOBS_TO_PLAN,
     RESTORE_READDED_JOB,
     UPSERT_JOBS,
     WITHDRAW_FUTURE_RUNS,
 )
 from actors.adapters.postgres.stored_definitions import StoredDefinitions
-from actors.domain import Job, Plan, encode_job
+from actors.domain import (
+    Job,
+    Plan,
+    UnreadableDefinition,
+    decode_job,
+    encode_job,
+    plan_until_removal,
+)
+from actors.domain.history import Gap
 from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.observability import get_logger
 from actors.ports import JobState, Materialized, RejectedJob
@@ -63,6 +74,42 @@ async def _take_sync_lock(conn: asyncpg.Connection) -> None:
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+async def _plan_until_removal(conn: asyncpg.Connection, job_ids: Sequence[int]) -> None:
+    """Rows for the instants the jobs about to be disabled came due at since their last plan.
+
+    DISABLE_REMOVED_JOBS then cancels them with the job's other runs not
+    started: an instant due while the job was in the config is accounted for
+    (a row, or a gap the catch-up policy recorded), even when the removal
+    comes before any tick planned it (REMOVED_JOBS_TO_PLAN).
+    """
+    ids: list[int] = []
+    runs_of: list[int] = []
+    scheduled: list[datetime] = []
+    due: list[datetime] = []
+    marks: list[datetime] = []
+    gaps: list[tuple[int, Gap]] = []
+    for row in await conn.fetch(REMOVED_JOBS_TO_PLAN, list(job_ids)):
+        try:
+            job = decode_job(row["name"], row["definition"])
+        except UnreadableDefinition:
+            continue  # no tick could plan it either
+        plan = plan_until_removal(
+            job, row["materialized_until"], row["now"], first_seen=row["created_at"]
+        )
+        ids.append(row["id"])
+        marks.append(plan.materialized_until)
+        gaps.extend((row["id"], gap) for gap in plan.dropped)
+        for run in plan.runs:
+            scheduled.append(run.scheduled_at)
+            due.append(run.due_at)
+        runs_of.extend([row["id"]] * len(plan.runs))
+    if not ids:
+        return
+    await record_gaps(conn, ids, gaps)
+    await conn.execute(INSERT_RUNS_UNTIL_REMOVAL, runs_of, scheduled, due)
+    await conn.execute(ADVANCE_MARKS_TO_REMOVAL, ids, marks)
 
 
 @store_methods_report_outages
@@ -141,6 +188,7 @@ class PostgresJobCatalog:
                     elif rescheduled:
                         await conn.fetchval(WITHDRAW_FUTURE_RUNS, row["id"])
             if removed_ids:
+                await _plan_until_removal(conn, removed_ids)
                 removed = await conn.fetch(REMOVED_JOBS, names)
                 await conn.fetch(DISABLE_REMOVED_JOBS, names, REMOVED_FROM_CONFIG)
                 for r in removed:
