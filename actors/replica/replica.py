@@ -251,5 +251,12 @@ class Replica:
             database=redact(settings.database_url),
             nats=redact(settings.nats_url),
         )
-        await run_actors(ports, settings, self.role, self.replica_id, self.stop_requested)
+        await run_actors(
+            ports,
+            settings,
+            self.role,
+            self.replica_id,
+            self.stop_requested,
+            config_jobs=lambda: self._jobs.jobs,
+        )
         log.info("replica stopped", replica=self.replica_id)
