@@ -287,7 +287,8 @@ async def test_without_anything_to_talk_to_the_command_says_what_to_give(tmp_pat
     assert (result.code, result.out) == (2, "")
     assert result.err.strip() == (
         "error: no claimd to talk to: give --config, --database-url "
-        "or --url (or run `claimd dev` in this directory)"
+        "or --url (or run `claimd dev` in this directory; for a `claimd dev --data-dir DIR`, "
+        "give --data-dir DIR)"
     )
 
 
