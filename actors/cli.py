@@ -44,9 +44,13 @@ def _load(path: str) -> LoadedConfig:
 
 
 def _run_replica(
-    path: Path, loaded: LoadedConfig, role: Role, on_http: Callable[[str, int], None] | None = None
+    path: Path,
+    loaded: LoadedConfig,
+    role: Role,
+    on_http: Callable[[str, int], None] | None = None,
+    env: dict[str, str] | None = None,
 ) -> int:
-    return run_replica(Replica(path, loaded, role, on_http=on_http))
+    return run_replica(Replica(path, loaded, role, on_http=on_http, config_env=env))
 
 
 def run_replica(replica: Replica) -> int:
@@ -182,7 +186,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
             banner(host, port)
 
         try:
-            return _run_replica(config, loaded, Role.ALL, on_http=serving)
+            # Each reload rereads the file with this environment (the embedded URLs).
+            return _run_replica(config, loaded, Role.ALL, on_http=serving, env=env)
         finally:
             operator_cli.forget_dev_endpoints(endpoints)
     finally:
