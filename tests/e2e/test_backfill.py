@@ -170,8 +170,9 @@ async def test_a_backfill_reaching_past_now_or_before_2000_is_refused_as_a_trigg
     # A run backfilled for an instant still ahead would run now and use that instant
     # up: its scheduled run would never happen. Refused, with the reason, as trigger.
     soon = (datetime.now(UTC) + timedelta(minutes=10)).isoformat()
+    a_minute_ago = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
     cases = {
-        ("--from", END.isoformat(), "--to", soon): "is later than now",
+        ("--from", a_minute_ago, "--to", soon): "is later than now",
         ("--from", "2999-01-01T00:00Z", "--to", "2999-01-02T00:00Z"): "is later than now",
         ("--from", "1999-12-31T23:59Z", "--to", START.isoformat()): "before 2000-01-01",
         ("--from", "0001-01-01T00:00+05:00", "--to", END.isoformat()): "outside the years",
@@ -183,6 +184,7 @@ async def test_a_backfill_reaching_past_now_or_before_2000_is_refused_as_a_trigg
         assert result.stderr.count("\n") == 1, result.stderr
         assert expected in result.stderr, (times, result.stderr)
         assert result.stdout == ""
+    assert await _rows(store) == (0, 0, None, None)
     later = await _claimd(
         "backfill", beat, "--from", END.isoformat(), "--to", soon, "--database-url", schema_url
     )
