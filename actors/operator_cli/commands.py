@@ -5,8 +5,9 @@ Exit status (the same for every command):
   1  failed or incomplete: the audit found a missing, failed or stuck run, or a run
      not finished yet, or the range names no instant of the schedule; the replica
      refused a reload
-  2  usage or bad input: a bad time (a trigger of an instant after now), run id, state,
-     range, URL, token or config file
+  2  usage or bad input: a bad time (a trigger or a backfill of an instant after now),
+     run id, state, range, URL, token or config file (reload --config: one the replica
+     would refuse)
   3  nothing to do, or not found: no such job or run; the run is already finished;
      the instant already has a run (a backfill: every instant of the range); the
      job is already paused
