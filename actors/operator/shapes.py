@@ -190,7 +190,10 @@ def resume_words(
 ) -> tuple[str, dict[str, Any]]:
     """A resume's answer: what becomes of the instants due while the job was paused."""
     since = iso(done.paused_at) or "(pause not recorded)"
-    extra: dict[str, Any] = {"paused_instants": paused_instants.value, "paused_at": since}
+    extra: dict[str, Any] = {
+        "paused_instants": paused_instants.value,
+        "paused_at": iso(done.paused_at),
+    }
     if paused_instants is PausedInstants.SKIP:
         gapped = sum(g.count for g in done.gaps)
         extra.update({"runs_skipped": done.runs_skipped, "instants_gapped": gapped})

@@ -106,7 +106,7 @@ async def test_resume_can_skip_the_paused_instants_and_the_audit_calls_them_paus
         nats_url,
         deployment,
         effect_job("beat", effects),
-        horizon="2s",
+        horizon="3s",
         api_token_file=str(tokens),
     )
     replica = spawn("run", "--config", str(config))
