@@ -34,7 +34,7 @@ from actors.observability import (
     RUNS_SKIPPED,
     get_logger,
 )
-from actors.ports import RunStore
+from actors.ports import ClaimingStore
 
 log = get_logger("claimer")
 
@@ -44,7 +44,7 @@ class Claimer:
 
     def __init__(
         self,
-        store: RunStore,
+        store: ClaimingStore,
         owner: str,
         outbox: asyncio.Queue[ClaimedBatch | None],
         gate: BrokerGate,
@@ -80,7 +80,7 @@ class Claimer:
         limit = self.batch if limit is None else limit
         for run_id, reason in await self.store.skip_unrunnable(self.batch):
             RUNS_SKIPPED.inc()
-            log.info("run skipped", run_id=run_id, reason=reason)
+            log.info("run skipped", run_id=run_id, reason=str(reason))
         runs = await self.store.claim_due_runs(
             self.owner, limit, self.lease, self.max_claimed, self.ahead
         )

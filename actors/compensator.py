@@ -14,14 +14,14 @@ import asyncio
 from actors.domain import ClaimedRun
 from actors.flow import Backoff
 from actors.observability import RUNS_RELEASED, get_logger
-from actors.ports import Outage, RunStore
+from actors.ports import ClaimingStore, Outage
 
 log = get_logger("compensator")
 
 
 class Compensator:
     def __init__(
-        self, store: RunStore, owner: str, inbox: asyncio.Queue[tuple[ClaimedRun, ...] | None]
+        self, store: ClaimingStore, owner: str, inbox: asyncio.Queue[tuple[ClaimedRun, ...] | None]
     ) -> None:
         self.store = store
         self.owner = owner

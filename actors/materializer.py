@@ -52,7 +52,7 @@ from actors.observability import (
     RUNS_MISSED,
     get_logger,
 )
-from actors.ports import DatabaseTime, JobState, RunStore
+from actors.ports import DatabaseTime, JobState, PlanningStore
 
 log = get_logger("materializer")
 
@@ -87,7 +87,7 @@ class Materializer:
 
     def __init__(
         self,
-        store: RunStore,
+        store: PlanningStore,
         clock: DatabaseTime,
         horizon: timedelta,
         interval: timedelta,

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from actors.flow import wait_for_stop
 from actors.observability import RUNS_FAILED_FINALLY, RUNS_PRUNED, RUNS_REAPED, get_logger
-from actors.ports import RunStore
+from actors.ports import ReapingStore
 
 log = get_logger("reaper")
 REAP_BATCH = 1000
@@ -28,7 +28,7 @@ class Reaper:
 
     def __init__(
         self,
-        store: RunStore,
+        store: ReapingStore,
         interval: timedelta,
         stop: asyncio.Event,
         retention: timedelta | None = None,

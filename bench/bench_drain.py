@@ -100,7 +100,7 @@ DESCRIBED = {
     "replicas-4": "4 full replicas",
 }
 DEFAULT_CONFIGS = "pipeline,one,split,replicas-2,replicas-4"
-MAX_CLAIMED = 5_000  # claimd's default max_claimed: the pipeline keeps the same bound
+MAX_CLAIMED = 20_000  # claimd's default max_claimed: the pipeline keeps the same bound
 PIPELINE_BATCH = 100
 CONSUMER = "workers"
 
@@ -136,6 +136,7 @@ SELECT count(*) AS total,
 """
 NOT_DONE = "SELECT count(*) FROM job_runs WHERE state IN ('pending', 'claimed', 'running')"
 SUCCEEDED = "SELECT count(*) FROM job_runs WHERE state = 'succeeded'"
+BY_STATE = "SELECT state::text, count(*) FROM job_runs GROUP BY 1 ORDER BY 1"
 DOUBLED = """
 SELECT count(*) FROM (SELECT job_id, scheduled_at FROM job_runs
                        GROUP BY 1, 2 HAVING count(*) > 1) d
@@ -443,6 +444,7 @@ async def claimd(name: str, args: argparse.Namespace, tree: Path = REPO) -> Drai
                         procs,
                         result,
                         args.max_seconds,
+                        f"CLAIMD_{deployment}" if args.trace else None,
                         lambda: spies.extend(
                             _spy(procs, roles, result.label.replace(" ", ""), args.py_spy)
                         ),
@@ -488,11 +490,24 @@ def _spy(
     ]
 
 
+async def _consumer_figures(stream: str) -> str:
+    """The dispatch consumer's undelivered and unacknowledged counts (for --trace)."""
+    nc = await nats.connect(nats_url(), name="claimd-bench-trace")
+    try:
+        info = await nc.jetstream().consumer_info(stream, CONSUMER)
+        return f"undelivered {info.num_pending} unacked {info.num_ack_pending}"
+    except Exception as exc:  # noqa: BLE001 - a trace line, not a figure
+        return f"consumer: {exc!r}"
+    finally:
+        await nc.close()
+
+
 async def _until_drained(
     store: PostgresRunStore,
     procs: Sequence[subprocess.Popen[bytes]],
     result: Drained,
     limit: float,
+    trace: str | None,
     on_first_run: Callable[[], None],
 ) -> None:
     """Poll until no run is left to do (or a process died, or the time is up)."""
@@ -501,6 +516,10 @@ async def _until_drained(
     recorded0 = 0
     while time.monotonic() < deadline:
         await asyncio.sleep(0.25)
+        if trace:
+            states = dict(await store.pool.fetch(BY_STATE))
+            consumer = await _consumer_figures(trace)
+            print(f"  {time.monotonic() - deadline + limit:6.2f}s {states} {consumer}", flush=True)
         if any(p.poll() is not None for p in procs):
             result.notes.append("a process stopped before the backlog was drained")
             return
@@ -723,6 +742,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="profile each claimd process while it drains (py-spy, collapsed stacks in DIR)",
     )
     parser.add_argument("--claim-seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--trace", action="store_true", help="print the runs by state every 250 ms while draining"
+    )
     return parser.parse_args(argv)
 
 

@@ -9,7 +9,14 @@ from typing import cast
 
 from prometheus_client import REGISTRY
 
-from actors.domain import ExecutionResult, ExecutorSpec, Outcome, RetryPolicy, RunContext
+from actors.domain import (
+    ExecutionResult,
+    ExecutorSpec,
+    Outcome,
+    RetryPolicy,
+    RunContext,
+    StartRefusal,
+)
 from actors.ports import (
     Completion,
     DispatchMessage,
@@ -81,7 +88,7 @@ class WorkerStore:
     """
 
     def __init__(self) -> None:
-        self.not_started: dict[str, str] = {}
+        self.not_started: dict[str, StartRefusal] = {}
         self.start_error: Exception | None = None
         self.complete_errors: dict[str, Exception] = {}
         self.complete_outages = 0

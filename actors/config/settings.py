@@ -107,8 +107,8 @@ class Settings(StrictModel):
     claim_interval: Duration = parse_duration("200ms")
     # A run is claimed up to this long before it is due and held by its worker
     # until its instant (start lag without polling's floor); "0s": only due runs.
-    # At most ack_wait / 4, and a term of the lease invariant (actors.domain.lease).
-    # Unset: 1s, or less where that would not fit (see effective_claim_ahead).
+    # At most lease / 8, and a term of the lease invariant (actors.domain.lease).
+    # Unset: 5s, or less where that would not fit (see effective_claim_ahead).
     claim_ahead: DurationOrZero | None = None
     # Wake the claimer at the next due instant and when a run becomes pending
     # (PostgreSQL LISTEN/NOTIFY), not only every claim_interval. Off behind a

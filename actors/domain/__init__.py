@@ -49,6 +49,7 @@ from actors.domain.planning import (
     next_plan,
     plan_materialization,
 )
+from actors.domain.refusals import SkipReason, StartRefusal, refusal_of
 from actors.domain.runs import (
     TERMINAL_STATES,
     ClaimedRun,
@@ -97,6 +98,8 @@ __all__ = [
     "RunState",
     "Schedule",
     "ShellSpec",
+    "SkipReason",
+    "StartRefusal",
     "TimeoutBudget",
     "UnreadableDefinition",
     "check_lease_invariant",
@@ -113,6 +116,7 @@ __all__ = [
     "parse_cron",
     "parse_duration",
     "plan_materialization",
+    "refusal_of",
     "shared",
     "take",
 ]

@@ -10,7 +10,7 @@ whatever version a user's resolver picks, so claimd parses and matches cron
 itself: a few hundred lines, pure, tested against an independent evaluator
 (cronsim) in a differential property test. croniter is no longer a dependency.
 
-The accepted syntax (the README's "Cron rules" says the same):
+The accepted syntax ("Cron rules" in docs/scheduling.md says the same):
 
 * Five fields separated by whitespace: minute (0-59), hour (0-23),
   day-of-month (1-31), month (1-12) and day-of-week (0-7; 0 and 7 are Sunday).

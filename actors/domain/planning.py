@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from actors.domain.durations import format_duration
 from actors.domain.history import Gap
 from actors.domain.jobs import Catchup, Job
+from actors.domain.refusals import SkipReason
 from actors.domain.schedule import MAX_INSTANTS_PER_PLAN, deterministic_offset, take
 
 
@@ -132,7 +133,7 @@ def _gaps(job: Job, dropped: list[datetime], now: datetime) -> tuple[Gap, ...]:
                 f"older than catchup_window ({window}) when planned after a downtime "
                 f"(catchup = {job.catchup.value})"
             )
-        return "superseded by a later instant (catchup = latest)"
+        return SkipReason.SUPERSEDED.value
 
     gaps: list[Gap] = []
     for instant in dropped:

@@ -1,6 +1,6 @@
 """Schedules: which instants a job is due at. Pure, DST-correct, replica-independent.
 
-The DST rule (documented in the README):
+The DST rule (documented in docs/scheduling.md):
 
 * Cron expressions (read by :mod:`actors.domain.cron`) are evaluated on the
   job's local wall clock (IANA zone).

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 
 from actors.domain.schedule import Schedule
 
-# Documented in the README and in `claimd trigger --help`.
+# Documented in docs/operations.md and in `claimd trigger --help`.
 EARLIEST_TRIGGER = datetime(2000, 1, 1, tzinfo=UTC)
 _TICK = timedelta(microseconds=1)  # the finest step a timestamptz (and a datetime) holds
 

@@ -17,7 +17,7 @@ from typing import Protocol
 from actors.clock import DatabaseClock
 from actors.observability import DependencyHealth
 from actors.operator import OperatorService
-from actors.ports import Executor, Inbox, ReplicaBroker, ReplicaStore, RunStore
+from actors.ports import Executor, Inbox, ReplicaBroker, ReplicaStore, WorkerStore
 
 
 class Adapters(Protocol):
@@ -49,7 +49,7 @@ class Adapters(Protocol):
         """The worker's inbox on ``broker``; ``probe`` pings it, within ``stall`` at most."""
         ...
 
-    def worker_store(self, store: ReplicaStore) -> RunStore:
+    def worker_store(self, store: ReplicaStore) -> WorkerStore:
         """The store the worker records through: ``store`` itself in production (the
         chaos harness's broken builds wrap it, in tests/chaos/broken.py)."""
         ...

@@ -21,7 +21,7 @@ from actors.clock import DatabaseClock
 from actors.config import Settings
 from actors.observability import DependencyHealth, get_logger
 from actors.operator import OperatorService
-from actors.ports import Executor, Inbox, Outage, ReplicaBroker, ReplicaStore, RunStore
+from actors.ports import Executor, Inbox, Outage, ReplicaBroker, ReplicaStore, WorkerStore
 
 log = get_logger("replica")
 
@@ -99,7 +99,7 @@ class ProductionAdapters:
             probe_timeout=min(PROBE_TIMEOUT_S, stall.total_seconds()),
         )
 
-    def worker_store(self, store: ReplicaStore) -> RunStore:
+    def worker_store(self, store: ReplicaStore) -> WorkerStore:
         return store
 
     def executor(self) -> Executor:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from actors.domain import DecodedJobs, Job, Plan, RunState, encode_job
+from actors.domain import DecodedJobs, Job, Plan, RunState, SkipReason, encode_job
 from actors.domain.history import Gap
 from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.ports import (
@@ -59,7 +59,7 @@ class InMemoryJobCatalog:
     def _job_of(self, run: RunRow) -> JobRow:
         return self.jobs[run.job]
 
-    def _must_not_run(self, run: RunRow, now: datetime) -> str | None:
+    def _must_not_run(self, run: RunRow, now: datetime) -> SkipReason | None:
         return must_not_run(run, self._job_of(run), self.runs.values(), now)
 
     def _active(self, job: str) -> bool:
@@ -202,6 +202,8 @@ class InMemoryJobCatalog:
                 paused=old.paused if old else False,
                 materialized_until=old.materialized_until if old else None,
                 created_at=old.created_at if old else now,
+                # UPSERT_JOBS leaves the retention mark alone (sql/0012).
+                history_pruned_through=old.history_pruned_through if old else None,
             )
             self.jobs[job.name] = row
             if old is None:
@@ -325,5 +327,4 @@ class InMemoryJobCatalog:
             return
         for run in self.runs.values():
             if run.job == job and run.state is RunState.CLAIMED:
-                run.state = RunState.PENDING  # the epoch stays: its message is stale
-                run.lease_owner = run.lease_expires_at = run.claimed_at = None
+                run.hand_back()  # the epoch stays: its message is stale

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from actors.clock import DatabaseClock
 from actors.observability import DependencyHealth
 from actors.operator import OperatorService
-from actors.ports import Clock, Executor, Inbox, ReplicaBroker, ReplicaStore, RunStore
+from actors.ports import Clock, Executor, Inbox, ReplicaBroker, ReplicaStore, WorkerStore
 from actors.testing.memory import InMemoryBroker, InMemoryRunStore
 from actors.testing.memory_inbox import MemoryInbox
 
@@ -60,7 +60,7 @@ class MemoryAdapters:
             self.broker.subscribe(self.inbox)
         return self.inbox
 
-    def worker_store(self, store: ReplicaStore) -> RunStore:
+    def worker_store(self, store: ReplicaStore) -> WorkerStore:
         return store
 
     def executor(self) -> Executor:

@@ -1,4 +1,5 @@
-"""The rows of the in-memory store, and the one policy rule they share (MUST_NOT_RUN)."""
+"""The rows of the in-memory store, the one policy rule they share (MUST_NOT_RUN), and how
+a verdict moves a row."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from actors.domain import Catchup, Outcome, Overlap, RunState
+from actors.domain import AttemptVerdict, Catchup, Outcome, Overlap, RunState, SkipReason
 
-DEADLINE_MISSED = "missed its starting deadline"
-SUPERSEDED = "superseded by a later instant (catchup = latest)"
-OVERLAP_FORBIDDEN = "overlap forbidden: an earlier run was still active"
+# The words of actors.domain.SkipReason, under the names the unit tests import.
+DEADLINE_MISSED = SkipReason.DEADLINE_MISSED
+SUPERSEDED = SkipReason.SUPERSEDED
+OVERLAP_FORBIDDEN = SkipReason.OVERLAP_FORBIDDEN
 
 
 @dataclass
@@ -59,6 +61,23 @@ class RunRow:
         """The guard of every change after a claim: this owner, this epoch, this state."""
         return self.state is state and self.epoch == epoch and self.lease_owner == owner
 
+    def hand_back(self) -> None:
+        """Pending again, as if never claimed: the epoch stays, so its message is stale."""
+        self.state = RunState.PENDING
+        self.lease_owner = self.lease_expires_at = self.claimed_at = None
+
+    def apply(self, verdict: AttemptVerdict, now: datetime) -> None:
+        """Where the verdict sends the run: next state, attempt and due time; the lease ends."""
+        self.state = verdict.state
+        if verdict.attempt is not None:
+            self.attempt = verdict.attempt
+        if verdict.due_in is not None:
+            self.due_at = now + verdict.due_in
+        self.finished_at = None if verdict.retry else now
+        if verdict.retry:
+            self.started_at = None
+        self.lease_owner = self.lease_expires_at = self.claimed_at = None
+
     def finish(self, state: RunState, now: datetime, reason: str) -> None:
         """Skipped or cancelled without an attempt (the epoch stays: never claimed)."""
         self.state = state
@@ -82,7 +101,9 @@ class AttemptRow:
     exit_code: int | None = None
 
 
-def must_not_run(run: RunRow, job: JobRow, runs: Iterable[RunRow], now: datetime) -> str | None:
+def must_not_run(
+    run: RunRow, job: JobRow, runs: Iterable[RunRow], now: datetime
+) -> SkipReason | None:
     """Why a due run must not run, or None (MUST_NOT_RUN, on the row as it is now).
 
     A first scheduled attempt past its starting deadline; or, with catchup =

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from actors.flow import Probe
 from actors.observability import get_logger
-from actors.ports import Clock, Delivery, Executor, Inbox, Outage, RunStore
+from actors.ports import Clock, Delivery, Executor, Inbox, Outage, WorkerStore
 from actors.worker.completing import Completer
 from actors.worker.executing import Execution
 from actors.worker.heartbeat import Heartbeat, InFlight, Keeping
@@ -37,7 +37,7 @@ class Worker:
 
     def __init__(
         self,
-        store: RunStore,
+        store: WorkerStore,
         inbox: Inbox,
         executor: Executor,
         settings: WorkerSettings,

@@ -19,7 +19,7 @@ from actors.observability import (
     RUNS_FAILED_FINALLY,
     get_logger,
 )
-from actors.ports import Outage, RecordRejected, RunStore
+from actors.ports import Outage, RecordRejected, WorkerStore
 from actors.worker.heartbeat import COMPLETIONS, Keeping
 from actors.worker.holding import Holding, Key, Pending, quietly
 
@@ -29,7 +29,7 @@ COMPLETIONS_IN_FLIGHT = 2  # batches recorded at once
 
 
 class Completer:
-    def __init__(self, store: RunStore, holding: Holding, keeping: Keeping) -> None:
+    def __init__(self, store: WorkerStore, holding: Holding, keeping: Keeping) -> None:
         self.store = store
         self.holding = holding
         self.keeping = keeping

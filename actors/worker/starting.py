@@ -15,8 +15,9 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from actors.domain import StartRefusal
 from actors.observability import DELIVERIES_SKIPPED, REDELIVERIES, get_logger
-from actors.ports import Delivery, DispatchMessage, Outage, RunStore, StartedRun
+from actors.ports import Delivery, DispatchMessage, Outage, StartedRun, WorkerStore
 from actors.until_due import UntilDue
 from actors.worker.heartbeat import STARTS, InFlight, Keeping
 from actors.worker.holding import Holding, Key, quietly
@@ -60,7 +61,7 @@ class Taken:
 class Starter:
     def __init__(
         self,
-        store: RunStore,
+        store: WorkerStore,
         settings: WorkerSettings,
         holding: Holding,
         keeping: Keeping,
@@ -226,24 +227,26 @@ class Starter:
         for key in keys:
             self.start_unknown.pop(key, None)  # answered: started now, or never will be
         for skipped in not_started:
-            if skipped.reason == "early":
+            if skipped.reason is StartRefusal.EARLY:
                 # Not yet due on the database's clock (this worker's estimate ran fast).
                 key = (skipped.run_id, skipped.epoch)
                 message = next(m for m, _ in batch if (m.run_id, m.epoch) == key)
                 self.until_due.again(message, by_key[key])
                 continue
-            DELIVERIES_SKIPPED.labels(reason=skipped.reason).inc()
+            DELIVERIES_SKIPPED.labels(reason=skipped.reason.value).inc()
             delivery = by_key[(skipped.run_id, skipped.epoch)]
             log.info(
                 "delivery changed nothing",
                 run_id=skipped.run_id,
                 epoch=skipped.epoch,
-                reason=skipped.reason,
+                reason=skipped.reason.value,
                 state=skipped.state,
             )
             # Unknown: not a run of this database (or a run claimed ahead and then
             # withdrawn by a schedule change); terminate so it is never redelivered.
-            await quietly(delivery.term() if skipped.reason == "unknown" else delivery.ack())
+            await quietly(
+                delivery.term() if skipped.reason is StartRefusal.UNKNOWN else delivery.ack()
+            )
 
     async def run_until_due(self, group: asyncio.TaskGroup) -> None:
         """Start held runs at their instants, within the free slots, until closed."""

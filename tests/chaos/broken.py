@@ -22,7 +22,7 @@ import asyncpg
 from actors.adapters.postgres import PostgresRunStore
 from actors.app import ProductionAdapters
 from actors.observability import get_logger
-from actors.ports import Completion, DispatchMessage, ReplicaBroker, ReplicaStore, RunStore
+from actors.ports import Completion, DispatchMessage, ReplicaBroker, ReplicaStore, WorkerStore
 
 log = get_logger("faults")
 
@@ -81,7 +81,7 @@ class UnfencedCompletions:
     the text of the fence (and a change to that text cannot break this build).
     """
 
-    def __init__(self, store: RunStore, pool: asyncpg.Pool) -> None:
+    def __init__(self, store: WorkerStore, pool: asyncpg.Pool) -> None:
         self._store = store
         self._pool = pool
 
@@ -100,7 +100,7 @@ class ExitAfterComplete:
     """The worker's store, except that the process exits after the Nth recorded batch."""
 
     def __init__(
-        self, store: RunStore, after: int, exit: Callable[[int], object] = os._exit
+        self, store: WorkerStore, after: int, exit: Callable[[int], object] = os._exit
     ) -> None:
         self._store = store
         self._after = after
@@ -159,17 +159,17 @@ class BrokenAdapters(ProductionAdapters):
         log.warning("test fault installed: publishes fail", every=every)
         return cast(ReplicaBroker, FailingPublishes(broker, every))
 
-    def worker_store(self, store: ReplicaStore) -> RunStore:
+    def worker_store(self, store: ReplicaStore) -> WorkerStore:
         recording = super().worker_store(store)
         if self.faults.skip_epoch_guard:
             assert isinstance(store, PostgresRunStore), "opened by ProductionAdapters.open_store"
             log.warning("test fault installed: completions are not fenced by epoch")
-            recording = cast(RunStore, UnfencedCompletions(recording, store.pool))
+            recording = cast(WorkerStore, UnfencedCompletions(recording, store.pool))
         after = self.faults.exit_after_complete
         if after > 0:
             log.warning(
                 "test fault installed: the process exits after recording, before acking",
                 after_batches=after,
             )
-            recording = cast(RunStore, ExitAfterComplete(recording, after))
+            recording = cast(WorkerStore, ExitAfterComplete(recording, after))
         return recording

@@ -17,7 +17,16 @@ import pytest
 
 from actors.adapters.nats import JetStreamBroker
 from actors.adapters.postgres import PostgresRunStore
-from actors.domain import Catchup, ClaimedRun, CronSchedule, Job, Overlap, PythonSpec, RunState
+from actors.domain import (
+    Catchup,
+    ClaimedRun,
+    CronSchedule,
+    Job,
+    Overlap,
+    PythonSpec,
+    RunState,
+    StartRefusal,
+)
 from actors.ports import NotStarted
 from tests.integration.helpers import (
     LONG_LEASE,
@@ -178,7 +187,7 @@ async def test_a_claimed_run_whose_deadline_passes_in_the_stream_is_skipped_at_s
     started, not_started = await store.start_runs("worker", [message_for(run, "d")], LONG_LEASE)
 
     assert started == []
-    assert not_started == [NotStarted(run_id, run.epoch, "skipped", RunState.SKIPPED)]
+    assert not_started == [NotStarted(run_id, run.epoch, StartRefusal.SKIPPED, RunState.SKIPPED)]
     assert await _row(store, run_id) == _skipped(MISSED, run.epoch)
 
 
@@ -199,7 +208,7 @@ async def test_a_claimed_latest_run_superseded_while_in_the_stream_is_skipped_at
     started, not_started = await store.start_runs("worker", [message_for(run, "d")], LONG_LEASE)
 
     assert started == []
-    assert not_started == [NotStarted(older, run.epoch, "skipped", RunState.SKIPPED)]
+    assert not_started == [NotStarted(older, run.epoch, StartRefusal.SKIPPED, RunState.SKIPPED)]
     assert await _row(store, older) == _skipped(SUPERSEDED, run.epoch)
     assert (await _row(store, newer))["state"] == "pending"
 

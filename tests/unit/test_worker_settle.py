@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from actors.domain import Outcome
+from actors.domain import Outcome, StartRefusal
 from actors.ports import DispatchMessage, RecordRejected
 from tests.fakes import dispatch, sample
 from tests.unit.worker_rig import Rig, until
@@ -84,7 +84,7 @@ async def test_a_failure_for_good_is_counted_and_acked() -> None:
 )
 async def test_a_delivery_that_starts_nothing_is_settled_by_why(reason: str, verdict: str) -> None:
     rig = Rig()
-    rig.store.not_started["a"] = reason
+    rig.store.not_started["a"] = StartRefusal(reason)
     skipped = sample("claimd_deliveries_skipped_total", reason=reason)
     rig.inbox.put(dispatch("a"))
     rig.start()

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from actors.domain import StartRefusal
 from actors.ports import DispatchMessage
 from tests.fakes import T0
 from tests.unit.worker_rig import Rig, until
@@ -52,7 +53,7 @@ async def test_runs_of_one_instant_start_together_when_the_database_clock_reache
 async def test_a_run_the_database_calls_early_is_held_again_then_started() -> None:
     rig = Rig(max_hold=timedelta(hours=1))
     rig.executor.finish.set()
-    rig.store.not_started["r"] = "early"
+    rig.store.not_started["r"] = StartRefusal.EARLY
     rig.inbox.put(message("r", T0))
     rig.start()
     try:

@@ -48,8 +48,11 @@ from actors.domain import (
     Job,
     Outcome,
     RunState,
+    SkipReason,
+    StartRefusal,
     TimeoutBudget,
     decide_attempt,
+    refusal_of,
 )
 from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.observability import RUNS_SKIPPED, get_logger
@@ -135,10 +138,10 @@ class PostgresRunStore(PostgresJobCatalog):
     async def ping(self) -> None:
         await self._pool.fetchval("SELECT 1")
 
-    async def skip_unrunnable(self, limit: int) -> list[tuple[str, str]]:
+    async def skip_unrunnable(self, limit: int) -> list[tuple[str, SkipReason]]:
         """Record as skipped the due runs that policies say must not run."""
         rows = await self._pool.fetch(SKIP_UNRUNNABLE, limit)
-        return [(r["id"], r["reason"]) for r in rows]
+        return [(r["id"], SkipReason(r["reason"])) for r in rows]
 
     async def claim_due_runs(
         self,
@@ -220,7 +223,9 @@ class PostgresRunStore(PostgresJobCatalog):
                 # skipped; the delivery changed nothing.
                 _record_skip(row["id"], row["name"], row["skipped"], "start")
                 refused.append(
-                    NotStarted(row["id"], row["claim_epoch"], "skipped", RunState.SKIPPED)
+                    NotStarted(
+                        row["id"], row["claim_epoch"], StartRefusal.SKIPPED, RunState.SKIPPED
+                    )
                 )
                 continue
             try:
@@ -232,7 +237,9 @@ class PostgresRunStore(PostgresJobCatalog):
                 # and let the rest of the batch run.
                 await self._fail_unreadable(row, worker, exc)
                 refused.append(
-                    NotStarted(row["id"], row["claim_epoch"], "unreadable", RunState.RUNNING)
+                    NotStarted(
+                        row["id"], row["claim_epoch"], StartRefusal.UNREADABLE, RunState.RUNNING
+                    )
                 )
         got = {(s.run_id, s.epoch) for s in started} | {(u.run_id, u.epoch) for u in refused}
         missing = [m for m in messages if (m.run_id, m.epoch) not in got]
@@ -244,23 +251,11 @@ class PostgresRunStore(PostgresJobCatalog):
         not_started = []
         for m in missing:
             row = states.get(m.run_id)
-            if row is None:
-                not_started.append(NotStarted(m.run_id, m.epoch, "unknown", None))
-                continue
-            state = RunState(row["state"])
-            if state.terminal:
-                reason = "terminal"
-            elif row["claim_epoch"] != m.epoch:
-                reason = "stale"
-            elif state is RunState.RUNNING:
-                reason = "owned"
-            elif state is RunState.CLAIMED:
-                # Claimed under this epoch and not started: not yet due on the
-                # database's clock (claimed ahead); the worker holds it longer.
-                reason = "early"
-            else:
-                reason = "stale"
-            not_started.append(NotStarted(m.run_id, m.epoch, reason, state))
+            state = None if row is None else RunState(row["state"])
+            epoch = None if row is None else row["claim_epoch"]
+            not_started.append(
+                NotStarted(m.run_id, m.epoch, refusal_of(state, epoch, m.epoch), state)
+            )
         return started, refused + not_started
 
     async def _fail_unreadable(self, row: asyncpg.Record, worker: str, exc: Exception) -> None:

@@ -263,7 +263,9 @@ RETURNING r.id::text
 RELEASE_UNPUBLISHED = """
 WITH u AS (SELECT * FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)),
 locked AS MATERIALIZED (
-    SELECT r.id, u.epoch FROM job_runs r JOIN u ON u.id = r.id
+    SELECT r.id, u.epoch, r.claim_epoch AS at_epoch, r.state AS at_state,
+           r.lease_owner AS at_owner
+      FROM job_runs r JOIN u ON u.id = r.id
      WHERE r.id = ANY ($2::uuid[])
      ORDER BY r.id
        FOR NO KEY UPDATE OF r
@@ -272,6 +274,6 @@ UPDATE job_runs r
    SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, claimed_at = NULL,
        updated_at = now()
   FROM locked l
- WHERE r.id = l.id AND r.claim_epoch = l.epoch AND r.lease_owner = $1 AND r.state = 'claimed'
+ WHERE r.id = l.id AND l.at_epoch = l.epoch AND l.at_owner = $1 AND l.at_state = 'claimed'
 RETURNING r.id
 """

@@ -1,0 +1,41 @@
+"""Running an attempt, and the clocks: the ports that are neither store nor broker."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from actors.domain import ExecutionResult, ExecutorSpec, RunContext
+
+
+class Executor(Protocol):
+    """Runs one attempt and reports; never raises for a failing job."""
+
+    async def execute(
+        self, spec: ExecutorSpec, context: RunContext, timeout: timedelta
+    ) -> ExecutionResult: ...
+
+    def runs_inline(self, executor: str | None) -> bool:
+        """Whether runs of that kind (a dispatch's ``executor`` hint) execute on the event
+        loop (async python callables: the worker's inline pool) rather than in a slot."""
+        ...
+
+
+class Clock(Protocol):
+    """Wall-clock time, injectable so that schedules are tested without waiting."""
+
+    def now(self) -> datetime: ...
+
+
+class DatabaseTime(Protocol):
+    """The database's clock: the one every decision about time is made on.
+
+    Read once per tick (one round trip) and passed into the pure domain, so
+    replicas whose own clocks disagree still plan the same rows.
+    """
+
+    async def read(self) -> datetime: ...
+
+
+Callback = Callable[..., Awaitable[Any]]

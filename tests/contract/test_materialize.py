@@ -1,0 +1,106 @@
+"""Writing plans: each instant once, only from the mark it was planned from (a compare and
+set), only while fresh, only from the definition it was planned from; gaps recorded once."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from actors.domain import Plan, PlannedRun
+from actors.domain.history import Gap
+from actors.ports import JobState, ReplicaStore
+from tests.contract.jobs import job
+from tests.contract.rows import Rows
+
+MINUTE = timedelta(minutes=1)
+
+
+def _plan(start: datetime, count: int, *, dropped: tuple[Gap, ...] = ()) -> Plan:
+    runs = [PlannedRun(start + i * MINUTE, start + i * MINUTE) for i in range(count)]
+    missed = sum(g.count for g in dropped)
+    return Plan(runs, start + count * MINUTE, missed, dropped)
+
+
+async def _state(store: ReplicaStore, name: str = "job") -> JobState:
+    return (await store.active_jobs())[name]
+
+
+async def test_the_same_plan_twice_writes_each_instant_once(store: ReplicaStore) -> None:
+    await store.sync_jobs([job()])
+    state = await _state(store)
+    start = (await store.database_now()).replace(microsecond=0) + MINUTE
+    plan = _plan(start, 5)
+    done = await store.materialize_many([(state, plan)])
+    assert (done.runs, done.written, dict(done.moved), done.stale) == (
+        5,
+        frozenset({state.id}),
+        {},
+        False,
+    )
+    assert (await _state(store)).materialized_until == plan.materialized_until
+    # Another replica planned the same instants from the mark it had read: refused whole.
+    again = await store.materialize_many([(state, plan)])
+    assert (again.runs, again.written) == (0, frozenset())
+    assert dict(again.moved) == {state.id: plan.materialized_until}
+    # From the mark now, the overlapping instants are not written again.
+    moved = await _state(store)
+    overlap = await store.materialize_many([(moved, _plan(start + 3 * MINUTE, 4))])
+    assert overlap.runs == 2
+    assert (await _state(store)).materialized_until == start + 7 * MINUTE
+
+
+async def test_two_replicas_planning_from_one_mark_write_once(store: ReplicaStore) -> None:
+    """The compare-and-set on the mark, in the racing order: both read, both write."""
+    await store.sync_jobs([job("a"), job("b")])
+    a, b = await _state(store, "a"), await _state(store, "b")
+    start = (await store.database_now()).replace(microsecond=0) + MINUTE
+    first = await store.materialize_many([(a, _plan(start, 3)), (b, _plan(start, 3))])
+    assert (first.runs, first.written) == (6, frozenset({a.id, b.id}))
+    # The second replica read "a" before the first wrote; "b" it read afterwards.
+    fresh_b = await _state(store, "b")
+    second = await store.materialize_many(
+        [(a, _plan(start, 4)), (fresh_b, _plan(start + 3 * MINUTE, 2))]
+    )
+    assert (second.runs, second.written) == (2, frozenset({b.id}))
+    assert dict(second.moved) == {a.id: start + 3 * MINUTE}
+    assert (await _state(store, "a")).materialized_until == start + 3 * MINUTE
+
+
+async def test_a_stale_plan_or_one_from_a_superseded_definition_writes_nothing(
+    store: ReplicaStore,
+) -> None:
+    await store.sync_jobs([job()])
+    state = await _state(store)
+    now = await store.database_now()
+    start = now.replace(microsecond=0) + MINUTE
+    stale = await store.materialize_many([(state, _plan(start, 3))], fresh_until=now - MINUTE)
+    assert (stale.stale, stale.runs, stale.written) == (True, 0, frozenset())
+    assert (await _state(store)).materialized_until is None
+    fresh = now + timedelta(hours=1)
+    await store.sync_jobs([job(max_attempts=7)])  # a new definition, same schedule
+    superseded = await store.materialize_many([(state, _plan(start, 3))], fresh_until=fresh)
+    assert (superseded.runs, superseded.written, superseded.stale) == (0, frozenset(), False)
+    assert dict(superseded.moved) == {state.id: None}
+    current = await _state(store)
+    assert (await store.materialize_many([(current, _plan(start, 3))], fresh_until=fresh)).runs == 3
+    version = await store.catalog_version()
+    assert (await _state(store)).materialized_until == start + 3 * MINUTE
+    assert await store.catalog_version() == version  # the mark is not the catalog's
+    claimable = await store.next_due_in(timedelta(0))
+    assert claimable is not None
+
+
+async def test_dropped_instants_are_recorded_as_gaps_once(store: ReplicaStore, rows: Rows) -> None:
+    await store.sync_jobs([job()])
+    state = await _state(store)
+    start = (await store.database_now()).replace(microsecond=0) - 10 * MINUTE
+    gap = Gap(start, start + 4 * MINUTE, 5, "missed while no scheduler ran (catchup = none)")
+    done = await store.materialize_many([(state, _plan(start + 5 * MINUTE, 2, dropped=(gap,)))])
+    assert (done.runs, dict(done.missed)) == (2, {state.id: 5})
+    assert await rows.gaps("job") == [(gap.first, gap.last, 5, gap.reason)]
+    # Another replica's plan of the same downtime, from the mark now: its gap overlaps.
+    wider = Gap(start - MINUTE, start + 6 * MINUTE, 8, gap.reason)
+    again = await store.materialize_many(
+        [(await _state(store), _plan(start + 7 * MINUTE, 1, dropped=(wider,)))]
+    )
+    assert (again.runs, dict(again.missed)) == (1, {})
+    assert await rows.gaps("job") == [(gap.first, gap.last, 5, gap.reason)]
