@@ -267,7 +267,12 @@ class OperatorApi:
 
     async def resume(self, request: web.Request) -> web.Response:
         actor = self._actor(request)
-        return self._done(await self.service.resume(actor, request.match_info["name"]))
+        body = await _body(request, ["paused_instants"])
+        return self._done(
+            await self.service.resume(
+                actor, request.match_info["name"], body.get("paused_instants") or None
+            )
+        )
 
     async def trigger(self, request: web.Request) -> web.Response:
         actor = self._actor(request)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -181,12 +183,57 @@ def build_app(
     return app
 
 
+class PortUnavailable(OSError):
+    """The HTTP port cannot be listened on; the message says why and what to change."""
+
+
+def listen_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (in use, say), or None if it can.
+
+    Checked as the server binds (SO_REUSEADDR, every address of the host), so
+    a port held by another process is found before anything else starts.
+    """
+    if port <= 0:
+        return None  # 0: any free port; -1: off
+    try:
+        addresses = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        return f"{host} is not an address of this host ({exc.strerror})"
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                return _why(host, port, exc)
+    return None
+
+
+def _why(host: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {port} on {host} is in use"
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+
+
 async def serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Start serving; returns the runner and the bound port (port 0 picks one)."""
+    """Start serving; returns the runner and the bound port (port 0 picks one).
+
+    PortUnavailable when the port is taken (or not this host's).
+    """
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise PortUnavailable(
+            exc.errno,
+            f'{_why(host, port, exc)}; set another http = "HOST:PORT" in [claimd] '
+            "(or CLAIMD_HTTP; port 0 picks a free one)",
+        ) from None
     # aiohttp has no public accessor for the bound port (needed when port is 0).
     sockets: Any = getattr(site._server, "sockets", None)
     bound = int(sockets[0].getsockname()[1]) if sockets else port

@@ -182,7 +182,7 @@ SELECT id, at, actor, via, origin, action, job, run_id::text AS run_id, argument
 LAST_ACTION_ID = "SELECT COALESCE(max(id), 0) FROM operator_actions"
 # What a replica recorded after a SIGHUP from this pid, newer than a given action.
 RELOAD_VERDICT = """
-SELECT id, ok, result FROM operator_actions
+SELECT id, ok, result, arguments FROM operator_actions
  WHERE action = 'reload' AND via = 'signal' AND id > $1 AND arguments ->> 'pid' = $2
  ORDER BY id LIMIT 1
 """
@@ -284,10 +284,15 @@ class History:
         last: int = await self._pool.fetchval(LAST_ACTION_ID)
         return last
 
-    async def reload_verdict(self, pid: int, after: int) -> tuple[bool, str] | None:
-        """What replica ``pid`` recorded for a reload after action ``after``, if anything yet."""
+    async def reload_verdict(self, pid: int, after: int) -> tuple[bool, str, dict[str, Any]] | None:
+        """What replica ``pid`` recorded for a reload after action ``after``, if anything yet:
+        ok, the result, and what it changed or each error (actors.replica.reload)."""
         row = await self._pool.fetchrow(RELOAD_VERDICT, after, str(pid))
-        return None if row is None else (row["ok"], row["result"])
+        if row is None:
+            return None
+        raw = row["arguments"]
+        details = json.loads(raw) if isinstance(raw, str) else raw
+        return row["ok"], row["result"], details if isinstance(details, dict) else {}
 
     async def actions(
         self, *, job: str | None = None, before: int | None = None, limit: int = 50

@@ -20,7 +20,8 @@ from actors.adapters.postgres import (
     Operations,
     UnknownJob,
 )
-from actors.domain.trigger import TriggerRefused, judge_trigger
+from actors.domain.pause import PausedInstants
+from actors.domain.trigger import TriggerRefused, judge_backfill, judge_trigger
 from actors.observability import get_logger
 from actors.operator.errors import (
     BadInput,
@@ -30,7 +31,14 @@ from actors.operator.errors import (
     Unprocessable,
 )
 from actors.operator.reads import OperatorReads
-from actors.operator.shapes import iso, parse_time, run_id_of, schedule_of, zone_named
+from actors.operator.shapes import (
+    iso,
+    parse_time,
+    resume_words,
+    run_id_of,
+    schedule_of,
+    zone_named,
+)
 
 log = get_logger("operator")
 LOCK_JOB = "SELECT id, paused FROM jobs WHERE name = $1 AND enabled FOR UPDATE"
@@ -49,11 +57,34 @@ class OperatorService(OperatorReads):
     async def pause(self, actor: Actor, job: str) -> dict[str, Any]:
         return await self._set_paused(actor, job, True)
 
-    async def resume(self, actor: Actor, job: str) -> dict[str, Any]:
-        return await self._set_paused(actor, job, False)
+    async def resume(
+        self, actor: Actor, job: str, paused_instants: str | None = None
+    ) -> dict[str, Any]:
+        """Undo pause; ``paused_instants`` says what becomes of the instants due meanwhile.
 
-    async def _set_paused(self, actor: Actor, job: str, paused: bool) -> dict[str, Any]:
+        ``run`` (the default): the job's catch-up policy decides, as after a
+        downtime (with catchup = all they all run at once); ``skip``: none runs,
+        each recorded as skipped or as a gap with the reason "paused ..." (see
+        actors.domain.pause).
+        """
+        choice = paused_instants or PausedInstants.RUN.value
+        if choice not in {c.value for c in PausedInstants}:
+            error = BadInput(f"paused_instants must be run or skip, got {choice!r}")
+            await self._record_refusal(
+                actor, "resume", error, job=job, arguments={"paused_instants": choice}
+            )
+            raise error
+        return await self._set_paused(actor, job, False, PausedInstants(choice))
+
+    async def _set_paused(
+        self,
+        actor: Actor,
+        job: str,
+        paused: bool,
+        paused_instants: PausedInstants = PausedInstants.RUN,
+    ) -> dict[str, Any]:
         action = "pause" if paused else "resume"
+        arguments = None if paused else {"paused_instants": paused_instants.value}
         error: OperatorError | None = None
         async with self._pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(LOCK_JOB, job)
@@ -61,11 +92,16 @@ class OperatorService(OperatorReads):
                 error = NotFound(f"no enabled job named {job!r}")
             elif row["paused"] == paused:
                 error = NothingToDo(f"{job} is already {'paused' if paused else 'running'}")
+            elif paused:
+                await Operations(conn).pause(job)
+                return await self._done(conn, actor, action, f"paused {job}", job=job)
             else:
-                await (Operations(conn).pause(job) if paused else Operations(conn).resume(job))
-                message = f"{'paused' if paused else 'resumed'} {job}"
-                return await self._done(conn, actor, action, message, job=job)
-        await self._record_refusal(actor, action, error, job=job)
+                done = await Operations(conn).resume(job, paused_instants, actor.name)
+                message, extra = resume_words(job, paused_instants, done)
+                return await self._done(
+                    conn, actor, action, message, job=job, arguments=arguments, extra=extra
+                )
+        await self._record_refusal(actor, action, error, job=job, arguments=arguments)
         raise error
 
     async def trigger(self, actor: Actor, job: str, at: str | None = None) -> dict[str, Any]:
@@ -150,8 +186,10 @@ class OperatorService(OperatorReads):
                 parse_time(start, zone, row["now"], "from"),
                 parse_time(end, zone, row["now"], "to"),
             )
-            if last < first:
-                raise Unprocessable(f"from {iso(first)} is after to {iso(last)}")
+            try:
+                judge_backfill(job, first, last, row["now"])
+            except TriggerRefused as refused:
+                raise Unprocessable(str(refused)) from None
             arguments.update({"from_instant": iso(first), "to_instant": iso(last)})
             try:
                 done = await Operations(self._pool).backfill(

@@ -82,10 +82,15 @@ class Replica:
     on_http: Callable[[str, int], None] | None = None
     # The ports; None: PostgreSQL and NATS as the settings name them.
     adapters: Adapters | None = None
+    # The environment the config was read with, for each reload (None: the
+    # process's). `claimd dev` names its embedded servers' URLs in it.
+    config_env: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         self.ports: Adapters = self.adapters if self.adapters is not None else _production(self)
-        self._jobs = JobsConfig(self.config_path, self.config, syncs_jobs=self.role.schedules)
+        self._jobs = JobsConfig(
+            self.config_path, self.config, syncs_jobs=self.role.schedules, env=self.config_env
+        )
         self.forced_stop = False
         # HTTP serves before the servers are connected (see run()).
         self.status = ReplicaStatus(self.ports.store_health, self.ports.broker_health)

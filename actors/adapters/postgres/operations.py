@@ -3,27 +3,48 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from actors.adapters.history import record_gaps
 from actors.adapters.postgres.run_store import PostgresRunStore
-from actors.adapters.postgres.statements import CANCEL_RUN, INSERT_RUNS_AT, JOB_BY_NAME, SET_PAUSED
-from actors.domain import decode_job
+from actors.adapters.postgres.statements import (
+    CANCEL_RUN,
+    INSERT_RUNS_AT,
+    JOB_BY_NAME,
+    MOVE_MARK_TO_NOW,
+    PAUSED_JOB,
+    SET_PAUSED,
+    SKIP_PAUSED_RUNS,
+)
+from actors.domain import decode_job, format_duration
 from actors.domain.backfill import (
     BACKFILL_CHUNK,
     BACKFILL_MAX_RUNS,
     BackfillProgress,
     plan_backfill,
 )
+from actors.domain.history import Gap
+from actors.domain.pause import PausedInstants, instants_between, paused_gaps, skipped_reason
 
 
 class UnknownJob(LookupError):
     """An operator action named a job the config file never declared."""
 
 
-# A backfill writes its rows in statements of this many instants: a long range
-# is many short statements (bounded memory, no lock held for minutes), and one
+@dataclass(frozen=True)
+class Resumed:
+    """What a resume did with the instants that came due while the job was paused."""
+
+    policy: str  # the job's catch-up policy, in the config's words
+    paused_at: datetime | None  # when the pause took effect (None: not recorded)
+    now: datetime  # the resume, on the database's clock
+    due_now: int  # runs written ahead, due by now (run: they start now)
+    unwritten: int  # instants up to now with no row yet (run: planned per catch-up)
+    runs_skipped: int = 0  # skip: runs written ahead, now skipped
+    gaps: tuple[Gap, ...] = ()  # skip: the unwritten instants, recorded as gaps
 
 
 class Operations:
@@ -42,9 +63,39 @@ class Operations:
         if await self._pool.fetchval(SET_PAUSED, job, True) is None:
             raise UnknownJob(f"no enabled job named {job!r}")
 
-    async def resume(self, job: str) -> None:
+    async def resume(
+        self, job: str, paused_instants: PausedInstants = PausedInstants.RUN, actor: str = "?"
+    ) -> Resumed:
+        """Unpause ``job``; with SKIP, none of the instants due meanwhile runs.
+
+        Run in the caller's transaction, the job row locked: the skipped runs,
+        the gaps, the mark and the flag change together or not at all.
+        """
+        row = await self._pool.fetchrow(PAUSED_JOB, job)
+        if row is None:
+            raise UnknownJob(f"no enabled job named {job!r}")
+        decoded = decode_job(job, row["definition"])
+        schedule = decoded.schedule
+        policy = (
+            f'catchup = "{decoded.catchup.value}", '
+            f'catchup_window = "{format_duration(decoded.catchup_window)}"'
+        )
+        now, since = row["now"], row["paused_at"]
+        # Where the materializer would plan from: its mark, or (never planned) the job's start.
+        mark = row["materialized_until"] or min(row["created_at"], now)
+        unwritten = instants_between(schedule, mark, now)
+        done = Resumed(policy, since, now, row["due_now"], unwritten.count if unwritten else 0)
+        if paused_instants is PausedInstants.SKIP:
+            reason = skipped_reason(since, now, actor)
+            earliest = since or datetime.min.replace(tzinfo=UTC)
+            skipped = await self._pool.fetchval(SKIP_PAUSED_RUNS, row["id"], earliest, reason)
+            gaps = paused_gaps(schedule, mark, since, now, actor)
+            await record_gaps(self._pool, [row["id"]], [(row["id"], g) for g in gaps])
+            await self._pool.execute(MOVE_MARK_TO_NOW, row["id"])
+            done = replace(done, runs_skipped=skipped, gaps=tuple(gaps))
         if await self._pool.fetchval(SET_PAUSED, job, False) is None:
             raise UnknownJob(f"no enabled job named {job!r}")
+        return done
 
     async def trigger(self, job: str, at: datetime) -> str | None:
         """A run of ``job`` for instant ``at``, due now; None if that instant has a row."""

@@ -77,8 +77,11 @@ from actors.adapters.postgres.statements.operator import (
     CANCEL_RUN,
     INSERT_RUNS_AT,
     JOB_BY_NAME,
+    MOVE_MARK_TO_NOW,
+    PAUSED_JOB,
     PRUNE_HISTORY,
     SET_PAUSED,
+    SKIP_PAUSED_RUNS,
 )
 from actors.adapters.postgres.statements.reaper import APPLY_REAPED, LOCK_EXPIRED_LEASES
 from actors.adapters.postgres.statements.worker import (
@@ -120,8 +123,10 @@ __all__ = [
     "LOCK_INTERRUPTED",
     "LOCK_JOBS_FOR_SYNC",
     "LOCK_SYNC",
+    "MOVE_MARK_TO_NOW",
     "NEXT_DUE_IN",
     "OLD_SCHEDULES",
+    "PAUSED_JOB",
     "PENDING_CHANNEL",
     "PLAN_IS_FRESH",
     "PRUNE_HISTORY",
@@ -132,6 +137,7 @@ __all__ = [
     "RESTORE_READDED_JOB",
     "RUN_STATES",
     "SET_PAUSED",
+    "SKIP_PAUSED_RUNS",
     "SKIP_UNRUNNABLE",
     "START_RUNS",
     "UPSERT_JOBS",
