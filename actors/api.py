@@ -28,7 +28,7 @@ from actors.operator import (
     OperatorService,
     Unauthorized,
 )
-from actors.operator.reads import MAX_GRID
+from actors.operator.grid import MAX_GRID
 from actors.ports import Actor, StoreUnavailable
 
 log = get_logger("api")
@@ -259,7 +259,12 @@ class OperatorApi:
 
     async def resume(self, request: web.Request) -> web.Response:
         actor = self._actor(request)
-        return self._done(await self.service.resume(actor, request.match_info["name"]))
+        body = await _body(request, ["paused_instants"])
+        return self._done(
+            await self.service.resume(
+                actor, request.match_info["name"], body.get("paused_instants") or None
+            )
+        )
 
     async def trigger(self, request: web.Request) -> web.Response:
         actor = self._actor(request)

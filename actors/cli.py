@@ -27,6 +27,7 @@ from actors.adapters.resources import config_dir
 from actors.app import Replica, Role
 from actors.config import ConfigError, LoadedConfig, load_config
 from actors.domain import CronSchedule, decode_job, encode_job, take
+from actors.http import PortUnavailable, listen_problem
 from actors.observability import LOG_FORMATS, configure_logging, get_logger, redact
 from actors.operator import OperatorError
 from actors.operator_root import open_operator_store
@@ -44,9 +45,13 @@ def _load(path: str) -> LoadedConfig:
 
 
 def _run_replica(
-    path: Path, loaded: LoadedConfig, role: Role, on_http: Callable[[str, int], None] | None = None
+    path: Path,
+    loaded: LoadedConfig,
+    role: Role,
+    on_http: Callable[[str, int], None] | None = None,
+    env: dict[str, str] | None = None,
 ) -> int:
-    return run_replica(Replica(path, loaded, role, on_http=on_http))
+    return run_replica(Replica(path, loaded, role, on_http=on_http, config_env=env))
 
 
 def run_replica(replica: Replica) -> int:
@@ -60,6 +65,9 @@ def run_replica(replica: Replica) -> int:
         asyncio.run(replica.run())
     except StreamSettingsRefused as exc:
         log.error("stopping: the servers refuse these settings", error=str(exc))
+        return 2
+    except PortUnavailable as exc:
+        log.error("stopping: the HTTP port cannot be served", error=exc.strerror)
         return 2
     except (ExceptionGroup, ActorGaveUp, OSError) as exc:
         failures = exc.exceptions if isinstance(exc, ExceptionGroup) else (exc,)
@@ -95,6 +103,22 @@ def cmd_dev(args: argparse.Namespace) -> int:
         print(f"error: claimd dev: {exc}", file=sys.stderr)
         return 2
     config = Path(args.config) if args.config else config_dir() / "jobs.toml"
+    # The file and the HTTP port are checked before any server starts: a bad
+    # file or a busy port is one line and exit 2 within a second.
+    http_env = {**os.environ, **({"CLAIMD_HTTP": args.http} if args.http else {})}
+    try:
+        http = load_config(config, env=http_env).settings
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    problem = listen_problem(http.http_host, http.http_port)
+    if problem is not None:
+        print(
+            f"claimd dev: {problem}; choose another with --http {http.http_host}:PORT "
+            f"(--http {http.http_host}:0 picks a free one)",
+            file=sys.stderr,
+        )
+        return 2
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     _write_pid_file(args.pid_file)
@@ -115,6 +139,13 @@ def cmd_dev(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
 
+        # Operator commands find this instance through ./.claimd; elsewhere, say how.
+        operate = (
+            []
+            if data_dir == Path(".claimd").resolve()
+            else [f"  operate      claimd jobs --data-dir {data_dir}  (any operator command)"]
+        )
+
         def banner(host: str | None, port: int | None) -> None:
             base = f"http://{host}:{port}" if host is not None else None
             print(
@@ -128,6 +159,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
                         f"  config       {config}",
                         f"  data         {data_dir}  (server logs: {server_log}, "
                         f"{data_dir / 'nats' / 'nats-server.log'})",
+                        *operate,
                         f"  stop         Ctrl-C, or kill -TERM {os.getpid()}",
                         "",
                     ]
@@ -155,7 +187,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
             banner(host, port)
 
         try:
-            return _run_replica(config, loaded, Role.ALL, on_http=serving)
+            # Each reload rereads the file with this environment (the embedded URLs).
+            return _run_replica(config, loaded, Role.ALL, on_http=serving, env=env)
         finally:
             operator_cli.forget_dev_endpoints(endpoints)
     finally:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -13,8 +15,10 @@ from prometheus_client.registry import Collector
 
 from actors.api import OperatorApi
 from actors.observability import DELIVERIES_SKIPPED, FENCED_COMPLETIONS, REDELIVERIES, get_logger
-from actors.observability.exposition import render as render_metrics
+from actors.observability.exposition import render_chunks
+from actors.observability.memory import trim_heap
 
+TRIM_AFTER_BYTES = 16 << 20  # a page this big leaves freed heap worth returning to the system
 log = get_logger("http")
 
 ReadyCheck = Callable[[], Awaitable[dict[str, Any]]]
@@ -92,6 +96,33 @@ async def _revalidate_static(request: web.Request, response: web.StreamResponse)
         response.headers["Cache-Control"] = "no-cache"
 
 
+async def stream_metrics(request: web.Request, headers: dict[str, str]) -> web.StreamResponse:
+    """The /metrics page, rendered off the event loop a chunk at a time and sent as made.
+
+    With thousands of jobs the text is tens of MB and seconds of Python, which
+    would hold up every actor on the loop; each chunk is sent before the next is
+    made, so the page is never held whole (chunked transfer, no Content-Length).
+    """
+    chunks = render_chunks()
+    response = web.StreamResponse(headers=headers)
+    sent = 0
+    try:
+        await response.prepare(request)
+        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+            sent += len(chunk)
+            await response.write(chunk)
+        await response.write_eof()
+    except ConnectionError:
+        # The scraper gave up (its timeout) or went away: nothing to report.
+        log.debug("metrics scrape: client went away mid-response")
+    finally:
+        chunks.close()
+        if sent >= TRIM_AFTER_BYTES:
+            # The page's chunks were freed into the heap: give them back.
+            await asyncio.to_thread(trim_heap)
+    return response
+
+
 def build_app(
     ready: ReadyCheck,
     jobs_summary: Callable[[], Awaitable[list[dict[str, Any]]]],
@@ -110,21 +141,7 @@ def build_app(
             return web.Response(headers=headers)
         if refresh is not None:
             await refresh()
-        # Rendered off the event loop: with thousands of jobs the text is tens
-        # of MB and takes a good part of a second of Python, which would hold up
-        # every actor. Sent a chunk at a time (the page is held once, as bytes).
-        chunks = await asyncio.to_thread(render_metrics)
-        response = web.StreamResponse(headers=headers)
-        response.content_length = sum(len(c) for c in chunks)
-        await response.prepare(request)
-        try:
-            for chunk in chunks:
-                await response.write(chunk)
-            await response.write_eof()
-        except ConnectionError:
-            # The scraper gave up (its timeout) or went away: nothing to report.
-            log.debug("metrics scrape: client went away mid-response")
-        return response
+        return await stream_metrics(request, headers)
 
     async def healthz(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -166,12 +183,57 @@ def build_app(
     return app
 
 
+class PortUnavailable(OSError):
+    """The HTTP port cannot be listened on; the message says why and what to change."""
+
+
+def listen_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (in use, say), or None if it can.
+
+    Checked as the server binds (SO_REUSEADDR, every address of the host), so
+    a port held by another process is found before anything else starts.
+    """
+    if port <= 0:
+        return None  # 0: any free port; -1: off
+    try:
+        addresses = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        return f"{host} is not an address of this host ({exc.strerror})"
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                return _why(host, port, exc)
+    return None
+
+
+def _why(host: str, port: int, exc: OSError) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {port} on {host} is in use"
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+
+
 async def serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
-    """Start serving; returns the runner and the bound port (port 0 picks one)."""
+    """Start serving; returns the runner and the bound port (port 0 picks one).
+
+    PortUnavailable when the port is taken (or not this host's).
+    """
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise PortUnavailable(
+            exc.errno,
+            f'{_why(host, port, exc)}; set another http = "HOST:PORT" in [claimd] '
+            "(or CLAIMD_HTTP; port 0 picks a free one)",
+        ) from None
     # aiohttp has no public accessor for the bound port (needed when port is 0).
     sockets: Any = getattr(site._server, "sockets", None)
     bound = int(sockets[0].getsockname()[1]) if sockets else port

@@ -21,7 +21,7 @@ Configurations (``--variants``):
 
 - ``previous``: ``claim_ahead = "0s"``, ``claim_wake = false``: polling every
   ``claim_interval`` only, as before claim-ahead existed (the baseline);
-- ``new``: the shipped defaults (``claim_ahead`` 1s, ``claim_wake`` on);
+- ``new``: the shipped defaults (``claim_ahead`` 5s, ``claim_wake`` on);
 - ``ahead-500ms``: the defaults with ``claim_ahead = "500ms"``.
 
     python -m bench.bench_lag [--jobs 100,500 --duration 60]

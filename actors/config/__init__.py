@@ -19,6 +19,7 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from actors.config.errors import ConfigError, ConfigErrors
 from actors.config.jobs import JOB_NAME_PATTERN, JobReader, job_from_raw
@@ -33,6 +34,7 @@ __all__ = [
     "Duration",
     "LoadedConfig",
     "Settings",
+    "database_url_of",
     "job_from_raw",
     "load_config",
     "parse_config",
@@ -72,19 +74,29 @@ def _collector_paused() -> Iterator[None]:
 
 
 def parse_config(
-    text: str, path: str = "<string>", env: dict[str, str] | None = None
+    text: str,
+    path: str = "<string>",
+    env: dict[str, str] | None = None,
+    *,
+    read_tokens: bool = True,
 ) -> LoadedConfig:
     """Parse config text. Settings errors raise; job errors are collected per job."""
     with _collector_paused():
-        return _parse_config(text, path, env)
+        return _parse_config(text, path, env, read_tokens)
 
 
-def _parse_config(text: str, path: str, env: dict[str, str] | None) -> LoadedConfig:
-    env = dict(os.environ) if env is None else env
+def _toml(text: str, path: str) -> dict[str, Any]:
     try:
-        raw = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, f"not valid TOML: {exc}") from None
+
+
+def _parse_config(
+    text: str, path: str, env: dict[str, str] | None, read_tokens: bool
+) -> LoadedConfig:
+    env = dict(os.environ) if env is None else env
+    raw = _toml(text, path)
     unknown = set(raw) - {"claimd", "jobs"}
     if unknown:
         raise ConfigError(
@@ -95,7 +107,7 @@ def _parse_config(text: str, path: str, env: dict[str, str] | None) -> LoadedCon
     settings_raw = raw.get("claimd", {})
     if not isinstance(settings_raw, dict):
         raise ConfigError(path, "must be a table", field_name="claimd")
-    settings = Settings.from_table(path, settings_raw, env)
+    settings = Settings.from_table(path, settings_raw, env, read_tokens=read_tokens)
     jobs_raw = raw.get("jobs", {})
     if not isinstance(jobs_raw, dict):
         raise ConfigError(path, "must be a table of jobs", field_name="jobs")
@@ -113,13 +125,40 @@ def _parse_config(text: str, path: str, env: dict[str, str] | None) -> LoadedCon
     return LoadedConfig(path=path, settings=settings, jobs=jobs, errors=errors)
 
 
-def load_config(path: str | Path, env: dict[str, str] | None = None) -> LoadedConfig:
-    """Read and parse a config file."""
-    p = Path(path)
+def _read(p: Path) -> str:
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(str(p), f"cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(str(p), "not UTF-8 text") from None
-    return parse_config(text, str(p), env)
+
+
+def load_config(
+    path: str | Path, env: dict[str, str] | None = None, *, read_tokens: bool = True
+) -> LoadedConfig:
+    """Read and parse a config file (``read_tokens``: see Settings.from_table)."""
+    p = Path(path)
+    return parse_config(_read(p), str(p), env, read_tokens=read_tokens)
+
+
+def database_url_of(path: str | Path, env: dict[str, str] | None = None) -> str:
+    """The one setting an operator command needs from a config file: ``database_url``.
+
+    With its environment override (CLAIMD_DATABASE_URL), else the file's, else
+    the default. Nothing else of the file is read: its jobs, its other settings
+    and the API token it names (an environment variable the replica has, not
+    the operator's shell) are no concern of a command that only reads the
+    database.
+    """
+    env = dict(os.environ) if env is None else env
+    if env.get(ENV_OVERRIDES["database_url"]):
+        return env[ENV_OVERRIDES["database_url"]]
+    p = Path(path)
+    table = _toml(_read(p), str(p)).get("claimd", {})
+    if not isinstance(table, dict):
+        raise ConfigError(str(p), "must be a table", field_name="claimd")
+    url = table.get("database_url", Settings.model_fields["database_url"].default)
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError(str(p), "expected a PostgreSQL URL", field_name="claimd.database_url")
+    return url

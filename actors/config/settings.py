@@ -140,11 +140,19 @@ class Settings(StrictModel):
     _api_tokens: tuple[tuple[str, str], ...] = PrivateAttr(default=())
 
     @classmethod
-    def from_table(cls, path: str, raw: dict[str, Any], env: dict[str, str]) -> Settings:
-        """The ``[claimd]`` table with the environment's overrides, or one ConfigError."""
+    def from_table(
+        cls, path: str, raw: dict[str, Any], env: dict[str, str], *, read_tokens: bool = True
+    ) -> Settings:
+        """The ``[claimd]`` table with the environment's overrides, or one ConfigError.
+
+        ``read_tokens=False``: the API tokens are left unread (none): a command
+        that checks a file for another process, whose environment holds them.
+        """
         overrides = {name: env[var] for name, var in ENV_OVERRIDES.items() if env.get(var)}
         try:
-            return cls.model_validate({**raw, **overrides}, context={"env": env})
+            return cls.model_validate(
+                {**raw, **overrides}, context={"env": env, "read_tokens": read_tokens}
+            )
         except ValidationError as exc:
             loc, msg = first_error_field(exc)
             setting = (loc or "").split(".")[0]
@@ -185,8 +193,9 @@ class Settings(StrictModel):
 
     @model_validator(mode="after")
     def _across_fields(self, info: ValidationInfo) -> Self:
-        env = (info.context or {}).get("env", os.environ)
-        self._api_tokens = _read_api_tokens(self, env)
+        context = info.context or {}
+        if context.get("read_tokens", True):
+            self._api_tokens = _read_api_tokens(self, context.get("env", os.environ))
         try:
             # The redelivery rule, then every deadline of the budget inside the lease.
             check_timeout_budget(self.timeouts)

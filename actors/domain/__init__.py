@@ -43,11 +43,13 @@ from actors.domain.lease import (
 )
 from actors.domain.planning import (
     FAR_AHEAD,
+    MIN_ON_TIME,
     NextPlan,
     Plan,
     PlannedRun,
     next_plan,
     plan_materialization,
+    plan_until_removal,
 )
 from actors.domain.refusals import SkipReason, StartRefusal, refusal_of
 from actors.domain.runs import (
@@ -68,6 +70,7 @@ __all__ = [
     "DEFAULT_TIMEOUTS",
     "DEFINITION_VERSION",
     "FAR_AHEAD",
+    "MIN_ON_TIME",
     "TERMINAL_STATES",
     "UNREADABLE_RETRY",
     "AttemptVerdict",
@@ -116,6 +119,7 @@ __all__ = [
     "parse_cron",
     "parse_duration",
     "plan_materialization",
+    "plan_until_removal",
     "refusal_of",
     "shared",
     "take",

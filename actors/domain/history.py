@@ -20,6 +20,10 @@ from actors.domain.schedule import CronSchedule, IntervalSchedule, local_to_inst
 # An audit enumerates instants one by one; a wider range is refused with this
 # number in the message rather than answered in part.
 MAX_AUDIT_INSTANTS = 10_000
+# How the reason of an instant skipped because its job was paused begins (a run
+# skipped on resume, or a gap recorded then: actors.domain.pause); the audit
+# lists such a gap as paused, not as dropped.
+PAUSED_REASON = "paused"
 
 
 @dataclass(frozen=True)
@@ -140,11 +144,14 @@ def parse_instant(text: str, zone: tzinfo, now: datetime) -> datetime:
             f"{text!r} is not an ISO 8601 time (e.g. '2026-12-01 02:00', read in "
             f"{getattr(zone, 'key', 'UTC')}; '2026-12-01T01:00Z'; or 'now')"
         ) from None
-    if parsed.tzinfo is not None:
-        return parsed.astimezone(UTC)
-    if isinstance(zone, ZoneInfo):
-        return local_to_instant(parsed, zone)
-    return parsed.replace(tzinfo=UTC)
+    try:
+        if parsed.tzinfo is not None:
+            return parsed.astimezone(UTC)
+        if isinstance(zone, ZoneInfo):
+            return local_to_instant(parsed, zone)
+        return parsed.replace(tzinfo=UTC)
+    except OverflowError:  # year 1 or 9999 moved across an offset
+        raise ValueError(f"{text!r} is outside the years 1 to 9999 in UTC") from None
 
 
 def audit_range(
@@ -263,7 +270,10 @@ def _without_row(
     """What became of a due instant that has no run row."""
     gap = next((g for g in gaps if g.first <= instant <= g.last), None)
     if gap is not None:
-        return AuditEntry(instant, Status.DROPPED, reason=gap.reason)
+        paused_gap = gap.reason.startswith(PAUSED_REASON + " ")
+        return AuditEntry(
+            instant, Status.PAUSED if paused_gap else Status.DROPPED, reason=gap.reason
+        )
     for since, until in paused:
         if since <= instant and (until is None or instant < until):
             end = f"resumed {until.isoformat()}" if until else "still paused"

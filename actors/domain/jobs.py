@@ -115,6 +115,9 @@ class Job:
     starting_deadline: timedelta | None = None
     jitter: timedelta = timedelta(0)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # The fingerprint, once computed (a digest of the definition's JSON: the
+    # sync and the materializer each ask for 100,000 of them at start).
+    _fingerprint: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def start_deadline(self) -> timedelta:
         """How late a first attempt may start before it is skipped instead."""
@@ -160,7 +163,11 @@ class Job:
         materializer fences its writes with it. sql/0010 turned the texts
         stored before into the same digests, so no job looks edited.
         """
-        return hashlib.sha256(canonical_definition(self).encode()).hexdigest()
+        if self._fingerprint is None:
+            digest = hashlib.sha256(canonical_definition(self).encode()).hexdigest()
+            object.__setattr__(self, "_fingerprint", digest)  # frozen: the cache alone
+            return digest
+        return self._fingerprint
 
 
 def canonical_definition(job: Job) -> str:

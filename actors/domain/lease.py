@@ -16,7 +16,7 @@ heartbeat does not extend a held run (it extends running rows only), and the
 start sets a fresh lease. So ``claim_ahead`` is one more term of the sum the
 lease must exceed, and it is bounded by :meth:`LeaseSettings.max_hold`, an
 eighth of the lease: a held message is kept from redelivery by ``in_progress``
-every ``ack_wait / 2`` (as a running one is), so the hold is no longer bound to
+every ``ack_wait / 3`` (and once more just before its release), so the hold is no longer bound to
 ``ack_wait``, and it stays a small term of the lease. A hold that overruns
 anyway (a frozen worker) cannot double a run: its lease lapses, the reaper
 hands the run a new epoch, and the held message's start is refused by the
@@ -55,7 +55,8 @@ class LeaseSettings:
         An eighth of the lease (15 s at the default 120 s): the claim's lease
         covers the hold with room for every other term of the invariant. The
         held message is kept from redelivery by ``in_progress`` every
-        ``ack_wait / 2``. ``claim_ahead`` may not exceed it.
+        ``ack_wait / 3`` (see ``actors/until_due.py``). ``claim_ahead`` may not
+        exceed it.
         """
         return self.lease / 8
 

@@ -17,6 +17,13 @@ from actors.domain.jobs import Catchup, Job
 from actors.domain.refusals import SkipReason
 from actors.domain.schedule import MAX_INSTANTS_PER_PLAN, deterministic_offset, take
 
+# The least lateness an instant may have when first planned and still be on
+# time rather than missed: a job's first tick after it was added, or a tick
+# that came a little late, must not drop instants under catchup latest/none.
+# (The materializer's tolerance is this or two of its intervals; a removal's
+# accounting of the instants no tick reached uses it as it is.)
+MIN_ON_TIME = timedelta(seconds=5)
+
 
 @dataclass(frozen=True)
 class PlannedRun:
@@ -89,6 +96,22 @@ def plan_materialization(
     dropped = past[: len(past) - len(kept_past)]  # the policy keeps a suffix of the past
     return Plan(
         runs=runs, materialized_until=high, missed=len(dropped), dropped=_gaps(job, dropped, now)
+    )
+
+
+def plan_until_removal(
+    job: Job, materialized_until: datetime | None, now: datetime, *, first_seen: datetime | None
+) -> Plan:
+    """The instants a job removed from the config at ``now`` came due at since its last plan.
+
+    They came due while it was in the config, so each is owed a row (cancelled
+    with the rest of its runs not started): a removal that comes before the
+    materializer's next tick (a re-add and a removal a moment apart) must not
+    leave an instant with no row and no recorded reason. None after ``now``;
+    older ones as a tick of ``now`` would keep them, per catch-up policy.
+    """
+    return plan_materialization(
+        job, materialized_until, now, timedelta(0), first_seen=first_seen, on_time=MIN_ON_TIME
     )
 
 

@@ -1,4 +1,4 @@
-"""Which instants an operator may trigger, and whether the schedule names one.
+"""Which instants an operator may trigger or backfill, and whether the schedule names one.
 
 A trigger writes the run of one instant (one row per job and instant, for
 ever). An instant still ahead is refused: its row would run now, and the
@@ -6,6 +6,9 @@ schedule's own run of that instant, when it came due, would find the row taken
 and never happen. An instant before ``EARLIEST_TRIGGER`` is refused as a typo
 (``1926`` for ``2026``, a year of ``0001``): no job of claimd's ran then, and
 such a row would only clutter the history.
+
+A backfill writes runs due now too, so its range obeys the same two rules: it
+may not end after now, nor begin before ``EARLIEST_TRIGGER``.
 
 Pure: the caller passes ``now`` read from the database's clock.
 """
@@ -51,3 +54,21 @@ def judge_trigger(job: str, schedule: Schedule, instant: datetime, now: datetime
             "the earliest instant a trigger accepts (a mistyped year?)"
         )
     return names_instant(schedule, instant)
+
+
+def judge_backfill(job: str, first: datetime, last: datetime, now: datetime) -> None:
+    """TriggerRefused unless ``EARLIEST_TRIGGER <= first <= last <= now``: as for a trigger."""
+    if last < first:
+        raise TriggerRefused(f"from {_utc(first)} is after to {_utc(last)}")
+    if last > now:
+        raise TriggerRefused(
+            f"to {_utc(last)} is later than now ({_utc(now)}, the database's clock): a "
+            f"backfilled run runs now, so it would use up an instant still ahead and {job}'s "
+            "own run of it would never happen; end the range at or before now (--to now); "
+            "nothing added"
+        )
+    if first < EARLIEST_TRIGGER:
+        raise TriggerRefused(
+            f"from {_utc(first)} is before {EARLIEST_TRIGGER.date().isoformat()}, the "
+            "earliest instant a backfill accepts (a mistyped year?); nothing added"
+        )

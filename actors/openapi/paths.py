@@ -262,7 +262,26 @@ PATHS: dict[str, Any] = {
     "/api/jobs/{name}/pause": _action(
         "pauseJob", "Stop materializing and claiming the job's runs", [JOB_NAME]
     ),
-    "/api/jobs/{name}/resume": _action("resumeJob", "Undo pause", [JOB_NAME]),
+    "/api/jobs/{name}/resume": _action(
+        "resumeJob",
+        "Undo pause",
+        [JOB_NAME],
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "paused_instants": scalar(
+                    "string",
+                    enum=["run", "skip"],
+                    description=(
+                        "the instants that came due while paused: run (default) as the "
+                        "job's catch-up policy says (catchup = all runs them all at once); "
+                        'skip: none runs, each recorded with the reason "paused"'
+                    ),
+                )
+            },
+        },
+    ),
     "/api/jobs/{name}/trigger": _action(
         "triggerJob",
         "A run now, for the instant 'at' (default: now); one run per instant still",

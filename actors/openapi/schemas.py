@@ -24,6 +24,8 @@ STATUSES = [
     "extra",
 ]
 
+TRIGGERS = ["schedule", "manual", "backfill"]
+
 
 def scalar(kind: str, nullable: bool = False, **extra: Any) -> dict[str, Any]:
     return {"type": [kind, "null"] if nullable else kind, **extra}
@@ -42,6 +44,7 @@ def ref(name: str) -> dict[str, str]:
 
 
 TIME = scalar("string", description="UTC, ISO 8601")
+TRIGGER = scalar("string", enum=TRIGGERS, description="schedule, manual or backfill")
 TIME_OR_NULL = scalar("string", True, description="UTC, ISO 8601")
 LOCAL_OR_NULL = scalar("string", True, description="the same instant in the job's zone")
 
@@ -71,10 +74,14 @@ JOB = {
     "paused": scalar("boolean"),
     "schedule": scalar("string"),
     "timezone": scalar("string"),
+    "schedule_words": scalar("string", description="the schedule in words (the zone apart)"),
     "next_fire": TIME_OR_NULL,
     "next_fire_local": LOCAL_OR_NULL,
     "backlog": scalar("integer", description="due and not started (the look-ahead apart)"),
     "oldest_due": TIME_OR_NULL,
+    "oldest_due_age_s": scalar(
+        "number", True, description="how long the oldest run due and not started has waited"
+    ),
     "ahead": scalar("integer", description="pending runs written ahead, not yet due"),
     "running": scalar("integer"),
     "pending": scalar("integer", description="backlog + ahead"),
@@ -90,6 +97,7 @@ JOB = {
                     "scheduled_at": TIME,
                     "scheduled_local": scalar("string"),
                     "finished_at": TIME_OR_NULL,
+                    "trigger": TRIGGER,
                 }
             ),
         ]
@@ -239,6 +247,12 @@ GRID_CELL = {
     "run_id": scalar("string", True),
     "state": scalar("string", True, enum=[*STATES, None]),
     "attempt": scalar("integer", True),
+    "trigger": scalar(
+        "string",
+        True,
+        enum=[*TRIGGERS, None],
+        description="who made the run: the schedule, or an operator (manual, backfill)",
+    ),
 }
 GRID_JOB = {
     "name": scalar("string"),

@@ -8,10 +8,11 @@ recorded too, with why.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from actors.domain.backfill import BACKFILL_MAX_RUNS, BackfillProgress, BackfillTooLarge
-from actors.domain.trigger import TriggerRefused, judge_trigger
+from actors.domain.pause import PausedInstants
+from actors.domain.trigger import TriggerRefused, judge_backfill, judge_trigger
 from actors.observability import get_logger
 from actors.operator.errors import (
     BadInput,
@@ -21,7 +22,14 @@ from actors.operator.errors import (
     Unprocessable,
 )
 from actors.operator.reads import OperatorReads
-from actors.operator.shapes import iso, parse_time, run_id_of, schedule_of, zone_named
+from actors.operator.shapes import (
+    iso,
+    parse_time,
+    resume_words,
+    run_id_of,
+    schedule_of,
+    zone_named,
+)
 from actors.ports import Actor, Recorded, Unchanged, UnknownJob
 
 log = get_logger("operator")
@@ -36,23 +44,56 @@ class OperatorService(OperatorReads):
         await self.history.record_action(actor, action, ok=False, result=str(error), **fields)
 
     async def pause(self, actor: Actor, job: str) -> dict[str, Any]:
-        return await self._set_paused(actor, job, True)
-
-    async def resume(self, actor: Actor, job: str) -> dict[str, Any]:
-        return await self._set_paused(actor, job, False)
-
-    async def _set_paused(self, actor: Actor, job: str, paused: bool) -> dict[str, Any]:
-        action = "pause" if paused else "resume"
-        message = f"{'paused' if paused else 'resumed'} {job}"
-        done = await self.history.set_paused(actor, job, paused, result=message)
+        message = f"paused {job}"
+        done = await self.history.pause(actor, job, result=message)
         if isinstance(done, Recorded):
-            return self._done(done, actor, action, message, job=job)
+            return self._done(done, actor, "pause", message, job=job)
+        await self._refuse_unchanged(actor, "pause", job, done, None)
+
+    async def resume(
+        self, actor: Actor, job: str, paused_instants: str | None = None
+    ) -> dict[str, Any]:
+        """Undo pause; ``paused_instants`` says what becomes of the instants due meanwhile.
+
+        ``run`` (the default): the job's catch-up policy decides, as after a
+        downtime (with catchup = all they all run at once); ``skip``: none runs,
+        each recorded as skipped or as a gap with the reason "paused ..." (see
+        actors.domain.pause).
+        """
+        choice = paused_instants or PausedInstants.RUN.value
+        arguments = {"paused_instants": choice}
+        if choice not in {c.value for c in PausedInstants}:
+            error = BadInput(f"paused_instants must be run or skip, got {choice!r}")
+            await self._record_refusal(actor, "resume", error, job=job, arguments=arguments)
+            raise error
+        how = PausedInstants(choice)
+        done = await self.history.resume(
+            actor,
+            job,
+            how,
+            arguments=arguments,
+            result=lambda resumed: resume_words(job, how, resumed)[0],
+        )
+        if isinstance(done, Unchanged):
+            await self._refuse_unchanged(actor, "resume", job, done, arguments)
+        resumed, recorded = done
+        message, extra = resume_words(job, how, resumed)
+        return self._done(recorded, actor, "resume", message, job=job, extra=extra)
+
+    async def _refuse_unchanged(
+        self,
+        actor: Actor,
+        action: str,
+        job: str,
+        why: Unchanged,
+        arguments: dict[str, Any] | None,
+    ) -> NoReturn:
         error: OperatorError = (
             NotFound(f"no enabled job named {job!r}")
-            if done is Unchanged.UNKNOWN_JOB
-            else NothingToDo(f"{job} is already {'paused' if paused else 'running'}")
+            if why is Unchanged.UNKNOWN_JOB
+            else NothingToDo(f"{job} is already {'paused' if action == 'pause' else 'running'}")
         )
-        await self._record_refusal(actor, action, error, job=job)
+        await self._record_refusal(actor, action, error, job=job, arguments=arguments)
         raise error
 
     async def trigger(self, actor: Actor, job: str, at: str | None = None) -> dict[str, Any]:
@@ -142,8 +183,10 @@ class OperatorService(OperatorReads):
                 parse_time(start, zone, row["now"], "from"),
                 parse_time(end, zone, row["now"], "to"),
             )
-            if last < first:
-                raise Unprocessable(f"from {iso(first)} is after to {iso(last)}")
+            try:
+                judge_backfill(job, first, last, row["now"])
+            except TriggerRefused as refused:
+                raise Unprocessable(str(refused)) from None
             arguments.update({"from_instant": iso(first), "to_instant": iso(last)})
             try:
                 done = await self.history.backfill(

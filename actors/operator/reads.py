@@ -11,15 +11,13 @@ from typing import Any
 from actors.config import JOB_NAME_PATTERN
 from actors.domain import take
 from actors.domain.history import (
-    MAX_AUDIT_INSTANTS,
-    PROBLEMS,
     RangeTooLarge,
     audit_range,
     zone_name,
     zone_of,
 )
-from actors.domain.schedule import CronSchedule, IntervalSchedule
-from actors.operator.errors import BadInput, NotFound, Unprocessable
+from actors.operator.errors import NotFound, Unprocessable
+from actors.operator.grid import grid_of
 from actors.operator.shapes import (
     audit_json,
     check_limit,
@@ -36,11 +34,6 @@ from actors.operator.shapes import (
 )
 from actors.operator.words import schedule_words
 from actors.ports import AttemptRecord, JobRecord, OperatorStore, RunDetail
-
-# The grid looks back at most this far for a job's last instants (a yearly job
-# shows its last few years, not its whole history).
-GRID_LOOKBACK = timedelta(days=4 * 366)
-MAX_GRID = 200
 
 
 class OperatorReads:
@@ -98,6 +91,7 @@ class OperatorReads:
                     "scheduled_at": iso(row["last_scheduled_at"]),
                     "scheduled_local": local(row["last_scheduled_at"], zone),
                     "finished_at": iso(row["last_finished_at"]),
+                    "trigger": row["last_trigger"],
                 }
             out.append(
                 {
@@ -105,6 +99,7 @@ class OperatorReads:
                     "enabled": row["enabled"],
                     "paused": row["paused"],
                     "schedule": schedule.describe(),
+                    "schedule_words": schedule_words(schedule),
                     "timezone": zone_name(schedule),
                     "next_fire": iso(nxt),
                     "next_fire_local": local(nxt, zone),
@@ -112,6 +107,10 @@ class OperatorReads:
                     # claimd_job_overdue_runs metric says).
                     "backlog": 0 if row["paused"] else row["backlog"],
                     "oldest_due": None if row["paused"] else iso(row["oldest_due"]),
+                    # On the database's clock: the page calls a job overdue by it.
+                    "oldest_due_age_s": None
+                    if row["paused"] or row["oldest_due"] is None
+                    else (now - row["oldest_due"]).total_seconds(),
                     "ahead": row["ahead"],
                     "running": row["running"],
                     "pending": row["backlog"] + row["ahead"],
@@ -229,59 +228,8 @@ class OperatorReads:
         return audit_json(job, zone_name(schedule), zone, now, result)
 
     async def grid(self, instants: int = 30, job: str | None = None) -> dict[str, Any]:
-        """Each job's last ``instants`` due instants, judged as ``audit`` judges them.
-
-        The same rules as :meth:`audit` over the range that holds the job's
-        last ``instants`` due instants (never before the job was due): a cell is
-        succeeded, failed, skipped, cancelled, dropped, missing, stuck or
-        in_progress, and triggered runs at other instants appear as extra.
-        """
-        if not 1 <= instants <= MAX_GRID:
-            raise BadInput(f"instants must be between 1 and {MAX_GRID}, got {instants}")
-        if job is not None and not re.match(JOB_NAME_PATTERN, job):
-            raise NotFound(f"no job named {job!r}")
-        now = await self.history.now()
-        rows = await self.history.jobs(job)
-        if job is not None and not rows:
-            raise NotFound(f"no job named {job!r}")
-        out = []
-        for row in rows:
-            schedule = schedule_of(row["definition"])
-            zone = zone_of(schedule)
-            start = last_instants_start(schedule, now, row["due_since"], instants)
-            records = await self.history.audit_records(row["id"], start, now, MAX_AUDIT_INSTANTS)
-            result = audit_range(
-                schedule,
-                start,
-                now,
-                now,
-                row["due_since"],
-                *records,
-                pruned_through=row["history_pruned_through"],
-            )
-            cells = [
-                {
-                    "scheduled_at": iso(e.scheduled_at),
-                    "scheduled_local": local(e.scheduled_at, zone),
-                    "status": e.status.value,
-                    "problem": e.status in PROBLEMS,
-                    "reason": e.reason,
-                    "run_id": e.run.run_id if e.run else None,
-                    "state": e.run.state.value if e.run else None,
-                    "attempt": e.run.attempt if e.run else None,
-                }
-                for e in result.entries[-instants:]
-            ]
-            out.append(
-                {
-                    "name": row["name"],
-                    "timezone": zone_name(schedule),
-                    "schedule_words": schedule_words(schedule),
-                    "from": iso(start),
-                    "cells": cells,
-                }
-            )
-        return {"now": iso(now), "instants": instants, "jobs": out}
+        """Each job's last ``instants`` due instants, judged as ``audit`` judges them."""
+        return await grid_of(self.history, instants, job)
 
     async def actions(
         self, *, job: str | None = None, limit: int = 50, before: int | None = None
@@ -331,30 +279,3 @@ def _rejection(found: dict[str, Any] | None) -> dict[str, Any] | None:
     if found is None:
         return None
     return {k: found[k] for k in ("path", "field", "error", "recorded_at")}
-
-
-def last_instants_start(
-    schedule: CronSchedule | IntervalSchedule, now: datetime, due_since: datetime | None, count: int
-) -> datetime:
-    """The start of the shortest range ending at ``now`` that holds ``count`` instants.
-
-    Never before ``due_since`` (instants before it were never due) nor more than
-    :data:`GRID_LOOKBACK` back. The window grows fourfold until it holds enough,
-    so the instants enumerated stay a small multiple of ``count``.
-    """
-    floor = now - GRID_LOOKBACK
-    if due_since is not None:
-        floor = max(floor, due_since)
-    window = (
-        schedule.every * count if isinstance(schedule, IntervalSchedule) else timedelta(hours=1)
-    )
-    while True:
-        start = floor if window >= now - floor else now - window
-        instants = take(
-            schedule.fire_times(start - timedelta(microseconds=1), now), MAX_AUDIT_INSTANTS
-        )
-        if len(instants) >= count:
-            return instants[-count]
-        if start <= floor or len(instants) >= MAX_AUDIT_INSTANTS:
-            return start
-        window *= 4

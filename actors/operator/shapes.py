@@ -9,8 +9,10 @@ from typing import Any
 
 from actors.domain import RunState, decode_job
 from actors.domain.history import PROBLEMS, Audit, Status, parse_instant
+from actors.domain.pause import PausedInstants
 from actors.domain.schedule import CronSchedule, IntervalSchedule, load_zone
 from actors.operator.errors import BadInput
+from actors.ports import Resumed
 
 MAX_PAGE = 1000
 
@@ -181,3 +183,30 @@ def _wall(value: datetime | None, zone: tzinfo) -> str:
     if value is None:
         return "none"
     return value.astimezone(zone).replace(microsecond=0).isoformat(sep=" ")
+
+
+def resume_words(
+    job: str, paused_instants: PausedInstants, done: Resumed
+) -> tuple[str, dict[str, Any]]:
+    """A resume's answer: what becomes of the instants due while the job was paused."""
+    since = iso(done.paused_at) or "(pause not recorded)"
+    extra: dict[str, Any] = {
+        "paused_instants": paused_instants.value,
+        "paused_at": iso(done.paused_at),
+    }
+    if paused_instants is PausedInstants.SKIP:
+        gapped = sum(g.count for g in done.gaps)
+        extra.update({"runs_skipped": done.runs_skipped, "instants_gapped": gapped})
+        return (
+            f"resumed {job} (paused since {since}): paused instants skipped, none runs: "
+            f"{done.runs_skipped:,} runs written ahead now skipped, {gapped:,} instants "
+            'not yet written recorded as a gap; both with the reason "paused"',
+            extra,
+        )
+    extra.update({"runs_due_now": done.due_now, "instants_unwritten": done.unwritten})
+    return (
+        f"resumed {job} (paused since {since}): {done.due_now:,} runs due now start now, "
+        f"and {done.unwritten:,} instants not yet written are planned as its catch-up "
+        f"policy says ({done.policy}); `--paused-instants skip` would have skipped them",
+        extra,
+    )

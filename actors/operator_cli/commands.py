@@ -5,8 +5,9 @@ Exit status (the same for every command):
   1  failed or incomplete: the audit found a missing, failed or stuck run, or a run
      not finished yet, or the range names no instant of the schedule; the replica
      refused a reload
-  2  usage or bad input: a bad time (a trigger of an instant after now), run id, state,
-     range, URL, token or config file
+  2  usage or bad input: a bad time (a trigger or a backfill of an instant after now),
+     run id, state, range, URL, token or config file (reload --config: one the replica
+     would refuse)
   3  nothing to do, or not found: no such job or run; the run is already finished;
      the instant already has a run (a backfill: every instant of the range); the
      job is already paused
@@ -19,27 +20,17 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import sys
-import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any, NoReturn
 
-from actors.config import ConfigError, load_config
 from actors.domain.backfill import BACKFILL_CHUNK, BACKFILL_MAX_RUNS
 from actors.domain.trigger import EARLIEST_TRIGGER
-from actors.operator import BadInput, OperatorError, Unavailable
+from actors.operator import OperatorError, Unavailable
 from actors.operator_cli import render
-from actors.operator_cli.connect import (
-    Backend,
-    StoreOpener,
-    connect_database,
-    database_url,
-    open_backend,
-    os_user,
-)
-from actors.ports import Actor, SchemaMissing, StoreRefused, StoreUnavailable
+from actors.operator_cli.connect import Backend, StoreOpener, open_backend
+from actors.operator_cli.reload import cmd_reload
+from actors.ports import SchemaMissing, StoreRefused, StoreUnavailable
 
 EXIT_CODES = __doc__.split("Exit status", 1)[1] if __doc__ else ""
 TIME_NOTE = (
@@ -159,60 +150,6 @@ def _action(name: str, *fields: str) -> Command:
     return act
 
 
-async def _reload(args: argparse.Namespace, pid: int) -> int:
-    try:
-        url = database_url(args)
-        store = await connect_database(args, url) if url else None
-    except OperatorError as exc:
-        return _fail(exc, exc.exit)
-    try:
-        before = await store.last_action_id() if store else 0
-        try:
-            os.kill(pid, signal.SIGHUP)
-        except ProcessLookupError:
-            return _fail(BadInput(f"no process {pid}"), 3)
-        except PermissionError:
-            return _fail(BadInput(f"not allowed to signal process {pid}"), 2)
-        if store is None:
-            print(f"sent SIGHUP to {pid} (give --config to wait for the replica's verdict)")
-            return 0
-        verdict = None
-        deadline = time.monotonic() + args.wait
-        while verdict is None and time.monotonic() < deadline:
-            verdict = await store.reload_verdict(pid, before)
-            if verdict is None:
-                await asyncio.sleep(0.1)
-        ok, result = verdict or (False, f"no verdict recorded within {args.wait:g}s")
-        actor = Actor(args.actor or os_user(), "cli", f"{os.uname().nodename}:{os.getpid()}")
-        await store.record_action(actor, "reload", arguments={"pid": pid}, ok=ok, result=result)
-    finally:
-        if store is not None:
-            await store.close()
-    if not ok:
-        return _fail(RuntimeError(f"process {pid}: {result}"), 1)
-    print(f"process {pid}: {result}")
-    return 0
-
-
-def cmd_reload(args: argparse.Namespace) -> int:
-    """SIGHUP: the replica rereads its config; then its verdict, read from the database."""
-    if args.config:
-        try:
-            loaded = load_config(args.config)
-        except ConfigError as exc:
-            return _fail(exc, 2)
-        if loaded.errors:
-            found = "; ".join(str(e) for e in loaded.errors)
-            return _fail(
-                BadInput(f"not signalled: the running replica would refuse this file: {found}"), 2
-            )
-    try:
-        pid = args.pid if args.pid else int(Path(args.pid_file).read_text().strip())
-    except (OSError, ValueError) as exc:
-        return _fail(BadInput(f"cannot read a pid from {args.pid_file}: {exc}"), 2)
-    return asyncio.run(_reload(args, pid))
-
-
 # --- arguments ------------------------------------------------------------------------
 
 
@@ -227,7 +164,9 @@ def _positive_int(text: str) -> int:
 
 
 def _connection(p: argparse.ArgumentParser, *, output: bool = True) -> None:
-    g = p.add_argument_group("reaching claimd (default: a running `claimd dev` of this directory)")
+    g = p.add_argument_group(
+        "reaching claimd (default: a running `claimd dev` of this directory, or of --data-dir)"
+    )
     g.add_argument("--config", help="read database_url from this config file")
     g.add_argument("--database-url", help="PostgreSQL URL (or CLAIMD_DATABASE_URL)")
     g.add_argument("--url", help="a replica's HTTP API, e.g. http://127.0.0.1:8780 (or CLAIMD_URL)")
@@ -245,7 +184,14 @@ def _connection(p: argparse.ArgumentParser, *, output: bool = True) -> None:
         metavar="SECONDS",
         help="give up reaching claimd after this long (default 5)",
     )
-    g.add_argument("--dev-dir", default=".claimd", help=argparse.SUPPRESS)
+    g.add_argument(
+        "--data-dir",
+        "--dev-dir",
+        dest="dev_dir",
+        default=".claimd",
+        metavar="DIR",
+        help="the data folder of a running `claimd dev --data-dir DIR` (default ./.claimd)",
+    )
     if output:
         p.add_argument("--json", action="store_true", help="JSON for scripts")
 
@@ -319,7 +265,25 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         "stop materializing and claiming a job's runs (claimed, unstarted ones go back to pending)",
         _action("pause", "job"),
     ).add_argument("job")
-    command("resume", "undo pause", _action("resume", "job")).add_argument("job")
+    p = command("resume", "undo pause", _action("resume", "job", "paused_instants"))
+    p.description = (
+        "Undo pause. --paused-instants says what becomes of the instants that came due "
+        "while JOB was paused: 'run' (the default) leaves them to the job's catch-up "
+        'policy, as after a downtime: with catchup = "all" (the default) every one of '
+        'them within catchup_window runs, all at once, on resume; "latest" runs the '
+        "newest; \"none\" only those still within its starting deadline. 'skip' runs "
+        "none: the runs written ahead for them become skipped and the instants not "
+        "written yet are recorded as a gap, both with the "
+        'reason "paused ..." (claimd audit lists them as paused, not missing), and '
+        "the schedule goes on from now. Runs added by trigger or backfill run either way."
+    )
+    p.add_argument("job")
+    p.add_argument(
+        "--paused-instants",
+        choices=["run", "skip"],
+        default="run",
+        help="run (default): as the job's catch-up policy says; skip: none of them runs",
+    )
     p = command(
         "trigger",
         "a run now, for now or a past instant (one run per instant still)",
@@ -352,8 +316,10 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         "included) that has no run yet; instants that have one are left alone, so running "
         f"it again adds nothing (and still exits 0). Written {BACKFILL_CHUNK:,} instants per "
         "statement, with progress on stderr; an interrupted backfill is finished by "
-        "running it again. Refused before anything is written (exit 2) past --max-runs. "
-        + TIME_NOTE
+        "running it again. Refused before anything is written (exit 2) past --max-runs, "
+        "and for a range that ends after now (a backfilled run runs now: an instant still "
+        "ahead would be used up and its scheduled run never happen; end it with --to now) "
+        f"or begins before {EARLIEST_TRIGGER.date().isoformat()}, as a trigger is. " + TIME_NOTE
     )
     p.add_argument("job")
     p.add_argument("--from", dest="start", required=True, help="first instant (job's zone)")
@@ -368,6 +334,17 @@ def register(sub: Any, open_store: StoreOpener) -> None:
     rel = sub.add_parser(
         "reload",
         help="make a running replica reread its config (SIGHUP) and report its verdict",
+        description=(
+            "Send SIGHUP to a replica (--pid, --pid-file), then wait for the verdict it "
+            "records: the jobs added, changed and removed; or, refused (the running jobs "
+            "stay as they were), each error of the file on its own 'error:' line on stderr, "
+            "exit 1. --json prints one object on stdout either way: ok, pid, result, "
+            "added/changed/removed/rejected ({count, names}), errors ({count, messages}), "
+            "settings_not_applied ([claimd] settings changed in the file, applied at the next "
+            "restart). With --config the file is checked here first and, refused, not "
+            "signalled (exit 2). Without a database to read the verdict from, it only "
+            "signals."
+        ),
         epilog=f"exit status{EXIT_CODES}",
         formatter_class=argparse.RawTextHelpFormatter,
     )
@@ -381,5 +358,5 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         metavar="SECONDS",
         help="how long to wait for the replica's verdict (default 10)",
     )
-    _connection(rel, output=False)
+    _connection(rel)
     rel.set_defaults(func=cmd_reload, open_store=open_store)

@@ -3,7 +3,8 @@
 Resolution, first match wins: ``--url`` (or ``CLAIMD_URL``) goes through the
 API; ``--database-url``, ``CLAIMD_DATABASE_URL`` or ``--config`` reach the
 database; with none of these, a running ``claimd dev`` of this working
-directory is found through the file it writes in its data folder.
+directory is found through the file it writes in its data folder (``./.claimd``,
+or the folder ``--data-dir`` names, as ``claimd dev --data-dir`` does).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from actors.config import ConfigError, load_config
+from actors.config import ConfigError, database_url_of
 from actors.domain.backfill import BACKFILL_CHUNK, BackfillProgress
 from actors.operator import (
     BadInput,
@@ -126,8 +127,8 @@ def database_url(args: Any) -> str | None:
     if url:
         return str(url)
     if getattr(args, "config", None):
-        try:
-            return load_config(args.config).settings.database_url
+        try:  # database_url alone: not the API token's variable, a replica's concern
+            return database_url_of(args.config)
         except ConfigError as exc:
             raise BadInput(str(exc)) from None
     return dev_database_url(Path(getattr(args, "dev_dir", ".claimd")))
@@ -288,7 +289,8 @@ async def open_backend(args: Any) -> Backend:
     if dsn is None:
         raise BadInput(
             "no claimd to talk to: give --config, --database-url or --url "
-            "(or run `claimd dev` in this directory)"
+            "(or run `claimd dev` in this directory; for a `claimd dev --data-dir DIR`, "
+            "give --data-dir DIR)"
         )
     store = await connect_database(args, dsn)
     origin = f"{socket.gethostname()}:{os.getpid()}"

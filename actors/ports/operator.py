@@ -23,6 +23,12 @@ from typing import Any, Protocol, TypedDict
 
 from actors.domain.backfill import BackfillProgress
 from actors.domain.history import Gap, RunRecord
+from actors.domain.pause import PausedInstants
+
+# A job's rows and recorded gaps over a range, as the audit judges them.
+Records = tuple[list[RunRecord], list[Gap]]
+# From a pause to its resume (None: still paused), as the action log says.
+PausedSpan = tuple[datetime, datetime | None]
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,19 @@ class Cancelled:
     recorded: Recorded | None
     job: str | None = None
     state: str | None = None
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What a resume did with the instants that came due while the job was paused."""
+
+    policy: str  # the job's catch-up policy, in the config's words
+    paused_at: datetime | None  # when the pause took effect (None: not recorded)
+    now: datetime  # the resume, on the store's clock
+    due_now: int  # runs written ahead, due by now (run: they start now)
+    unwritten: int  # instants up to now with no row yet (run: planned per catch-up)
+    runs_skipped: int = 0  # skip: runs written ahead, now skipped
+    gaps: tuple[Gap, ...] = ()  # skip: the unwritten instants, recorded as gaps
 
 
 class Unchanged(Enum):
@@ -107,6 +126,7 @@ class JobOverview(TypedDict):
     last_error: str | None
     last_scheduled_at: datetime | None
     last_finished_at: datetime | None
+    last_trigger: str | None
     last_success: datetime | None
     failures_24h: int
 
@@ -218,8 +238,19 @@ class HistoryReader(Protocol):
         """The rows and gaps of a job in ``[start, end]``, read in one snapshot."""
         ...
 
-    async def paused_spans(self, job: str) -> list[tuple[datetime, datetime | None]]:
+    async def paused_spans(self, job: str) -> list[PausedSpan]:
         """From each pause to its resume (None: still paused), as the action log says."""
+        ...
+
+    async def grid_records(
+        self, ranges: Sequence[tuple[int, datetime]], end: datetime, limit: int
+    ) -> dict[int, Records]:
+        """Each job's rows (at most ``limit``) and gaps in ``[start, end]``, by job id
+        (``ranges``: job id and its start), every job read in one snapshot."""
+        ...
+
+    async def paused_spans_of(self, jobs: Sequence[str]) -> dict[str, list[PausedSpan]]:
+        """The paused spans of each job named (absent: never paused), by job name."""
         ...
 
     async def rejected_jobs(self) -> list[RejectedRecord]: ...
@@ -227,8 +258,9 @@ class HistoryReader(Protocol):
         """The newest action's id (0: none)."""
         ...
 
-    async def reload_verdict(self, pid: int, after: int) -> tuple[bool, str] | None:
-        """What replica ``pid`` recorded for a reload after action ``after``, if anything yet."""
+    async def reload_verdict(self, pid: int, after: int) -> tuple[bool, str, dict[str, Any]] | None:
+        """What replica ``pid`` recorded for a reload after action ``after``, if anything yet:
+        ok, the result, and what it changed or each error (actors.replica.reload)."""
         ...
 
     async def actions(
@@ -255,11 +287,27 @@ class OperatorActions(Protocol):
         """Write one row of the action log (a refusal, a backfill done, a reload)."""
         ...
 
-    async def set_paused(
-        self, actor: Actor, job: str, paused: bool, *, result: str
-    ) -> Recorded | Unchanged:
-        """Pause (or resume) ``job`` and record it with ``result``, in one transaction;
-        or why nothing changed (and nothing was recorded)."""
+    async def pause(self, actor: Actor, job: str, *, result: str) -> Recorded | Unchanged:
+        """Pause ``job`` and record it with ``result``, in one transaction; or why
+        nothing changed (and nothing was recorded)."""
+        ...
+
+    async def resume(
+        self,
+        actor: Actor,
+        job: str,
+        paused_instants: PausedInstants,
+        *,
+        arguments: dict[str, Any],
+        result: Callable[[Resumed], str],
+    ) -> tuple[Resumed, Recorded] | Unchanged:
+        """Unpause ``job`` and record it with ``result(resumed)``, in one transaction.
+
+        With ``SKIP`` none of the instants due while it was paused runs: each
+        run written ahead ends skipped and each unwritten instant is recorded
+        as a gap, both with the reason "paused ..." (actors.domain.pause), and
+        the plan goes on from now. Or why nothing changed.
+        """
         ...
 
     async def trigger(

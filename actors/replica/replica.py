@@ -30,7 +30,7 @@ from actors.observability import (
     redact,
 )
 from actors.operator import OperatorService, Unavailable
-from actors.ports import ReplicaStore
+from actors.ports import Outage, ReplicaStore
 from actors.replica.adapters import Adapters
 from actors.replica.lifecycle import (
     EXIT_MARGIN_S,
@@ -82,10 +82,15 @@ class Replica:
     on_http: Callable[[str, int], None] | None = None
     # The ports; None: PostgreSQL and NATS as the settings name them.
     adapters: Adapters | None = None
+    # The environment the config was read with, for each reload (None: the
+    # process's). `claimd dev` names its embedded servers' URLs in it.
+    config_env: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         self.ports: Adapters = self.adapters if self.adapters is not None else _production(self)
-        self._jobs = JobsConfig(self.config_path, self.config, syncs_jobs=self.role.schedules)
+        self._jobs = JobsConfig(
+            self.config_path, self.config, syncs_jobs=self.role.schedules, env=self.config_env
+        )
         self.forced_stop = False
         # HTTP serves before the servers are connected (see run()).
         self.status = ReplicaStatus(self.ports.store_health, self.ports.broker_health)
@@ -202,7 +207,16 @@ class Replica:
             await store.close()
 
     async def _run_with(self, store: ReplicaStore) -> None:
-        await self._jobs.sync_at_start(store, self.replica_id)
+        # A database that times out or goes away during the first sync (100,000
+        # jobs written under load) is waited out as at connect, not a failed start.
+        synced = await until_connected(
+            self.stop_requested,
+            "PostgreSQL (syncing the jobs)",
+            lambda: self._jobs.sync_at_start(store, self.replica_id),
+            lambda exc: isinstance(exc, Outage),
+        )
+        if synced is None:
+            return
         # Whatever fails while connecting to NATS is worth waiting out (an
         # authorization error too is logged with every retry).
         broker = await until_connected(
@@ -242,5 +256,12 @@ class Replica:
             database=redact(settings.database_url),
             nats=redact(settings.nats_url),
         )
-        await run_actors(ports, settings, self.role, self.replica_id, self.stop_requested)
+        await run_actors(
+            ports,
+            settings,
+            self.role,
+            self.replica_id,
+            self.stop_requested,
+            config_jobs=lambda: self._jobs.jobs,
+        )
         log.info("replica stopped", replica=self.replica_id)

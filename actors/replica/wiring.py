@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -18,7 +19,7 @@ from actors.claimer import Claimer
 from actors.compensator import Compensator
 from actors.config import Settings
 from actors.dispatcher import Dispatcher
-from actors.domain import ClaimedRun
+from actors.domain import ClaimedRun, Job
 from actors.flow import BrokerGate, ClaimedBatch, Probe
 from actors.materializer import Materializer
 from actors.observability import get_logger
@@ -69,8 +70,13 @@ async def run_actors(
     role: Role,
     replica_id: str,
     stop_requested: asyncio.Event,
+    config_jobs: Callable[[], Mapping[str, Job]] = dict,
 ) -> None:
-    """Run the role's actors until ``stop_requested``, then stop them in order."""
+    """Run the role's actors until ``stop_requested``, then stop them in order.
+
+    ``config_jobs``: the replica's jobs as its config has them now (the
+    materializer uses one in place of a stored definition that is the same).
+    """
     store, broker, adapters = ports.store, ports.broker, ports.adapters
     stop_claiming = asyncio.Event()
     stop_working = asyncio.Event()
@@ -100,6 +106,7 @@ async def run_actors(
                 stop_claiming,
                 # Ticks keep out of a herd's seconds: from its claim-ahead on.
                 quiet_before=settings.effective_claim_ahead + timedelta(seconds=2),
+                config_jobs=config_jobs,
             )
             claimer = Claimer(
                 store,

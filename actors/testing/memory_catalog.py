@@ -10,7 +10,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from actors.domain import DecodedJobs, Job, Plan, RunState, SkipReason, encode_job
+from actors.domain import (
+    DecodedJobs,
+    Job,
+    Plan,
+    RunState,
+    SkipReason,
+    decode_job,
+    encode_job,
+    plan_until_removal,
+)
 from actors.domain.history import Gap
 from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.ports import (
@@ -248,12 +257,38 @@ class InMemoryJobCatalog:
         names = {job.name for job in jobs} | set(keep)
         for row in self.jobs.values():
             if row.enabled and row.name not in names:
+                self._plan_until_removal(row, now)
                 row.enabled = False
                 changes[row.name] = "removed"
                 for run in self.runs.values():
                     if run.job == row.name and run.state in NOT_STARTED:
                         run.finish(RunState.CANCELLED, now, REMOVED_FROM_CONFIG)
         return changes
+
+    def _plan_until_removal(self, row: JobRow, now: datetime) -> None:
+        """REMOVED_JOBS_TO_PLAN, RECORD_GAPS, INSERT_RUNS_UNTIL_REMOVAL, ADVANCE_MARKS_TO_REMOVAL:
+        the instants due since the last plan get rows (cancelled below with the others)."""
+        if row.paused:
+            return
+        plan = plan_until_removal(
+            decode_job(row.name, row.definition),
+            row.materialized_until,
+            now,
+            first_seen=row.created_at,
+        )
+        for gap in plan.dropped:
+            if not any(
+                name == row.name and old.first <= gap.last and old.last >= gap.first
+                for name, old in self.gaps
+            ):
+                self.gaps.append((row.name, gap))
+        taken = {r.scheduled_at for r in self.runs.values() if r.job == row.name}
+        for planned in plan.runs:
+            if planned.scheduled_at not in taken:
+                self.add_run(row.name, planned.scheduled_at, due_at=planned.due_at)
+        row.materialized_until = max(
+            row.materialized_until or plan.materialized_until, plan.materialized_until
+        )
 
     def _withdraw_ahead(
         self, job: str, now: datetime, *, also_cancelled_by_removal: bool = False

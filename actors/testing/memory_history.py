@@ -12,15 +12,18 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 from actors.domain import RunState
 from actors.domain.history import Gap, RunRecord
+from actors.domain.pause import pause_spans
 from actors.ports import (
     ActionRecord,
     AttemptRecord,
     JobOverview,
     JobRecord,
+    PausedSpan,
+    Records,
     RejectedRecord,
     RunDetail,
     RunListing,
@@ -85,6 +88,7 @@ class InMemoryHistory:
             "last_error": last.error if last else None,
             "last_scheduled_at": last.scheduled_at if last else None,
             "last_finished_at": last.finished_at if last else None,
+            "last_trigger": last.trigger if last else None,
             "last_success": success.finished_at if success else None,
             "failures_24h": sum(
                 r.state is RunState.FAILED and r.scheduled_at > now - timedelta(hours=24)
@@ -215,22 +219,27 @@ class InMemoryHistory:
             for r in runs
         ], gaps
 
-    async def paused_spans(self, job: str) -> list[tuple[datetime, datetime | None]]:
+    async def paused_spans(self, job: str) -> list[PausedSpan]:
         """PAUSES, paired as the PostgreSQL adapter pairs them."""
+        return (await self.paused_spans_of([job])).get(job, [])
+
+    async def grid_records(
+        self, ranges: Sequence[tuple[int, datetime]], end: datetime, limit: int
+    ) -> dict[int, Records]:
+        """GRID_RUNS and GRID_GAPS: each job's AUDIT_RUNS and AUDIT_GAPS over its range."""
+        return {
+            job_id: await self.audit_records(job_id, start, end, limit) for job_id, start in ranges
+        }
+
+    async def paused_spans_of(self, jobs: Sequence[str]) -> dict[str, list[PausedSpan]]:
+        """GRID_PAUSES: the pauses and resumes that took effect, paired per job."""
         self.store._now()
-        spans: list[tuple[datetime, datetime | None]] = []
-        since: datetime | None = None
+        wanted = set(jobs)
+        actions: dict[str, list[tuple[str, datetime]]] = {}
         for row in self.store.actions:
-            if row["job"] != job or not row["ok"]:
-                continue
-            if row["action"] == "pause" and since is None:
-                since = row["at"]
-            elif row["action"] == "resume" and since is not None:
-                spans.append((since, row["at"]))
-                since = None
-        if since is not None:
-            spans.append((since, None))
-        return spans
+            if row["job"] in wanted and row["ok"] and row["action"] in ("pause", "resume"):
+                actions.setdefault(str(row["job"]), []).append((row["action"], row["at"]))
+        return {job: pause_spans(found) for job, found in actions.items()}
 
     async def rejected_jobs(self) -> list[RejectedRecord]:
         """REJECTED_JOBS."""
@@ -258,7 +267,7 @@ class InMemoryHistory:
         self.store._now()
         return max((int(a["id"]) for a in self.store.actions), default=0)
 
-    async def reload_verdict(self, pid: int, after: int) -> tuple[bool, str] | None:
+    async def reload_verdict(self, pid: int, after: int) -> tuple[bool, str, dict[str, Any]] | None:
         """RELOAD_VERDICT."""
         self.store._now()
         for a in self.store.actions:
@@ -268,7 +277,8 @@ class InMemoryHistory:
                 and a["id"] > after
                 and json.loads(a["arguments"]).get("pid") == str(pid)
             ):
-                return bool(a["ok"]), str(a["result"])
+                details = json.loads(a["arguments"])
+                return bool(a["ok"]), str(a["result"]), details if isinstance(details, dict) else {}
         return None
 
     async def actions(

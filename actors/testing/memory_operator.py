@@ -11,12 +11,14 @@ disagree, PostgreSQL is right and this one is fixed.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
-from actors.domain import RunState, decode_job
+from actors.domain import RunState, decode_job, format_duration
 from actors.domain.backfill import BackfillProgress, plan_backfill
-from actors.ports import Actor, Cancelled, Recorded, Unchanged, UnknownJob
+from actors.domain.pause import PausedInstants, instants_between, paused_gaps, skipped_reason
+from actors.ports import Actor, Cancelled, Recorded, Resumed, Unchanged, UnknownJob
 from actors.testing.memory_history import InMemoryHistory
 from actors.testing.memory_rows import JobRow
 
@@ -52,20 +54,79 @@ class InMemoryOperatorStore(InMemoryHistory):
         )
         return Recorded(row["id"], row["at"])
 
-    async def set_paused(
-        self, actor: Actor, job: str, paused: bool, *, result: str
-    ) -> Recorded | Unchanged:
+    async def pause(self, actor: Actor, job: str, *, result: str) -> Recorded | Unchanged:
         """LOCK_JOB, SET_PAUSED (a pause hands back the claims), RECORD_ACTION."""
         self.store._now()
         row = self.store.jobs.get(job)
         if row is None or not row.enabled:
             return Unchanged.UNKNOWN_JOB
-        if row.paused == paused:
+        if row.paused:
             return Unchanged.ALREADY
-        await self.store.set_paused(job, paused)
-        return await self.record_action(
-            actor, "pause" if paused else "resume", job=job, ok=True, result=result
+        await self.store.set_paused(job, True)
+        return await self.record_action(actor, "pause", job=job, ok=True, result=result)
+
+    async def resume(
+        self,
+        actor: Actor,
+        job: str,
+        paused_instants: PausedInstants,
+        *,
+        arguments: dict[str, Any],
+        result: Callable[[Resumed], str],
+    ) -> tuple[Resumed, Recorded] | Unchanged:
+        """LOCK_JOB, PAUSED_JOB; with SKIP: SKIP_PAUSED_RUNS, RECORD_GAPS, MOVE_MARK_TO_NOW;
+        then SET_PAUSED and RECORD_ACTION."""
+        now = self.store._now()
+        row = self.store.jobs.get(job)
+        if row is None or not row.enabled:
+            return Unchanged.UNKNOWN_JOB
+        if not row.paused:
+            return Unchanged.ALREADY
+        decoded = decode_job(job, row.definition)
+        policy = (
+            f'catchup = "{decoded.catchup.value}", '
+            f'catchup_window = "{format_duration(decoded.catchup_window)}"'
         )
+        since = next(
+            (
+                a["at"]
+                for a in reversed(self.store.actions)
+                if a["job"] == job and a["action"] == "pause" and a["ok"]
+            ),
+            None,
+        )
+        runs = [r for r in self.store.runs.values() if r.job == job]
+        due_now = sum(r.state is RunState.PENDING and r.due_at <= now for r in runs)
+        # Where the materializer would plan from: its mark, or (never planned) the job's start.
+        mark = row.materialized_until or min(row.created_at or now, now)
+        unwritten = instants_between(decoded.schedule, mark, now)
+        done = Resumed(policy, since, now, due_now, unwritten.count if unwritten else 0)
+        if paused_instants is PausedInstants.SKIP:
+            reason = skipped_reason(since, now, actor.name)
+            earliest = since or datetime.min.replace(tzinfo=UTC)
+            skipped = [
+                r
+                for r in runs
+                if r.state is RunState.PENDING
+                and r.trigger == "schedule"
+                and earliest <= r.scheduled_at <= now
+            ]
+            for run in skipped:
+                run.finish(RunState.SKIPPED, now, reason)
+            gaps = paused_gaps(decoded.schedule, mark, since, now, actor.name)
+            for gap in gaps:
+                if not any(
+                    name == job and old.first <= gap.last and old.last >= gap.first
+                    for name, old in self.store.gaps
+                ):
+                    self.store.gaps.append((job, gap))
+            row.materialized_until = max(row.materialized_until or now, now)
+            done = replace(done, runs_skipped=len(skipped), gaps=tuple(gaps))
+        await self.store.set_paused(job, False)
+        recorded = await self.record_action(
+            actor, "resume", job=job, arguments=arguments, ok=True, result=result(done)
+        )
+        return done, recorded
 
     def _enabled(self, job: str) -> JobRow:
         row = self.store.jobs.get(job)

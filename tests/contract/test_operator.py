@@ -11,7 +11,7 @@ import pytest
 
 from actors.adapters.postgres import PostgresOperatorStore, PostgresRunStore
 from actors.domain import ExecutionResult, Outcome, RunState
-from actors.operator import NotFound, NothingToDo, OperatorService, Unprocessable
+from actors.operator import BadInput, NotFound, NothingToDo, OperatorService, Unprocessable
 from actors.ports import Actor, Completion, ReplicaStore
 from actors.testing.memory import InMemoryRunStore
 from actors.testing.memory_operator import InMemoryOperatorStore
@@ -161,6 +161,41 @@ async def test_pause_and_resume_change_the_job_once_and_leave_the_paused_span(
         ("pause", False),
         ("pause", True),
     ]
+
+
+async def test_resume_skipping_the_paused_instants_skips_the_runs_due_meanwhile(
+    store: ReplicaStore, rows: Rows, service: OperatorService
+) -> None:
+    await store.sync_jobs([job()])
+    before = await rows.insert("job", ago(3600))  # due before the pause: not a paused instant
+    await service.pause(ALICE, "job")
+    await rows.later()
+    during = await rows.insert("job")  # came due while paused
+    manual = await rows.insert("job", ago(-1), trigger="manual")  # an operator's own: runs
+    with pytest.raises(BadInput, match="paused_instants must be run or skip"):
+        await service.resume(ALICE, "job", "maybe")
+    done = await service.resume(ALICE, "job", "skip")
+    assert done["paused_instants"] == "skip"
+    assert done["runs_skipped"] == 1
+    assert "none runs" in done["message"]
+    skipped = await rows.row(during)
+    assert skipped is not None
+    assert skipped.state is RunState.SKIPPED
+    assert (skipped.error or "").startswith("paused")
+    for left in (before, manual):
+        row = await rows.row(left)
+        assert row is not None
+        assert row.state is RunState.PENDING
+    assert (await service.jobs())[0]["paused"] is False
+    log = await service.actions(job="job", limit=1)
+    assert (log[0]["action"], log[0]["ok"]) == ("resume", True)
+    assert log[0]["arguments"] == {"paused_instants": "skip"}
+    spans = await service.history.paused_spans_of(["job", "other"])
+    assert list(spans) == ["job"]
+    assert len(spans["job"]) == 1
+    assert spans["job"][0][1] is not None
+    grid = await service.grid(instants=3)
+    assert [j["name"] for j in grid["jobs"]] == ["job"]
 
 
 async def test_a_cancel_ends_a_pending_run_once(

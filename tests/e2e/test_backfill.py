@@ -162,3 +162,40 @@ async def test_backfill_arguments_that_cannot_be_acted_on_are_one_line_and_exit_
     assert bad_limit.returncode == 2
     assert "--max-runs: expected a positive whole number" in bad_limit.stderr
     assert await _rows(store) == (0, 0, None, None)
+
+
+async def test_a_backfill_reaching_past_now_or_before_2000_is_refused_as_a_trigger_is(
+    store: PostgresRunStore, schema_url: str, beat: str
+) -> None:
+    # A run backfilled for an instant still ahead would run now and use that instant
+    # up: its scheduled run would never happen. Refused, with the reason, as trigger.
+    soon = (datetime.now(UTC) + timedelta(minutes=10)).isoformat()
+    a_minute_ago = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
+    cases = {
+        ("--from", a_minute_ago, "--to", soon): "is later than now",
+        ("--from", "2999-01-01T00:00Z", "--to", "2999-01-02T00:00Z"): "is later than now",
+        ("--from", "1999-12-31T23:59Z", "--to", START.isoformat()): "before 2000-01-01",
+        ("--from", "0001-01-01T00:00+05:00", "--to", END.isoformat()): "outside the years",
+        ("--from", END.isoformat(), "--to", "9999-12-31T23:59-05:00"): "outside the years",
+    }
+    for times, expected in cases.items():
+        result = await _claimd("backfill", beat, *times, "--database-url", schema_url)
+        assert result.returncode == 2, (times, result.stderr)
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert expected in result.stderr, (times, result.stderr)
+        assert result.stdout == ""
+    assert await _rows(store) == (0, 0, None, None)
+    later = await _claimd(
+        "backfill", beat, "--from", END.isoformat(), "--to", soon, "--database-url", schema_url
+    )
+    assert "end the range at or before now (--to now); nothing added" in later.stderr
+    # --to now is accepted: the range up to the database's now.
+    recent = (datetime.now(UTC) - timedelta(seconds=30)).isoformat()
+    upto = await _claimd(
+        "backfill", beat, "--from", recent, "--to", "now", "--database-url", schema_url
+    )
+    assert upto.returncode == 0, upto.stderr
+    added, _, _, last = await _rows(store)
+    assert added >= 30
+    assert last is not None
+    assert last <= datetime.now(UTC)

@@ -287,7 +287,8 @@ async def test_without_anything_to_talk_to_the_command_says_what_to_give(tmp_pat
     assert (result.code, result.out) == (2, "")
     assert result.err.strip() == (
         "error: no claimd to talk to: give --config, --database-url "
-        "or --url (or run `claimd dev` in this directory)"
+        "or --url (or run `claimd dev` in this directory; for a `claimd dev --data-dir DIR`, "
+        "give --data-dir DIR)"
     )
 
 
@@ -408,15 +409,30 @@ async def test_a_real_claimd_dev_is_found_through_its_data_folder(
     async def operate() -> None:
         # No URL, no config: what `claimd dev` wrote in its data folder is enough
         # (the folder is ./.claimd by default; the test's is elsewhere, named here).
-        seen.append(await claimd("jobs", "--json", "--dev-dir", str(data_dir), cwd=tmp_path))
+        seen.append(await claimd("jobs", "--json", "--data-dir", str(data_dir), cwd=tmp_path))
         recorded.append(json.loads((data_dir / ENDPOINTS_FILE).read_text())["http_url"])
+        # A reload of the unchanged file changes nothing, settings included: the
+        # file is reread with the embedded servers' URLs dev started with.
+        pid_file = ["--pid-file", str(tmp_path / "dev.pid")]
+        seen.append(await claimd("reload", *pid_file, "--data-dir", str(data_dir), "--json"))
 
     try:
-        await dev_session(
-            spawn, data_dir, free_port(), "--config", str(config), while_running=operate
+        dev = await dev_session(
+            spawn,
+            data_dir,
+            free_port(),
+            "--config",
+            str(config),
+            "--pid-file",
+            str(tmp_path / "dev.pid"),
+            while_running=operate,
         )
     finally:
         stop_embedded_postgres(data_dir)
+    assert seen[1].code == 0, seen[1]
+    assert json.loads(seen[1].out)["settings_not_applied"] == []
+    assert not [e for e in dev.logs() if "settings take effect" in str(e.get("event"))]
+    assert f"  operate      claimd jobs --data-dir {data_dir}" in dev.stderr()
     assert seen[0].code == 0, seen[0]
     (job,) = json.loads(seen[0].out)
     assert job["name"] == "tick"
@@ -448,14 +464,40 @@ async def test_reload_reports_the_replicas_verdict(
     db = ["--database-url", schema_url, "--pid-file", str(pid_file)]
 
     good = await claimd("reload", *db)
-    assert (good.code, good.out.strip()) == (0, f"process {replica.pid}: reloaded"), good
-    # The replica rereads its own file: broken, it refuses, and the command says so.
-    config.write_text(config.read_text().replace('every = "1s"', 'every = "soon"'))
+    assert (good.code, good.out.strip()) == (
+        0,
+        f"process {replica.pid}: reloaded: jobs 0 added, 0 changed, 0 removed",
+    ), good
+    # --json: one object saying what the reload did.
+    config.write_text(config.read_text() + job.replace("tick", "tock"))
+    added = await claimd("reload", *db, "--json")
+    assert added.code == 0, added
+    verdict = json.loads(added.out)
+    assert (verdict["ok"], verdict["pid"]) == (True, replica.pid)
+    assert verdict["added"] == {"count": 1, "names": ["tock"]}
+    assert verdict["changed"]["count"] == verdict["removed"]["count"] == 0
+    assert verdict["errors"] == {"count": 0, "messages": []}
+    # The replica rereads its own file: broken, it refuses, and the command prints
+    # each error on its own line.
+    broken = config.read_text().replace('every = "1s"', 'every = "soon"', 2)
+    config.write_text(broken)
     refused = await claimd("reload", *db)
     assert refused.code == 1, refused
-    assert refused.err.strip() == (
-        f"error: process {replica.pid}: refused: the file has errors; jobs unchanged"
-    )
+    lines = refused.err.strip().splitlines()
+    prefix = f"error: process {replica.pid}: refused: the file has 2 errors; jobs unchanged: "
+    assert len(lines) == 2, lines
+    assert all(line.startswith(prefix) for line in lines), lines
+    assert sorted(line.split(": job ", 1)[1].split(":")[0] for line in lines) == [
+        "'tick'",
+        "'tock'",
+    ], lines
+    assert all("field 'every': 'soon' is not a duration" in line for line in lines), lines
+    refused_json = await claimd("reload", *db, "--json")
+    assert refused_json.code == 1, refused_json
+    verdict = json.loads(refused_json.out)
+    assert verdict["ok"] is False
+    assert verdict["errors"]["count"] == 2
+    assert verdict["rejected"] == {"count": 2, "names": ["tick", "tock"]}
     # Checked first with --config, a broken file is not even signalled.
     checked = await claimd("reload", *db, "--config", str(config))
     assert checked.code == 2

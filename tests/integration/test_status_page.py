@@ -156,7 +156,8 @@ async def _desktop(browser: Any, base: str, shots: Path) -> None:
     )
     requests: list[str] = []
     page.on("request", lambda request: requests.append(request.url))
-    await page.goto(f"{base}/?refresh=1")
+    # Each job's detail open (the table lists the jobs; ?job= opens one's card and grid).
+    await page.goto(f"{base}/?refresh=1&job=backup&job=heartbeat&job=nightly-export")
     # The config's jobs, each with its grid.
     await page.wait_for_selector(
         "article.job[data-job='heartbeat'] button.cell", timeout=DEADLINE_MS
@@ -165,7 +166,10 @@ async def _desktop(browser: Any, base: str, shots: Path) -> None:
         "article.job[data-job='nightly-export'] button.cell", timeout=DEADLINE_MS
     )
     names = await page.eval_on_selector_all("article.job h2", "hs => hs.map(h => h.textContent)")
-    assert names == ["backup", "heartbeat", "nightly-export"]
+    assert sorted(names) == ["backup", "heartbeat", "nightly-export"]
+    # The failing job heads the table.
+    first = await page.eval_on_selector("#jobs tr.job-row", "r => [r.dataset.job, r.dataset.state]")
+    assert first == ["nightly-export", "failing"], first
     # Nothing came from anywhere but the replica (no CDN).
     assert all(url.startswith(base) or url.startswith("data:") for url in requests), requests
 
@@ -259,7 +263,7 @@ async def _phone(browser: Any, base: str, shots: Path) -> None:
         has_touch=True,
     )
     page = await context.new_page()
-    await page.goto(f"{base}/?refresh=1")
+    await page.goto(f"{base}/?refresh=1&job=nightly-export")
     await page.wait_for_selector(
         "article.job[data-job='nightly-export'] button.cell", timeout=DEADLINE_MS
     )

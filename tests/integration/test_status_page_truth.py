@@ -82,7 +82,7 @@ async def test_the_page_lists_the_jobs_the_config_file_rejected(
                 ], listed
                 assert all("field 'cron'" in error for _, _, error in listed), listed
                 badge = await page.text_content(
-                    "article.job[data-job='nightly'] [data-role='edit-rejected']"
+                    "#jobs tr.job-row[data-job='nightly'] [data-role='edit-rejected']"
                 )
                 assert badge == "edit rejected"
             finally:

@@ -9,6 +9,7 @@ collectors and left out of the generate_latest pass it makes itself.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 
 from prometheus_client import REGISTRY, generate_latest
 
@@ -96,5 +97,54 @@ async def test_a_head_of_metrics_sends_no_body_and_the_connection_serves_the_nex
         async with session.get(url) as got:
             assert got.status == 200
             text = await got.text()
-    assert got.headers["Content-Length"] == str(len(text.encode()))
+    # Streamed a chunk at a time: no length is known before the last chunk.
+    assert got.headers.get("Transfer-Encoding") == "chunked"
     assert 'claimd_runs_started_total{claimd_job="plain"}' in text
+    assert _sample_lines(text) == _sample_lines(b"".join(render()).decode())
+
+
+async def test_metrics_sends_the_first_chunk_before_the_rest_of_the_page_is_made() -> None:
+    """The page is streamed, never held whole: the scraper holds the first MB
+    while the rest is not rendered yet (a writer that waits for the test)."""
+    import asyncio
+    import threading
+
+    from aiohttp import ClientSession
+    from aiohttp.test_utils import TestServer
+
+    from actors.observability import exposition
+
+    first_read = threading.Event()
+    made_after: list[bool] = []
+
+    class SlowFamily:
+        def text(self) -> Iterator[str]:
+            yield "# HELP claimd_test_slow A family made in two halves\n"
+            yield "# TYPE claimd_test_slow gauge\n"
+            yield "".join(f'claimd_test_slow{{i="{i}"}} 1.0\n' for i in range(60_000))
+            # The next line is made only once the scraper has the first chunks.
+            made_after.append(first_read.wait(timeout=20))
+            yield 'claimd_test_slow{i="last"} 2.0\n'
+
+    async def ready() -> dict[str, object]:
+        return {"postgres": "ok"}
+
+    async def no_jobs() -> list[dict[str, object]]:
+        return []
+
+    writer = SlowFamily()
+    exposition.writes_own_text(writer)
+    try:
+        async with (
+            TestServer(build_app(ready, no_jobs)) as server,
+            ClientSession() as session,
+            session.get(str(server.make_url("/metrics"))) as got,
+        ):
+            head = await asyncio.wait_for(got.content.read(1 << 16), 15)
+            first_read.set()
+            rest = await asyncio.wait_for(got.read(), 15)
+    finally:
+        exposition._WRITERS.remove(writer)
+    assert head.startswith(b"# HELP")
+    assert made_after == [True]
+    assert (head + rest).endswith(b'claimd_test_slow{i="last"} 2.0\n')

@@ -8,7 +8,7 @@ import pytest
 
 from actors.domain import take
 from actors.domain.schedule import CronSchedule, IntervalSchedule
-from actors.operator.reads import last_instants_start
+from actors.operator.grid import last_instants_start
 from actors.operator.words import cron_words, interval_words
 
 

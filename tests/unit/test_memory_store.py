@@ -243,3 +243,24 @@ async def test_a_job_added_back_after_a_removal_has_its_instants_ahead_planned_a
     assert [
         r.state for t, r in sorted(by_instant.items()) if t != operator_cancelled.scheduled_at
     ] == [RunState.PENDING] * 4
+
+
+async def test_a_removal_before_any_tick_gives_the_instants_due_meanwhile_their_rows() -> None:
+    """REMOVED_JOBS_TO_PLAN's rule, as tests/integration/test_reload_race.py proves it on SQL."""
+    clock, store, _ = await world()  # beat: every minute, never planned yet
+    added = clock.now()
+    clock.advance(timedelta(minutes=2, seconds=30))
+    await store.sync_jobs([])
+    rows = sorted(store.runs.values(), key=lambda r: r.scheduled_at)
+    assert len(rows) == 2  # the instants of the two and a half minutes it was in the config
+    assert all(added < r.scheduled_at <= clock.now() for r in rows)
+    assert {(r.state, r.error) for r in rows} == {(RunState.CANCELLED, "job removed from config")}
+    # Back, and removed again a moment later: nothing for the time it was out of the config.
+    clock.advance(timedelta(minutes=3))
+    back = clock.now()
+    await store.sync_jobs([job()])
+    clock.advance(timedelta(seconds=70))
+    await store.sync_jobs([])
+    later = [r for r in store.runs.values() if r.scheduled_at > rows[-1].scheduled_at]
+    assert [r.state for r in later] == [RunState.CANCELLED]
+    assert back < later[0].scheduled_at <= clock.now()

@@ -3,6 +3,7 @@ their plans written."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -15,12 +16,14 @@ from actors.adapters.postgres.history import record_action, record_gaps
 from actors.adapters.postgres.statements import (
     ACTIVE_JOBS,
     ADVANCE_HIGH_WATER,
+    ADVANCE_MARKS_TO_REMOVAL,
     CATALOG_VERSION,
     CLEAR_REJECTED_JOBS,
     CURRENT_MARKS,
     DATABASE_NOW,
     DISABLE_REMOVED_JOBS,
     INSERT_PLANNED_RUNS,
+    INSERT_RUNS_UNTIL_REMOVAL,
     JOBS_AS_SYNCED,
     JOBS_SUMMARY,
     LOCK_JOBS_FOR_SYNC,
@@ -29,24 +32,84 @@ from actors.adapters.postgres.statements import (
     PLAN_IS_FRESH,
     RECORD_REJECTED_JOBS,
     REMOVED_JOBS,
+    REMOVED_JOBS_TO_PLAN,
     RESTORE_READDED_JOB,
     UPSERT_JOBS,
     WITHDRAW_FUTURE_RUNS,
 )
 from actors.adapters.postgres.stored_definitions import StoredDefinitions
-from actors.domain import Job, Plan, encode_job
+from actors.domain import (
+    Job,
+    Plan,
+    UnreadableDefinition,
+    decode_job,
+    encode_job,
+    plan_until_removal,
+)
+from actors.domain.history import Gap
 from actors.domain.runs import REMOVED_FROM_CONFIG
+from actors.observability import get_logger
 from actors.ports import Actor, JobState, Materialized, RejectedJob
 
 # Jobs written per upsert statement: bounded parameter arrays, one statement
 # of a few hundred milliseconds at most.
 SYNC_CHUNK = 5_000
+SYNC_LOCK_POLL_S = 0.25
+log = get_logger("catalog")
 T = TypeVar("T")
+
+
+async def _take_sync_lock(conn: asyncpg.Connection) -> None:
+    """LOCK_SYNC, polled until another replica's sync (its transaction) ends."""
+    waited = 0.0
+    while not await conn.fetchval(LOCK_SYNC):
+        if waited == 0.0:
+            log.info("job sync: another replica is syncing; waiting for it to finish")
+        await asyncio.sleep(SYNC_LOCK_POLL_S)
+        waited += SYNC_LOCK_POLL_S
+    if waited:
+        log.info("job sync: the other replica's sync finished", waited_s=round(waited, 1))
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+async def _plan_until_removal(conn: asyncpg.Connection, job_ids: Sequence[int]) -> None:
+    """Rows for the instants the jobs about to be disabled came due at since their last plan.
+
+    DISABLE_REMOVED_JOBS then cancels them with the job's other runs not
+    started: an instant due while the job was in the config is accounted for
+    (a row, or a gap the catch-up policy recorded), even when the removal
+    comes before any tick planned it (REMOVED_JOBS_TO_PLAN).
+    """
+    ids: list[int] = []
+    runs_of: list[int] = []
+    scheduled: list[datetime] = []
+    due: list[datetime] = []
+    marks: list[datetime] = []
+    gaps: list[tuple[int, Gap]] = []
+    for row in await conn.fetch(REMOVED_JOBS_TO_PLAN, list(job_ids)):
+        try:
+            job = decode_job(row["name"], row["definition"])
+        except UnreadableDefinition:
+            continue  # no tick could plan it either
+        plan = plan_until_removal(
+            job, row["materialized_until"], row["now"], first_seen=row["created_at"]
+        )
+        ids.append(row["id"])
+        marks.append(plan.materialized_until)
+        gaps.extend((row["id"], gap) for gap in plan.dropped)
+        for run in plan.runs:
+            scheduled.append(run.scheduled_at)
+            due.append(run.due_at)
+        runs_of.extend([row["id"]] * len(plan.runs))
+    if not ids:
+        return
+    await record_gaps(conn, ids, gaps)
+    await conn.execute(INSERT_RUNS_UNTIL_REMOVAL, runs_of, scheduled, due)
+    await conn.execute(ADVANCE_MARKS_TO_REMOVAL, ids, marks)
 
 
 @store_methods_report_outages
@@ -70,13 +133,14 @@ class PostgresJobCatalog:
         names = [job.name for job in jobs] + list(keep)
         wanted = set(names)
         async with self._pool.acquire() as conn, conn.transaction():
-            await conn.execute(LOCK_SYNC)
+            await _take_sync_lock(conn)
             stored = {r["name"]: r for r in await conn.fetch(JOBS_AS_SYNCED)}
             # (job, fingerprint): encoded a chunk at a time below, so that a sync
             # of 100,000 new jobs never holds every definition at once.
             rows: list[tuple[Job, str]] = []
-            for job in jobs:
-                fingerprint = job.fingerprint()
+            # In a thread: a digest of each job's definition, seconds for 100,000.
+            fingerprints = await asyncio.to_thread(lambda: [job.fingerprint() for job in jobs])
+            for job, fingerprint in zip(jobs, fingerprints, strict=True):
                 old = stored.get(job.name)
                 if old is None or (old["fingerprint"], old["enabled"]) != (
                     fingerprint,
@@ -124,6 +188,7 @@ class PostgresJobCatalog:
                     elif rescheduled:
                         await conn.fetchval(WITHDRAW_FUTURE_RUNS, row["id"])
             if removed_ids:
+                await _plan_until_removal(conn, removed_ids)
                 removed = await conn.fetch(REMOVED_JOBS, names)
                 await conn.fetch(DISABLE_REMOVED_JOBS, names, REMOVED_FROM_CONFIG)
                 for r in removed:

@@ -20,6 +20,9 @@ from actors.adapters.postgres.statements import (
     AUDIT_GAPS,
     AUDIT_RUNS,
     DB_NOW,
+    GRID_GAPS,
+    GRID_PAUSES,
+    GRID_RUNS,
     JOB_RECORD,
     JOBS_OVERVIEW,
     LAST_ACTION_ID,
@@ -35,12 +38,15 @@ from actors.adapters.postgres.statements import (
 )
 from actors.domain import RunState
 from actors.domain.history import Gap, RunRecord
+from actors.domain.pause import pause_spans
 from actors.ports.operator import (
     ActionRecord,
     Actor,
     AttemptRecord,
     JobOverview,
     JobRecord,
+    PausedSpan,
+    Records,
     RejectedRecord,
     RunDetail,
     RunListing,
@@ -136,33 +142,40 @@ class History:
         ):
             rows = await conn.fetch(AUDIT_RUNS, job_id, start, end, limit)
             gaps = await conn.fetch(AUDIT_GAPS, job_id, start, end)
-        runs = [
-            RunRecord(
-                run_id=r["id"],
-                scheduled_at=r["scheduled_at"],
-                state=RunState(r["state"]),
-                trigger=r["trigger"],
-                attempt=r["attempt"],
-                error=r["error"],
-                lease_expires_at=r["lease_expires_at"],
-            )
-            for r in rows
-        ]
+        runs = [_run_record(r) for r in rows]
         return runs, [Gap(g["from_at"], g["to_at"], g["count"], g["reason"]) for g in gaps]
 
-    async def paused_spans(self, job: str) -> list[tuple[datetime, datetime | None]]:
+    async def paused_spans(self, job: str) -> list[PausedSpan]:
         """From each pause to its resume (None: still paused), as the action log says."""
-        spans: list[tuple[datetime, datetime | None]] = []
-        since: datetime | None = None
-        for row in await self._pool.fetch(PAUSES, job):
-            if row["action"] == "pause" and since is None:
-                since = row["at"]
-            elif row["action"] == "resume" and since is not None:
-                spans.append((since, row["at"]))
-                since = None
-        if since is not None:
-            spans.append((since, None))
-        return spans
+        return pause_spans([(r["action"], r["at"]) for r in await self._pool.fetch(PAUSES, job)])
+
+    async def grid_records(
+        self, ranges: Sequence[tuple[int, datetime]], end: datetime, limit: int
+    ) -> dict[int, Records]:
+        """GRID_RUNS and GRID_GAPS: two statements over every job's range, one snapshot."""
+        out: dict[int, Records] = {job_id: ([], []) for job_id, _ in ranges}
+        if not ranges:
+            return out
+        ids = [job_id for job_id, _ in ranges]
+        starts = [start for _, start in ranges]
+        async with (
+            self._pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            rows = await conn.fetch(GRID_RUNS, ids, starts, end, limit)
+            gaps = await conn.fetch(GRID_GAPS, ids, starts, end)
+        for r in rows:
+            out[r["job_id"]][0].append(_run_record(r))
+        for g in gaps:
+            out[g["job_id"]][1].append(Gap(g["from_at"], g["to_at"], g["count"], g["reason"]))
+        return out
+
+    async def paused_spans_of(self, jobs: Sequence[str]) -> dict[str, list[PausedSpan]]:
+        """GRID_PAUSES: every job's pauses and resumes in one statement."""
+        actions: dict[str, list[tuple[str, datetime]]] = {}
+        for row in await self._pool.fetch(GRID_PAUSES, list(jobs)):
+            actions.setdefault(row["job"], []).append((row["action"], row["at"]))
+        return {job: pause_spans(found) for job, found in actions.items()}
 
     async def rejected_jobs(self) -> list[RejectedRecord]:
         return [cast(RejectedRecord, dict(r)) for r in await self._pool.fetch(REJECTED_JOBS)]
@@ -171,10 +184,15 @@ class History:
         last: int = await self._pool.fetchval(LAST_ACTION_ID)
         return last
 
-    async def reload_verdict(self, pid: int, after: int) -> tuple[bool, str] | None:
-        """What replica ``pid`` recorded for a reload after action ``after``, if anything yet."""
+    async def reload_verdict(self, pid: int, after: int) -> tuple[bool, str, dict[str, Any]] | None:
+        """What replica ``pid`` recorded for a reload after action ``after``, if anything yet:
+        ok, the result, and what it changed or each error (actors.replica.reload)."""
         row = await self._pool.fetchrow(RELOAD_VERDICT, after, str(pid))
-        return None if row is None else (row["ok"], row["result"])
+        if row is None:
+            return None
+        raw = row["arguments"]
+        details = json.loads(raw) if isinstance(raw, str) else raw
+        return row["ok"], row["result"], details if isinstance(details, dict) else {}
 
     async def actions(
         self, *, job: str | None = None, before: int | None = None, limit: int = 50
@@ -183,6 +201,18 @@ class History:
             cast(ActionRecord, dict(r))
             for r in await self._pool.fetch(ACTIONS_PAGE, job, before, limit)
         ]
+
+
+def _run_record(r: asyncpg.Record) -> RunRecord:
+    return RunRecord(
+        run_id=r["id"],
+        scheduled_at=r["scheduled_at"],
+        state=RunState(r["state"]),
+        trigger=r["trigger"],
+        attempt=r["attempt"],
+        error=r["error"],
+        lease_expires_at=r["lease_expires_at"],
+    )
 
 
 async def record_action(

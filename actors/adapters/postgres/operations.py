@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from actors.adapters.postgres.history import record_gaps
 from actors.adapters.postgres.run_store import PostgresRunStore
-from actors.adapters.postgres.statements import CANCEL_RUN, INSERT_RUNS_AT, JOB_BY_NAME, SET_PAUSED
-from actors.domain import decode_job
+from actors.adapters.postgres.statements import (
+    CANCEL_RUN,
+    INSERT_RUNS_AT,
+    JOB_BY_NAME,
+    MOVE_MARK_TO_NOW,
+    PAUSED_JOB,
+    SET_PAUSED,
+    SKIP_PAUSED_RUNS,
+)
+from actors.domain import decode_job, format_duration
 from actors.domain.backfill import (
     BACKFILL_CHUNK,
     BACKFILL_MAX_RUNS,
     BackfillProgress,
     plan_backfill,
 )
-from actors.ports import UnknownJob  # the port's: raised through it as it is
-
-# A backfill writes its rows in statements of this many instants: a long range
-# is many short statements (bounded memory, no lock held for minutes), and one
+from actors.domain.pause import PausedInstants, instants_between, paused_gaps, skipped_reason
+from actors.ports import Resumed, UnknownJob  # the port's: raised and answered through it
 
 
 class Operations:
@@ -38,9 +46,39 @@ class Operations:
         if await self._pool.fetchval(SET_PAUSED, job, True) is None:
             raise UnknownJob(f"no enabled job named {job!r}")
 
-    async def resume(self, job: str) -> None:
+    async def resume(
+        self, job: str, paused_instants: PausedInstants = PausedInstants.RUN, actor: str = "?"
+    ) -> Resumed:
+        """Unpause ``job``; with SKIP, none of the instants due meanwhile runs.
+
+        Run in the caller's transaction, the job row locked: the skipped runs,
+        the gaps, the mark and the flag change together or not at all.
+        """
+        row = await self._pool.fetchrow(PAUSED_JOB, job)
+        if row is None:
+            raise UnknownJob(f"no enabled job named {job!r}")
+        decoded = decode_job(job, row["definition"])
+        schedule = decoded.schedule
+        policy = (
+            f'catchup = "{decoded.catchup.value}", '
+            f'catchup_window = "{format_duration(decoded.catchup_window)}"'
+        )
+        now, since = row["now"], row["paused_at"]
+        # Where the materializer would plan from: its mark, or (never planned) the job's start.
+        mark = row["materialized_until"] or min(row["created_at"], now)
+        unwritten = instants_between(schedule, mark, now)
+        done = Resumed(policy, since, now, row["due_now"], unwritten.count if unwritten else 0)
+        if paused_instants is PausedInstants.SKIP:
+            reason = skipped_reason(since, now, actor)
+            earliest = since or datetime.min.replace(tzinfo=UTC)
+            skipped = await self._pool.fetchval(SKIP_PAUSED_RUNS, row["id"], earliest, reason)
+            gaps = paused_gaps(schedule, mark, since, now, actor)
+            await record_gaps(self._pool, [row["id"]], [(row["id"], g) for g in gaps])
+            await self._pool.execute(MOVE_MARK_TO_NOW, row["id"])
+            done = replace(done, runs_skipped=skipped, gaps=tuple(gaps))
         if await self._pool.fetchval(SET_PAUSED, job, False) is None:
             raise UnknownJob(f"no enabled job named {job!r}")
+        return done
 
     async def trigger(self, job: str, at: datetime) -> str | None:
         """A run of ``job`` for instant ``at``, due now; None if that instant has a row."""

@@ -23,11 +23,13 @@ from actors.adapters.postgres.history import History, record_action
 from actors.adapters.postgres.operations import Operations
 from actors.adapters.postgres.statements import LOCK_JOB, RUN_JOB, RUN_STATE
 from actors.domain.backfill import BackfillProgress
+from actors.domain.pause import PausedInstants
 from actors.ports import StoreUnavailable
 from actors.ports.operator import (
     Actor,
     Cancelled,
     Recorded,
+    Resumed,
     SchemaMissing,
     StoreRefused,
     Unchanged,
@@ -107,20 +109,40 @@ class PostgresOperatorStore(History):
             )
         )
 
-    async def set_paused(
-        self, actor: Actor, job: str, paused: bool, *, result: str
-    ) -> Recorded | Unchanged:
-        action = "pause" if paused else "resume"
+    async def pause(self, actor: Actor, job: str, *, result: str) -> Recorded | Unchanged:
         async with self._pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(LOCK_JOB, job)
             if row is None:
                 return Unchanged.UNKNOWN_JOB
-            if row["paused"] == paused:
+            if row["paused"]:
                 return Unchanged.ALREADY
-            await (Operations(conn).pause(job) if paused else Operations(conn).resume(job))
+            await Operations(conn).pause(job)
             return Recorded(
-                *await record_action(conn, actor, action, job=job, ok=True, result=result)
+                *await record_action(conn, actor, "pause", job=job, ok=True, result=result)
             )
+
+    async def resume(
+        self,
+        actor: Actor,
+        job: str,
+        paused_instants: PausedInstants,
+        *,
+        arguments: dict[str, Any],
+        result: Callable[[Resumed], str],
+    ) -> tuple[Resumed, Recorded] | Unchanged:
+        # The job row locked: the skipped runs, the gaps, the mark, the flag and
+        # the record change together or not at all.
+        async with self._pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(LOCK_JOB, job)
+            if row is None:
+                return Unchanged.UNKNOWN_JOB
+            if not row["paused"]:
+                return Unchanged.ALREADY
+            done = await Operations(conn).resume(job, paused_instants, actor.name)
+            recorded = await record_action(
+                conn, actor, "resume", job=job, arguments=arguments, ok=True, result=result(done)
+            )
+            return done, Recorded(*recorded)
 
     async def trigger(
         self,

@@ -7,8 +7,11 @@
 JOBS_AS_SYNCED = "SELECT id, name, fingerprint, enabled FROM jobs"
 # Syncs (replicas starting, reloads) take turns: each reads the table and
 # writes the difference, so two syncs at once must not interleave. The lock is
-# per schema and ends with the transaction.
-LOCK_SYNC = "SELECT pg_advisory_xact_lock(hashtext('claimd.sync:' || current_schema()))"
+# per schema and ends with the transaction. It is tried, not waited for: a sync
+# of 100,000 new jobs holds it for many seconds, longer than any one statement
+# may take, and a replica starting beside it polls (and says it waits) rather
+# than failing its start on the statement's deadline.
+LOCK_SYNC = "SELECT pg_try_advisory_xact_lock(hashtext('claimd.sync:' || current_schema()))"
 # The schedules of the jobs about to change, before the change: a job whose
 # schedule changes has its future runs withdrawn (WITHDRAW_FUTURE_RUNS).
 OLD_SCHEDULES = """
@@ -116,6 +119,32 @@ gone AS (
 )
 UPDATE jobs SET materialized_until = now(), planned_since = now() WHERE id = $1
 RETURNING (SELECT count(*) FROM gone) AS restored
+"""
+# The jobs a sync is about to disable (their rows locked by LOCK_JOBS_FOR_SYNC,
+# so no tick moves their marks meanwhile), with what planning them up to the
+# removal needs: the instants that came due since the last plan (after a
+# re-add a moment ago, no tick may have reached them) get their rows before
+# DISABLE_REMOVED_JOBS, which cancels them with the others not started. Paused
+# jobs are not planned (the materializer plans none while paused), nor are the
+# usual ones, whose mark is already ahead of now: a removal of many jobs reads
+# only the few planned short of it.
+REMOVED_JOBS_TO_PLAN = """
+SELECT id, name, definition, materialized_until, created_at, now() AS now
+  FROM jobs
+ WHERE id = ANY ($1::bigint[]) AND enabled AND NOT paused
+   AND (materialized_until IS NULL OR materialized_until < now())
+"""
+# Those instants' rows and the marks that now reach the removal; a row already
+# written (by a tick just before) stays as it is.
+INSERT_RUNS_UNTIL_REMOVAL = """
+INSERT INTO job_runs (job_id, scheduled_at, due_at)
+SELECT * FROM unnest($1::bigint[], $2::timestamptz[], $3::timestamptz[])
+ON CONFLICT ON CONSTRAINT job_runs_one_row_per_instant DO NOTHING
+"""
+ADVANCE_MARKS_TO_REMOVAL = """
+UPDATE jobs j SET materialized_until = GREATEST(COALESCE(j.materialized_until, u.until), u.until)
+  FROM unnest($1::bigint[], $2::timestamptz[]) AS u(id, until)
+ WHERE j.id = u.id
 """
 # The enabled jobs a sync will disable: gone from the config (and not kept).
 REMOVED_JOBS = "SELECT name FROM jobs WHERE enabled AND NOT (name = ANY($1::text[]))"

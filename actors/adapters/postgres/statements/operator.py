@@ -27,6 +27,36 @@ back AS (
 SELECT id FROM j
 """
 JOB_BY_NAME = "SELECT id, definition, enabled FROM jobs WHERE name = $1"
+# A resume: where the job's plan stands (the caller holds the job row locked), the
+# moment its pause took effect (recorded in the pause's own transaction) and the
+# runs written ahead that came due meanwhile, counted for the answer.
+PAUSED_JOB = """
+SELECT j.id, j.definition, j.materialized_until, j.created_at, now() AS now,
+       (SELECT a.at FROM operator_actions a
+         WHERE a.job = j.name AND a.action = 'pause' AND a.ok ORDER BY a.id DESC LIMIT 1)
+           AS paused_at,
+       (SELECT count(*) FROM job_runs r
+         WHERE r.job_id = j.id AND r.state = 'pending' AND r.due_at <= now()) AS due_now
+  FROM jobs j WHERE j.name = $1 AND j.enabled
+"""
+# `resume --paused-instants skip`: the job's scheduled runs written ahead whose
+# instant came while it was paused, and are not started, end skipped with the
+# reason. Manual and backfilled runs are an operator's own and are left to run.
+SKIP_PAUSED_RUNS = """
+WITH skipped AS (
+    UPDATE job_runs SET state = 'skipped', outcome = 'skipped', error = $3,
+           finished_at = now(), updated_at = now()
+     WHERE job_id = $1 AND state = 'pending' AND trigger = 'schedule'
+       AND scheduled_at >= $2 AND scheduled_at <= now()
+    RETURNING 1
+)
+SELECT count(*) FROM skipped
+"""
+# ... and its plan resumes from now: the instants up to it that have no row are
+# recorded as gaps in the same transaction (RECORD_GAPS), so none is missing.
+MOVE_MARK_TO_NOW = """
+UPDATE jobs SET materialized_until = GREATEST(materialized_until, now()) WHERE id = $1
+"""
 # An ad-hoc or backfilled run is still one row per (job, instant): a repeated
 # trigger for the same instant, or a second backfill, inserts nothing.
 INSERT_RUNS_AT = """
