@@ -10,7 +10,7 @@ from typing import Any
 from actors.domain import RunState, decode_job
 from actors.domain.history import PROBLEMS, Audit, Status, parse_instant
 from actors.domain.schedule import CronSchedule, IntervalSchedule, load_zone
-from actors.operator.errors import BadInput
+from actors.operator.errors import BadInput, Unprocessable
 
 MAX_PAGE = 1000
 
@@ -61,6 +61,11 @@ def parse_time(text: str, zone: tzinfo, now: datetime, what: str) -> datetime:
         return parse_instant(text, zone, now)
     except ValueError as exc:
         raise BadInput(f"{what} {exc}") from None
+    except OverflowError:
+        # Well formed, and off the calendar once read in UTC ('0001-01-01T00:00+01:00').
+        raise Unprocessable(
+            f"{what} {text!r} falls outside the years 1 to 9999 once read in UTC"
+        ) from None
 
 
 def run_json(row: dict[str, Any]) -> dict[str, Any]:
