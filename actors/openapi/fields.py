@@ -85,6 +85,13 @@ def _query_integer(value: Any) -> Any:
     return value
 
 
+def _whole_number(value: Any) -> Any:
+    """JSON Schema's integer is a number with no fraction: ``5.0`` is the integer 5."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def _query_boolean(value: Any) -> Any:
     if isinstance(value, str):
         if value not in ("true", "false"):
@@ -125,6 +132,8 @@ States = Annotated[
 # After a query integer's bounds, so that pydantic checks them on the converted value and
 # writes them into the schema: Annotated[int, Field(ge=..., le=...), FROM_QUERY_TEXT].
 FROM_QUERY_TEXT = BeforeValidator(_query_integer)
+# The same for a JSON body's integer, which may be spelled 5.0.
+WHOLE_NUMBER = BeforeValidator(_whole_number)
 
 
 QueryBool = Annotated[bool, BeforeValidator(_query_boolean)]

@@ -19,6 +19,7 @@ from actors.openapi.fields import (
     MAX_BIGINT,
     MAX_GRID,
     MAX_PAGE,
+    WHOLE_NUMBER,
     Cursor,
     JobName,
     QueryBool,
@@ -123,7 +124,7 @@ class BackfillBody(_Body):
 
     start: Time = Field(alias="from", description="the first instant")
     end: Time = Field(alias="to", description="the last instant (inclusive)")
-    max_runs: Annotated[int, Field(ge=1, le=MAX_BIGINT)] = Field(
+    max_runs: Annotated[int, Field(ge=1, le=MAX_BIGINT), WHOLE_NUMBER] = Field(
         BACKFILL_MAX_RUNS,
         description="refuse a range of more instants than this (422); default 1,000,000",
     )
