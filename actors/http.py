@@ -1,4 +1,4 @@
-"""HTTP: /metrics, /healthz, /readyz, the operator API (actors/api.py) and a status page at /."""
+"""HTTP: /metrics, /healthz, /readyz, the operator API (actors/api/) and a status page at /."""
 
 from __future__ import annotations
 

@@ -33,7 +33,8 @@ def _shown(value: Any) -> str:
 def _problem(error: ErrorDetails, where: str, fields: list[str]) -> str:
     """One line for the first thing the model refused."""
     kind, loc, given = error["type"], error["loc"], error.get("input")
-    name = ".".join(str(part) for part in loc)
+    name = ".".join(str(part) for part in loc if not isinstance(part, int))  # not 'state.0'
+
     if kind == "json_invalid":
         return f"the body is not JSON ({error['msg'].removeprefix('Invalid JSON: ')})"
     if kind in ("model_type", "model_attributes_type") and not loc:
