@@ -22,7 +22,7 @@ from yarl import URL
 
 from actors.adapters.postgres import PostgresRunStore
 from actors.config import LoadedConfig
-from actors.openapi import OPERATIONS
+from actors.openapi import OPERATIONS, Operation
 from tests.integration.test_operator_api import FAST, JOBS, TOKEN, api
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -91,7 +91,7 @@ def fill(path: str, value: str) -> str:
     return re.sub(r"\{[a-z_]+\}", value, path)
 
 
-def _query_names(op: Any) -> list[str]:
+def _query_names(op: Operation | None) -> list[str]:
     if op is None or op.query is None:
         return []
     return [f.alias or name for name, f in op.query.model_fields.items()]
@@ -100,7 +100,9 @@ def _query_names(op: Any) -> list[str]:
 def hostile_requests() -> list[tuple[str, str, bytes | None, str | None, bool]]:
     """(method, target, body, content type, whether the route must refuse it: 4xx)."""
     out: list[tuple[str, str, bytes | None, str | None, bool]] = []
-    routes = [(op.method.upper(), op.path, op) for op in OPERATIONS]
+    routes: list[tuple[str, str, Operation | None]] = [
+        (op.method.upper(), op.path, op) for op in OPERATIONS
+    ]
     routes.append(("GET", "/static/{name}", None))
     for method, path, op in routes:
         if "{" in path:
