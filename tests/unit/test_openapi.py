@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from pydantic import TypeAdapter, ValidationError
+from structlog.testing import capture_logs
 
 from actors.api import OperatorApi
 from actors.http import build_app
@@ -150,3 +151,19 @@ async def test_a_refused_request_is_a_400_naming_the_parameter(
         assert response.status == 400, answer
         assert words in answer["error"], answer
         assert "\n" not in answer["error"]
+
+
+async def test_a_bug_is_a_json_500_logged_once(
+    client: TestClient[web.Request, web.Application],
+) -> None:
+    """A well-formed request that reaches a failing service: JSON, one log event with the
+    traceback, and nothing of it in the answer."""
+    with capture_logs() as logs:
+        async with client.get("/api/jobs") as response:
+            answer = await response.json()
+    assert (response.status, response.content_type) == (500, "application/json")
+    assert answer == {"error": "internal error (the replica's log has it, with its traceback)"}
+    events = [e for e in logs if e["log_level"] in ("error", "critical")]
+    assert [e["event"] for e in events] == ["http: unexpected error"], logs
+    assert events[0]["path"] == "/api/jobs"
+    assert events[0].get("exc_info"), events[0]
