@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ from actors.adapters.postgres.statements import (
     REMOVED_JOBS,
     REMOVED_JOBS_TO_PLAN,
     RESTORE_READDED_JOB,
+    TRY_LOCK_SYNC,
     UPSERT_JOBS,
     WITHDRAW_FUTURE_RUNS,
 )
@@ -54,21 +56,26 @@ from actors.ports import JobState, Materialized, RejectedJob
 # Jobs written per upsert statement: bounded parameter arrays, one statement
 # of a few hundred milliseconds at most.
 SYNC_CHUNK = 5_000
-SYNC_LOCK_POLL_S = 0.25
+SYNC_LOCK_WAIT_S = 600.0  # the longest a sync waits for another's to finish
 log = get_logger("catalog")
 T = TypeVar("T")
 
 
 async def _take_sync_lock(conn: asyncpg.Connection) -> None:
-    """LOCK_SYNC, polled until another replica's sync (its transaction) ends."""
-    waited = 0.0
-    while not await conn.fetchval(LOCK_SYNC):
-        if waited == 0.0:
-            log.info("job sync: another replica is syncing; waiting for it to finish")
-        await asyncio.sleep(SYNC_LOCK_POLL_S)
-        waited += SYNC_LOCK_POLL_S
-    if waited:
-        log.info("job sync: the other replica's sync finished", waited_s=round(waited, 1))
+    """LOCK_SYNC: at once, or once another replica's sync (its transaction) ends.
+
+    The wait is a lock wait (seen in pg_locks) with its own deadline, not the
+    statement's: another sync may rightly hold the lock for many seconds.
+    """
+    if await conn.fetchval(TRY_LOCK_SYNC):
+        return
+    log.info("job sync: another replica is syncing; waiting for it to finish")
+    began = time.monotonic()
+    await conn.execute(LOCK_SYNC, timeout=SYNC_LOCK_WAIT_S)
+    log.info(
+        "job sync: the other replica's sync finished",
+        waited_s=round(time.monotonic() - began, 1),
+    )
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

@@ -60,6 +60,7 @@ from actors.adapters.postgres.statements.jobs import (
     REMOVED_JOBS,
     REMOVED_JOBS_TO_PLAN,
     RESTORE_READDED_JOB,
+    TRY_LOCK_SYNC,
     UPSERT_JOBS,
     WITHDRAW_FUTURE_RUNS,
 )
@@ -140,6 +141,7 @@ __all__ = [
     "SKIP_PAUSED_RUNS",
     "SKIP_UNRUNNABLE",
     "START_RUNS",
+    "TRY_LOCK_SYNC",
     "UPSERT_JOBS",
     "WITHDRAW_FUTURE_RUNS",
 ]
