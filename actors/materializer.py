@@ -127,6 +127,8 @@ class Materializer:
                 break  # a stale chunk: the next tick plans it again, on a fresh clock
             written += runs
             now = await self.clock.read()
+            if self._version is None:  # a plan was superseded by a reload: read it now
+                await self._refresh_catalog()
         self._report_behind()
         return written
 
@@ -157,6 +159,15 @@ class Materializer:
         for job_id, current in written.moved.items():
             self._again(job_id, current, now)  # another replica planned it: from its mark
             self._count_herds(by_id[job_id][1], current)  # it wrote them up to that mark
+        if written.superseded:
+            # Removed or redefined by a sync since the catalog was read: planned
+            # again from this copy it would be refused again, and a tick that
+            # kept doing so never ended, never read the catalog, and left the
+            # sync's added and changed jobs unplanned (issue 17). They are
+            # forgotten, and the catalog is read again before the next chunk.
+            for job_id in written.superseded:
+                self._jobs.pop(job_id, None)
+            self._version = None
         RUNS_MATERIALIZED.inc(written.runs)
         if written.runs:
             log.debug("materialized", runs=written.runs, jobs=len(written.written))
