@@ -122,7 +122,11 @@ class Materializer:
         now = await self._keep_out_of_herds(now)
         written, self._behind = 0, timedelta(0)
         while due := self._pop_due(now, CHUNK_JOBS):
-            runs = await self._plan_and_write(due, now)
+            try:
+                runs = await self._plan_and_write(due, now)
+            except BaseException:
+                self._put_back(due, now)
+                raise
             if runs is None or self.stop.is_set():
                 break  # a stale chunk: the next tick plans it again, on a fresh clock
             written += runs
@@ -258,6 +262,17 @@ class Materializer:
         instant = ahead.mark if ahead.instant is None else ahead.instant
         planned.due = instant - self.horizon
         heapq.heappush(self._heap, (planned.due, planned.state.id))
+
+    def _put_back(self, due: list[_Planned], now: datetime) -> None:
+        """The chunk whose planning failed, due again at ``now``.
+
+        An outage or a crash: the supervisor restarts this same materializer,
+        and a job left out of the heap would never be planned by it again.
+        """
+        for planned in due:
+            if planned.due is _NEVER and self._jobs.get(planned.state.id) is planned:
+                planned.due = now
+                heapq.heappush(self._heap, (now, planned.state.id))
 
     def _pop_due(self, now: datetime, limit: int) -> list[_Planned]:
         """Up to ``limit`` jobs whose planning moment has come, oldest first."""

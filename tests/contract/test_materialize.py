@@ -7,10 +7,12 @@ import asyncio
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+import pytest
+
 from actors.domain import Job, Plan, PlannedRun
 from actors.domain.history import Gap
 from actors.materializer import Materializer
-from actors.ports import JobState, Materialized, ReplicaStore
+from actors.ports import JobState, Materialized, ReplicaStore, StoreUnavailable
 from tests.contract.jobs import job
 from tests.contract.rows import Rows
 
@@ -184,3 +186,46 @@ async def test_a_tick_that_meets_a_reload_ends_and_plans_the_jobs_as_reloaded(
     for name, mark in marks.items():
         assert mark is not None, name
         assert mark >= before + horizon, (name, mark)
+
+
+class _WriteFailsOnce:
+    """The store, whose first write of plans fails as in an outage (the connection lost)."""
+
+    def __init__(self, store: ReplicaStore) -> None:
+        self._store = store
+        self.failed = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def materialize_many(
+        self, plans: Sequence[tuple[JobState, Plan]], fresh_until: datetime | None = None
+    ) -> Materialized:
+        if not self.failed:
+            self.failed = True
+            raise StoreUnavailable("connection lost during the write")
+        return await self._store.materialize_many(plans, fresh_until)
+
+
+async def test_a_tick_whose_write_fails_plans_those_jobs_when_restarted(
+    store: ReplicaStore,
+) -> None:
+    """The supervisor restarts the same materializer after an outage: the jobs of the
+    chunk whose write failed must be planned again, not stay out of its heap."""
+    await store.sync_jobs([job("a", cron="* * * * *")])
+    failing = _WriteFailsOnce(store)
+    horizon = timedelta(minutes=5)
+    materializer = Materializer(
+        failing,  # type: ignore[arg-type]
+        _StoreClock(store),
+        horizon,
+        timedelta(seconds=1),
+        asyncio.Event(),
+    )
+    with pytest.raises(StoreUnavailable):
+        await materializer.tick()
+    before = await store.database_now()
+    await materializer.tick()
+    mark = (await _state(store, "a")).materialized_until
+    assert mark is not None
+    assert mark >= before + horizon
