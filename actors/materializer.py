@@ -18,7 +18,9 @@ again only when its version moves (a sync, a reload, a pause: sql/0009). A
 job's high-water mark is written just before its next instant, so a daily job
 is written once a day. Several replicas plan the same jobs; a write from a mark
 another replica has moved since is refused and answered with the mark now, so
-only one of them writes each plan.
+only one of them writes each plan. A write refused because a sync removed or
+redefined the job since the catalog was read is answered as superseded: the
+job is forgotten and the catalog read again before the next chunk.
 
 Planning never holds the event loop for long: jobs are planned in slices that
 yield, and written in chunks of their own, each planned from a fresh read of
