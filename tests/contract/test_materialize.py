@@ -229,3 +229,47 @@ async def test_a_tick_whose_write_fails_plans_those_jobs_when_restarted(
     mark = (await _state(store, "a")).materialized_until
     assert mark is not None
     assert mark >= before + horizon
+
+
+class _EditedAndRevertedAroundTheWrite(_SyncBetweenReadAndWrite):
+    """A reload edits the job after the catalog read; another reverts it after the refused write."""
+
+    def __init__(self, store: ReplicaStore, edited: list[Job], reverted: list[Job]) -> None:
+        super().__init__(store, edited)
+        self._revert: list[Job] | None = reverted
+
+    async def materialize_many(
+        self, plans: Sequence[tuple[JobState, Plan]], fresh_until: datetime | None = None
+    ) -> Materialized:
+        done = await super().materialize_many(plans, fresh_until)
+        if self._revert is not None:
+            jobs, self._revert = self._revert, None
+            await self._store.sync_jobs(jobs)
+        return done
+
+
+async def test_a_job_edited_and_reverted_around_a_refused_write_is_planned(
+    store: ReplicaStore,
+) -> None:
+    """The catalog read after the refusal finds the job as the tick's copy had it (same
+    definition, same mark): that copy, left out of the heap by the refusal, must not be
+    kept as it is, or the job is never planned again."""
+    every_minute = "* * * * *"
+    await store.sync_jobs([job("a", cron=every_minute)])
+    racing = _EditedAndRevertedAroundTheWrite(
+        store, [job("a", cron=every_minute, max_attempts=4)], [job("a", cron=every_minute)]
+    )
+    horizon = timedelta(minutes=5)
+    materializer = Materializer(
+        racing,  # type: ignore[arg-type]
+        _StoreClock(store),
+        horizon,
+        timedelta(seconds=1),
+        asyncio.Event(),
+    )
+    before = await store.database_now()
+    await materializer.tick()
+    await materializer.tick()
+    mark = (await _state(store, "a")).materialized_until
+    assert mark is not None
+    assert mark >= before + horizon
