@@ -272,7 +272,8 @@ class PostgresJobCatalog:
         """Insert every planned run of several jobs and advance their marks, in one go.
 
         A plan is written only from the mark its JobState carries; the others are
-        answered in ``moved`` with the mark now. With ``fresh_until``, nothing is
+        answered in ``moved`` with the mark now, or in ``superseded`` when the job
+        was disabled or redefined since that JobState was read. With ``fresh_until``, nothing is
         written once the database's now() is past it (``stale``).
         """
         job_ids: list[int] = []
@@ -295,15 +296,17 @@ class PostgresJobCatalog:
                 [j.materialized_until for j, _ in plans],
             )
             written = frozenset(r["id"] for r in current)
+            planned_with = {j.id: j.fingerprint for j, _ in plans}
             refused = [j.id for j, _ in plans if j.id not in written]
             moved: dict[int, datetime | None] = {}
-            if refused:
-                moved = {
-                    r["id"]: r["materialized_until"]
-                    for r in await conn.fetch(CURRENT_MARKS, refused)
-                }
+            superseded: set[int] = set()
+            for r in await conn.fetch(CURRENT_MARKS, refused) if refused else []:
+                if r["enabled"] and r["fingerprint"] == planned_with[r["id"]]:
+                    moved[r["id"]] = r["materialized_until"]
+                else:  # removed or redefined since it was read: not a moved mark
+                    superseded.add(r["id"])
             if not current:
-                return Materialized(moved=moved)
+                return Materialized(moved=moved, superseded=frozenset(superseded))
             # What the plans dropped, recorded with them: no silent hole in history.
             missed = await record_gaps(
                 conn,
@@ -311,8 +314,8 @@ class PostgresJobCatalog:
                 [(job.id, gap) for job, plan in plans for gap in plan.dropped],
             )
             if not job_ids:
-                return Materialized(0, missed, written, moved)
+                return Materialized(0, missed, written, moved, frozenset(superseded))
             status = await conn.execute(
                 INSERT_PLANNED_RUNS, job_ids, scheduled, due, [r["id"] for r in current]
             )
-        return Materialized(int(status.split()[-1]), missed, written, moved)
+        return Materialized(int(status.split()[-1]), missed, written, moved, frozenset(superseded))
