@@ -1,4 +1,4 @@
-"""HTTP: /metrics, /healthz, /readyz, the operator API (actors/api.py) and a status page at /."""
+"""HTTP: /metrics, /healthz, /readyz, the operator API (actors/api/) and a status page at /."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from actors.api import OperatorApi
+from actors.api import OperatorApi, answer_parser_errors_as_json, json_errors
+from actors.api.reading import answer
 from actors.observability import DELIVERIES_SKIPPED, FENCED_COMPLETIONS, REDELIVERIES, get_logger
 from actors.observability.exposition import render_chunks
 from actors.observability.memory import trim_heap
+from actors.openapi import BY_ID
 
 TRIM_AFTER_BYTES = 16 << 20  # a page this big leaves freed heap worth returning to the system
 log = get_logger("http")
@@ -90,10 +92,16 @@ async def status_page(_: web.Request) -> web.FileResponse:
     )
 
 
-async def _revalidate_static(request: web.Request, response: web.StreamResponse) -> None:
-    # A replica upgraded in place serves new assets: browsers must revalidate.
-    if request.path.startswith("/static/"):
-        response.headers["Cache-Control"] = "no-cache"
+# The page's own files, by name: nothing else under /static/ is ever served.
+ASSETS = frozenset(p.name for p in STATIC.iterdir() if p.suffix in (".css", ".js", ".html"))
+
+
+async def static_file(request: web.Request) -> web.FileResponse:
+    """One of the page's files; a replica upgraded in place serves new ones, so revalidated."""
+    name = request.match_info["name"]
+    if name not in ASSETS:
+        raise web.HTTPNotFound()
+    return web.FileResponse(STATIC / name, headers={"Cache-Control": "no-cache"})
 
 
 async def stream_metrics(request: web.Request, headers: dict[str, str]) -> web.StreamResponse:
@@ -144,7 +152,7 @@ def build_app(
         return await stream_metrics(request, headers)
 
     async def healthz(_: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        return answer(BY_ID["healthz"].answer, {"status": "ok"})
 
     async def readyz(_: web.Request) -> web.Response:
         checks = await ready()
@@ -153,7 +161,9 @@ def build_app(
         degraded = [v for v in checks.values() if v.startswith("degraded:")]
         ok = all(v == "ok" or v.startswith("degraded:") for v in checks.values())
         status = ("degraded" if degraded else "ok") if ok else "unavailable"
-        return web.json_response({"status": status, "checks": checks}, status=200 if ok else 503)
+        return answer(
+            BY_ID["readyz"].answer, {"status": status, "checks": checks}, 200 if ok else 503
+        )
 
     async def jobs(_: web.Request) -> web.Response:
         try:
@@ -164,11 +174,13 @@ def build_app(
 
     async def status_json(_: web.Request) -> web.Response:
         checks, config_rejected = await asyncio.gather(ready(), _rejected_jobs(api))
-        return web.json_response(
-            {"checks": checks, "counters": counters(), "config_rejected": config_rejected}
+        return answer(
+            BY_ID["getStatus"].answer,
+            {"checks": checks, "counters": counters(), "config_rejected": config_rejected},
         )
 
-    app = web.Application()
+    # Every failure of every route, the status page's files included, as JSON.
+    app = web.Application(middlewares=[json_errors])
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -178,8 +190,7 @@ def build_app(
         api.add_routes(app)  # /api/jobs with more fields, the same ones included
     app.router.add_get("/api/status", status_json, allow_head=False)
     app.router.add_get("/", status_page)
-    app.router.add_static("/static/", STATIC, show_index=False, append_version=False)
-    app.on_response_prepare.append(_revalidate_static)
+    app.router.add_get("/static/{name}", static_file)
     return app
 
 
@@ -224,6 +235,7 @@ async def serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunn
     """
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
+    answer_parser_errors_as_json(runner)
     site = web.TCPSite(runner, host, port)
     try:
         await site.start()

@@ -18,7 +18,9 @@ again only when its version moves (a sync, a reload, a pause: sql/0009). A
 job's high-water mark is written just before its next instant, so a daily job
 is written once a day. Several replicas plan the same jobs; a write from a mark
 another replica has moved since is refused and answered with the mark now, so
-only one of them writes each plan.
+only one of them writes each plan. A write refused because a sync removed or
+redefined the job since the catalog was read is answered as superseded: the
+job is forgotten and the catalog read again before the next chunk.
 
 Planning never holds the event loop for long: jobs are planned in slices that
 yield, and written in chunks of their own, each planned from a fresh read of
@@ -127,11 +129,17 @@ class Materializer:
         now = await self._keep_out_of_herds(now)
         written, self._behind = 0, timedelta(0)
         while due := self._pop_due(now, CHUNK_JOBS):
-            runs = await self._plan_and_write(due, now)
+            try:
+                runs = await self._plan_and_write(due, now)
+            except BaseException:
+                self._put_back(due, now)
+                raise
             if runs is None or self.stop.is_set():
                 break  # a stale chunk: the next tick plans it again, on a fresh clock
             written += runs
             now = await self.clock.read()
+            if self._version is None:  # a plan was superseded by a reload: read it now
+                await self._refresh_catalog()
         self._report_behind()
         return written
 
@@ -162,6 +170,15 @@ class Materializer:
         for job_id, current in written.moved.items():
             self._again(job_id, current, now)  # another replica planned it: from its mark
             self._count_herds(by_id[job_id][1], current)  # it wrote them up to that mark
+        if written.superseded:
+            # Removed or redefined by a sync since the catalog was read: planned
+            # again from this copy it would be refused again, and a tick that
+            # kept doing so never ended, never read the catalog, and left the
+            # sync's added and changed jobs unplanned (issue 17). They are
+            # forgotten, and the catalog is read again before the next chunk.
+            for job_id in written.superseded:
+                self._jobs.pop(job_id, None)
+            self._version = None
         RUNS_MATERIALIZED.inc(written.runs)
         if written.runs:
             log.debug("materialized", runs=written.runs, jobs=len(written.written))
@@ -252,6 +269,17 @@ class Materializer:
         instant = ahead.mark if ahead.instant is None else ahead.instant
         planned.due = instant - self.horizon
         heapq.heappush(self._heap, (planned.due, planned.state.id))
+
+    def _put_back(self, due: list[_Planned], now: datetime) -> None:
+        """The chunk whose planning failed, due again at ``now``.
+
+        An outage or a crash: the supervisor restarts this same materializer,
+        and a job left out of the heap would never be planned by it again.
+        """
+        for planned in due:
+            if planned.due is _NEVER and self._jobs.get(planned.state.id) is planned:
+                planned.due = now
+                heapq.heappush(self._heap, (now, planned.state.id))
 
     def _pop_due(self, now: datetime, limit: int) -> list[_Planned]:
         """Up to ``limit`` jobs whose planning moment has come, oldest first."""

@@ -1,10 +1,14 @@
-"""The OpenAPI 3.1 description of the HTTP API, served at /openapi.json.
+"""The HTTP surface declared once: its routes, the pydantic models of every request and answer,
+and the OpenAPI 3.1 document built from both, served at /openapi.json.
 
-Kept true by a test: schemathesis runs every route of this document against a
-live replica and checks each response against it. ``schemas`` holds the data
-shapes, ``paths`` the routes and the document.
+``fields`` holds the values (each pattern is both the server's check and the
+document's), ``requests`` and ``responses`` the models, ``operations`` the
+routes with their statuses and links, ``document`` the document. Kept true by
+a test: schemathesis runs every route against a live replica with all its
+checks, with a token and without.
 """
 
-from actors.openapi.paths import document
+from actors.openapi.document import document
+from actors.openapi.operations import BY_ID, OPERATIONS, Operation
 
-__all__ = ["document"]
+__all__ = ["BY_ID", "OPERATIONS", "Operation", "document"]

@@ -11,7 +11,7 @@ from actors.domain import RunState, decode_job
 from actors.domain.history import PROBLEMS, Audit, Status, parse_instant
 from actors.domain.pause import PausedInstants
 from actors.domain.schedule import CronSchedule, IntervalSchedule, load_zone
-from actors.operator.errors import BadInput
+from actors.operator.errors import BadInput, Unprocessable
 from actors.ports import Resumed
 
 MAX_PAGE = 1000
@@ -63,6 +63,11 @@ def parse_time(text: str, zone: tzinfo, now: datetime, what: str) -> datetime:
         return parse_instant(text, zone, now)
     except ValueError as exc:
         raise BadInput(f"{what} {exc}") from None
+    except OverflowError:
+        # Well formed, and off the calendar once read in UTC ('0001-01-01T00:00+01:00').
+        raise Unprocessable(
+            f"{what} {text!r} falls outside the years 1 to 9999 once read in UTC"
+        ) from None
 
 
 def run_json(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -190,9 +195,14 @@ def resume_words(
 ) -> tuple[str, dict[str, Any]]:
     """A resume's answer: what becomes of the instants due while the job was paused."""
     since = iso(done.paused_at) or "(pause not recorded)"
+    # Every key in both answers (null where it does not apply): one shape to declare.
     extra: dict[str, Any] = {
         "paused_instants": paused_instants.value,
         "paused_at": iso(done.paused_at),
+        "runs_skipped": None,
+        "instants_gapped": None,
+        "runs_due_now": None,
+        "instants_unwritten": None,
     }
     if paused_instants is PausedInstants.SKIP:
         gapped = sum(g.count for g in done.gaps)

@@ -33,6 +33,10 @@ class Materialized:
     # Plans refused because the job's mark had moved since it was read (another
     # replica planned it): the job id and its mark now. Plan again from there.
     moved: Mapping[int, datetime | None] = field(default_factory=dict)
+    # Plans refused because the job is not the one planned: its definition
+    # changed or it was removed since it was read (a reload). Planning it again
+    # from the same copy is refused again: read the catalog first.
+    superseded: frozenset[int] = frozenset()
     # Nothing was written: the plans were older than their on-time tolerance.
     stale: bool = False
 

@@ -348,11 +348,12 @@ class InMemoryJobCatalog:
         missed: dict[int, int] = {}
         written: set[int] = set()
         moved: dict[int, datetime | None] = {}
+        superseded: set[int] = set()
         for state, plan in plans:
             job = by_id.get(state.id)
             if job is None or not job.enabled or job.fingerprint != state.fingerprint:
                 if job is not None:
-                    moved[job.id] = job.materialized_until
+                    superseded.add(job.id)
                 continue  # a plan from a superseded definition writes nothing
             if job.materialized_until != state.materialized_until:
                 moved[job.id] = job.materialized_until
@@ -377,7 +378,9 @@ class InMemoryJobCatalog:
                 taken.add((job.name, planned.scheduled_at))
                 self.add_run(job.name, planned.scheduled_at, due_at=planned.due_at)
                 inserted += 1
-        return Materialized(inserted, missed, frozenset(written), moved)
+        return Materialized(
+            inserted, missed, frozenset(written), moved, superseded=frozenset(superseded)
+        )
 
     async def set_paused(self, job: str, paused: bool) -> None:
         """What `claimd pause` / `resume` change (SET_PAUSED): a pause hands back claims."""

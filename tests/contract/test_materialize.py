@@ -3,11 +3,16 @@ set), only while fresh, only from the definition it was planned from; gaps recor
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from actors.domain import Plan, PlannedRun
+import pytest
+
+from actors.domain import Job, Plan, PlannedRun
 from actors.domain.history import Gap
-from actors.ports import JobState, ReplicaStore
+from actors.materializer import Materializer
+from actors.ports import JobState, Materialized, ReplicaStore, StoreUnavailable
 from tests.contract.jobs import job
 from tests.contract.rows import Rows
 
@@ -79,7 +84,8 @@ async def test_a_stale_plan_or_one_from_a_superseded_definition_writes_nothing(
     await store.sync_jobs([job(max_attempts=7)])  # a new definition, same schedule
     superseded = await store.materialize_many([(state, _plan(start, 3))], fresh_until=fresh)
     assert (superseded.runs, superseded.written, superseded.stale) == (0, frozenset(), False)
-    assert dict(superseded.moved) == {state.id: None}
+    # Not a moved mark (planning again from it is refused again): the catalog must be read.
+    assert (dict(superseded.moved), superseded.superseded) == ({}, frozenset({state.id}))
     current = await _state(store)
     assert (await store.materialize_many([(current, _plan(start, 3))], fresh_until=fresh)).runs == 3
     version = await store.catalog_version()
@@ -104,3 +110,166 @@ async def test_dropped_instants_are_recorded_as_gaps_once(store: ReplicaStore, r
     )
     assert (again.runs, dict(again.missed)) == (1, {})
     assert await rows.gaps("job") == [(gap.first, gap.last, 5, gap.reason)]
+
+
+class _SyncBetweenReadAndWrite:
+    """The store, with a reload's sync landing after the materializer's catalog read.
+
+    The tick then holds jobs the sync removed or changed, and its plans of
+    them are refused. It counts the writes: a tick that plans a refused job
+    again and again never ends, and never reads the catalog as it is now.
+    """
+
+    MAX_WRITES = 20
+
+    def __init__(self, store: ReplicaStore, jobs: list[Job]) -> None:
+        self._store = store
+        self._sync: list[Job] | None = jobs
+        self.writes = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def active_jobs(self) -> dict[str, JobState]:
+        read = await self._store.active_jobs()
+        if self._sync is not None:
+            jobs, self._sync = self._sync, None
+            await self._store.sync_jobs(jobs)
+        return read
+
+    async def materialize_many(
+        self, plans: Sequence[tuple[JobState, Plan]], fresh_until: datetime | None = None
+    ) -> Materialized:
+        self.writes += 1
+        assert self.writes <= self.MAX_WRITES, "the tick never ends: refused plans planned again"
+        return await self._store.materialize_many(plans, fresh_until)
+
+
+class _StoreClock:
+    def __init__(self, store: ReplicaStore) -> None:
+        self._store = store
+
+    async def read(self) -> datetime:
+        return await self._store.database_now()
+
+
+async def test_a_tick_that_meets_a_reload_ends_and_plans_the_jobs_as_reloaded(
+    store: ReplicaStore,
+) -> None:
+    """Issue 17: a job removed or changed by a sync after the tick read the catalog.
+
+    Its plan is refused (the job is disabled, or its definition is not the one
+    planned from). That is not another replica's moved mark: planning it again
+    from the mark now is refused again, and a tick that did so never ended, so
+    it never read the catalog again and the reload's added and changed jobs
+    were never planned (an added job never ran).
+    """
+    every_minute = "* * * * *"
+    await store.sync_jobs([job(name, cron=every_minute) for name in "abc"])
+    # a unchanged, b every two minutes, c removed, d added.
+    reload = [job("a", cron=every_minute), job("b", cron="*/2 * * * *")]
+    reload.append(job("d", cron=every_minute))
+    racing = _SyncBetweenReadAndWrite(store, reload)
+    horizon = timedelta(minutes=5)
+    materializer = Materializer(
+        racing,  # type: ignore[arg-type]
+        _StoreClock(store),
+        horizon,
+        timedelta(seconds=1),
+        asyncio.Event(),
+    )
+    before = await store.database_now()
+    await materializer.tick()
+    await materializer.tick()
+    marks = {name: state.materialized_until for name, state in (await store.active_jobs()).items()}
+    assert sorted(marks) == ["a", "b", "d"]
+    for name, mark in marks.items():
+        assert mark is not None, name
+        assert mark >= before + horizon, (name, mark)
+
+
+class _WriteFailsOnce:
+    """The store, whose first write of plans fails as in an outage (the connection lost)."""
+
+    def __init__(self, store: ReplicaStore) -> None:
+        self._store = store
+        self.failed = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def materialize_many(
+        self, plans: Sequence[tuple[JobState, Plan]], fresh_until: datetime | None = None
+    ) -> Materialized:
+        if not self.failed:
+            self.failed = True
+            raise StoreUnavailable("connection lost during the write")
+        return await self._store.materialize_many(plans, fresh_until)
+
+
+async def test_a_tick_whose_write_fails_plans_those_jobs_when_restarted(
+    store: ReplicaStore,
+) -> None:
+    """The supervisor restarts the same materializer after an outage: the jobs of the
+    chunk whose write failed must be planned again, not stay out of its heap."""
+    await store.sync_jobs([job("a", cron="* * * * *")])
+    failing = _WriteFailsOnce(store)
+    horizon = timedelta(minutes=5)
+    materializer = Materializer(
+        failing,  # type: ignore[arg-type]
+        _StoreClock(store),
+        horizon,
+        timedelta(seconds=1),
+        asyncio.Event(),
+    )
+    with pytest.raises(StoreUnavailable):
+        await materializer.tick()
+    before = await store.database_now()
+    await materializer.tick()
+    mark = (await _state(store, "a")).materialized_until
+    assert mark is not None
+    assert mark >= before + horizon
+
+
+class _EditedAndRevertedAroundTheWrite(_SyncBetweenReadAndWrite):
+    """A reload edits the job after the catalog read; another reverts it after the refused write."""
+
+    def __init__(self, store: ReplicaStore, edited: list[Job], reverted: list[Job]) -> None:
+        super().__init__(store, edited)
+        self._revert: list[Job] | None = reverted
+
+    async def materialize_many(
+        self, plans: Sequence[tuple[JobState, Plan]], fresh_until: datetime | None = None
+    ) -> Materialized:
+        done = await super().materialize_many(plans, fresh_until)
+        if self._revert is not None:
+            jobs, self._revert = self._revert, None
+            await self._store.sync_jobs(jobs)
+        return done
+
+
+async def test_a_job_edited_and_reverted_around_a_refused_write_is_planned(
+    store: ReplicaStore,
+) -> None:
+    """The catalog read after the refusal finds the job as the tick's copy had it (same
+    definition, same mark): that copy, left out of the heap by the refusal, must not be
+    kept as it is, or the job is never planned again."""
+    every_minute = "* * * * *"
+    await store.sync_jobs([job("a", cron=every_minute)])
+    racing = _EditedAndRevertedAroundTheWrite(
+        store, [job("a", cron=every_minute, max_attempts=4)], [job("a", cron=every_minute)]
+    )
+    horizon = timedelta(minutes=5)
+    materializer = Materializer(
+        racing,  # type: ignore[arg-type]
+        _StoreClock(store),
+        horizon,
+        timedelta(seconds=1),
+        asyncio.Event(),
+    )
+    before = await store.database_now()
+    await materializer.tick()
+    await materializer.tick()
+    mark = (await _state(store, "a")).materialized_until
+    assert mark is not None
+    assert mark >= before + horizon

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ from actors.adapters.postgres.statements import (
     REMOVED_JOBS,
     REMOVED_JOBS_TO_PLAN,
     RESTORE_READDED_JOB,
+    TRY_LOCK_SYNC,
     UPSERT_JOBS,
     WITHDRAW_FUTURE_RUNS,
 )
@@ -54,21 +56,26 @@ from actors.ports import Actor, JobState, Materialized, RejectedJob
 # Jobs written per upsert statement: bounded parameter arrays, one statement
 # of a few hundred milliseconds at most.
 SYNC_CHUNK = 5_000
-SYNC_LOCK_POLL_S = 0.25
+SYNC_LOCK_WAIT_S = 600.0  # the longest a sync waits for another's to finish
 log = get_logger("catalog")
 T = TypeVar("T")
 
 
 async def _take_sync_lock(conn: asyncpg.Connection) -> None:
-    """LOCK_SYNC, polled until another replica's sync (its transaction) ends."""
-    waited = 0.0
-    while not await conn.fetchval(LOCK_SYNC):
-        if waited == 0.0:
-            log.info("job sync: another replica is syncing; waiting for it to finish")
-        await asyncio.sleep(SYNC_LOCK_POLL_S)
-        waited += SYNC_LOCK_POLL_S
-    if waited:
-        log.info("job sync: the other replica's sync finished", waited_s=round(waited, 1))
+    """LOCK_SYNC: at once, or once another replica's sync (its transaction) ends.
+
+    The wait is a lock wait (seen in pg_locks) with its own deadline, not the
+    statement's: another sync may rightly hold the lock for many seconds.
+    """
+    if await conn.fetchval(TRY_LOCK_SYNC):
+        return
+    log.info("job sync: another replica is syncing; waiting for it to finish")
+    began = time.monotonic()
+    await conn.execute(LOCK_SYNC, timeout=SYNC_LOCK_WAIT_S)
+    log.info(
+        "job sync: the other replica's sync finished",
+        waited_s=round(time.monotonic() - began, 1),
+    )
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
@@ -265,7 +272,8 @@ class PostgresJobCatalog:
         """Insert every planned run of several jobs and advance their marks, in one go.
 
         A plan is written only from the mark its JobState carries; the others are
-        answered in ``moved`` with the mark now. With ``fresh_until``, nothing is
+        answered in ``moved`` with the mark now, or in ``superseded`` when the job
+        was disabled or redefined since that JobState was read. With ``fresh_until``, nothing is
         written once the database's now() is past it (``stale``).
         """
         job_ids: list[int] = []
@@ -288,15 +296,17 @@ class PostgresJobCatalog:
                 [j.materialized_until for j, _ in plans],
             )
             written = frozenset(r["id"] for r in current)
+            planned_with = {j.id: j.fingerprint for j, _ in plans}
             refused = [j.id for j, _ in plans if j.id not in written]
             moved: dict[int, datetime | None] = {}
-            if refused:
-                moved = {
-                    r["id"]: r["materialized_until"]
-                    for r in await conn.fetch(CURRENT_MARKS, refused)
-                }
+            superseded: set[int] = set()
+            for r in await conn.fetch(CURRENT_MARKS, refused) if refused else []:
+                if r["enabled"] and r["fingerprint"] == planned_with[r["id"]]:
+                    moved[r["id"]] = r["materialized_until"]
+                else:  # removed or redefined since it was read: not a moved mark
+                    superseded.add(r["id"])
             if not current:
-                return Materialized(moved=moved)
+                return Materialized(moved=moved, superseded=frozenset(superseded))
             # What the plans dropped, recorded with them: no silent hole in history.
             missed = await record_gaps(
                 conn,
@@ -304,8 +314,8 @@ class PostgresJobCatalog:
                 [(job.id, gap) for job, plan in plans for gap in plan.dropped],
             )
             if not job_ids:
-                return Materialized(0, missed, written, moved)
+                return Materialized(0, missed, written, moved, frozenset(superseded))
             status = await conn.execute(
                 INSERT_PLANNED_RUNS, job_ids, scheduled, due, [r["id"] for r in current]
             )
-        return Materialized(int(status.split()[-1]), missed, written, moved)
+        return Materialized(int(status.split()[-1]), missed, written, moved, frozenset(superseded))

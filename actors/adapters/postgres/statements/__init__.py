@@ -81,6 +81,7 @@ from actors.adapters.postgres.statements.jobs import (
     REMOVED_JOBS,
     REMOVED_JOBS_TO_PLAN,
     RESTORE_READDED_JOB,
+    TRY_LOCK_SYNC,
     UPSERT_JOBS,
     WITHDRAW_FUTURE_RUNS,
 )
@@ -186,6 +187,7 @@ __all__ = [
     "SKIP_UNRUNNABLE",
     "START_RUNS",
     "TERMINAL",
+    "TRY_LOCK_SYNC",
     "UPSERT_JOBS",
     "WITHDRAW_FUTURE_RUNS",
 ]

@@ -7,11 +7,13 @@
 JOBS_AS_SYNCED = "SELECT id, name, fingerprint, enabled FROM jobs"
 # Syncs (replicas starting, reloads) take turns: each reads the table and
 # writes the difference, so two syncs at once must not interleave. The lock is
-# per schema and ends with the transaction. It is tried, not waited for: a sync
-# of 100,000 new jobs holds it for many seconds, longer than any one statement
-# may take, and a replica starting beside it polls (and says it waits) rather
-# than failing its start on the statement's deadline.
-LOCK_SYNC = "SELECT pg_try_advisory_xact_lock(hashtext('claimd.sync:' || current_schema()))"
+# per schema and ends with the transaction. It is tried first (a replica that
+# must wait says so), then waited for under a deadline of its own: a sync of
+# 100,000 new jobs holds it for many seconds, longer than any one statement
+# may take, and a replica starting beside it must not fail its start on the
+# statement's deadline.
+TRY_LOCK_SYNC = "SELECT pg_try_advisory_xact_lock(hashtext('claimd.sync:' || current_schema()))"
+LOCK_SYNC = "SELECT pg_advisory_xact_lock(hashtext('claimd.sync:' || current_schema()))"
 # The schedules of the jobs about to change, before the change: a job whose
 # schedule changes has its future runs withdrawn (WITHDRAW_FUTURE_RUNS).
 OLD_SCHEDULES = """

@@ -40,8 +40,13 @@ RETURNING j.id
 # whose copy of the mark is behind (another replica planned the job since)
 # writes nothing for that job and reads the current mark (CURRENT_MARKS)
 # instead. Without the comparison a stale copy would call instants missed that
-# another replica already wrote, and record a gap beside their rows.
-CURRENT_MARKS = "SELECT id, materialized_until FROM jobs WHERE id = ANY ($1::bigint[])"
+# another replica already wrote, and record a gap beside their rows. A plan
+# refused because the job was disabled or its definition changed since it was
+# read (a reload) is superseded, not moved: the fingerprint and enabled flag
+# tell them apart, and the materializer reads the catalog again for it.
+CURRENT_MARKS = """
+SELECT id, materialized_until, fingerprint, enabled FROM jobs WHERE id = ANY ($1::bigint[])
+"""
 # Whether a plan of the database's now() minus its on-time tolerance is still
 # fresh: now() is the transaction's start, the same for every statement in it.
 PLAN_IS_FRESH = "SELECT $1::timestamptz IS NULL OR now() <= $1::timestamptz"
