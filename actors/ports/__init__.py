@@ -9,14 +9,14 @@ the proof of the distributed behaviour.
 - ``errors``: what callers tell apart (an outage is waited out);
 - ``stores``: the store by role (planning, claiming, the worker's, reaping, operating);
 - ``dispatch``: the broker and the worker's inbox;
-- ``execution``: the executor and the clocks.
+- ``execution``: the executor and the clocks (one that can jump says so).
 
 Every name is exported here: ``from actors.ports import X`` is the way in.
 """
 
 from actors.ports.dispatch import Broker, Delivery, Inbox, ReplicaBroker
 from actors.ports.errors import InboxSilent, Outage, RecordRejected, StoreUnavailable
-from actors.ports.execution import Callback, Clock, DatabaseTime, Executor
+from actors.ports.execution import Callback, Clock, DatabaseTime, Executor, MovingClock
 from actors.ports.messages import (
     ClusterReading,
     Completion,
@@ -54,6 +54,7 @@ __all__ = [
     "JobReading",
     "JobState",
     "Materialized",
+    "MovingClock",
     "NotStarted",
     "OperatingStore",
     "Outage",
