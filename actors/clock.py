@@ -19,7 +19,7 @@ from typing import Protocol
 
 from actors.flow import wait_for_stop
 from actors.observability import CLOCK_SKEW, get_logger
-from actors.ports import Clock
+from actors.ports import Clock, MovingClock
 
 log = get_logger("clock")
 
@@ -28,6 +28,9 @@ log = get_logger("clock")
 SKEW_WARNING = timedelta(seconds=2)
 # At most one warning per this long: the gauge carries the value every tick.
 WARN_EVERY = timedelta(minutes=1)
+# A re-measured skew this much off the last one moves the estimate: what waits
+# for an instant on it (the worker's held runs) is told (``on_moved``).
+SKEW_MOVED = timedelta(milliseconds=5)
 
 
 class DatabaseNow(Protocol):
@@ -50,7 +53,14 @@ class DatabaseClock:
     measures the skew: the local wall clock at the midpoint of the round trip
     minus the database's time. ``now()`` estimates the database's time from the
     local clock and the last skew measured, for metrics such as start lag that
-    are taken between reads; it never decides anything replicas must agree on.
+    are taken between reads, and for the worker's wait for a held run's instant;
+    it never decides anything replicas must agree on.
+
+    A MovingClock: the estimate jumps when a read finds the skew moved (the
+    host's clock was stepped) or when the local clock says it jumped (a test's
+    ManualClock); ``on_moved`` callbacks hear of both. A wait for an instant
+    computed on the estimate is a wait on the monotonic clock, which sees
+    neither.
     """
 
     def __init__(
@@ -69,6 +79,17 @@ class DatabaseClock:
         self.monotonic = monotonic
         self.skew = timedelta(0)
         self._warned_at: float | None = None
+        self._moved: list[Callable[[], None]] = []
+        if isinstance(self.local, MovingClock):
+            self.local.on_moved(self._tell_moved)
+
+    def on_moved(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` whenever the estimate (:meth:`now`) jumps."""
+        self._moved.append(callback)
+
+    def _tell_moved(self) -> None:
+        for callback in self._moved:
+            callback()
 
     async def read(self) -> datetime:
         """The database's now(); measures and exports this replica's skew."""
@@ -76,7 +97,9 @@ class DatabaseClock:
         sent = self.monotonic()
         db_now = await self.store.database_now()
         round_trip = self.monotonic() - sent
-        self.skew = sent_wall + timedelta(seconds=round_trip / 2) - db_now
+        before, self.skew = self.skew, sent_wall + timedelta(seconds=round_trip / 2) - db_now
+        if abs(self.skew - before) >= SKEW_MOVED:
+            self._tell_moved()
         skew_s = self.skew.total_seconds()
         CLOCK_SKEW.set(skew_s)
         if abs(skew_s) > self.warn_above:

@@ -16,6 +16,10 @@ What keeps it correct:
 - A hold lasts at most ``max_hold`` (``lease / 8``, see
   ``actors.domain.lease``): a message held longer than its claim meant (a
   clock estimate far off) is tried, and the database says whether it is due.
+- The wait for an instant is on the monotonic clock, computed from the
+  estimate of the database's; when the estimate jumps (a skew re-measured,
+  a test's clock moved) the clock says so and the wait is computed again
+  (:meth:`UntilDue.clock_moved`).
 - A held message is kept from redelivery: ``in_progress`` every
   ``keep_alive_every`` (``ack_wait / 3``), so that at its release its last
   word to the broker is recent enough for the start and the first heartbeat
@@ -245,6 +249,16 @@ class UntilDue(Generic[D]):
         """Before :meth:`run` (again, after a crash): nothing held, not closed."""
         self.take_all()
         self._closed = False
+
+    def clock_moved(self) -> None:
+        """The clock jumped (a skew re-measured, a test's clock moved): wait again from now.
+
+        :meth:`run` waits for the next release on the monotonic clock, for a
+        delay computed from ``clock`` before the wait; a jump of ``clock`` is
+        invisible to that wait, which would otherwise be slept out (up to the
+        next keep-alive, ``ack_wait / 3``) with the run already due.
+        """
+        self._changed.set()
 
     def close(self) -> None:
         """Ask :meth:`run` to return (after the start it is in, if any)."""

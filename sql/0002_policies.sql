@@ -1,5 +1,10 @@
 -- Scheduling policies the claimer enforces in the database, so that they hold
 -- across replicas whatever the races.
+--
+-- Taken before the statements, in one order, with a short lock_timeout and
+-- retries (actors/adapters/postgres/migrations.py):
+-- lock: jobs IN ACCESS EXCLUSIVE MODE
+-- lock: job_runs IN ACCESS EXCLUSIVE MODE
 
 ALTER TABLE jobs
     ADD COLUMN overlap text NOT NULL DEFAULT 'allow' CHECK (overlap IN ('allow', 'forbid', 'queue')),

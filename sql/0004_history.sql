@@ -3,6 +3,10 @@
 -- Every instant a schedule makes due is accounted for: a job_runs row, or,
 -- where the catch-up policy dropped it, a gap recorded here in the same
 -- transaction as the plan that dropped it. `claimd audit` reads both.
+--
+-- Taken before the statements, in one order, with a short lock_timeout and
+-- retries (actors/adapters/postgres/migrations.py):
+-- lock: jobs IN ACCESS EXCLUSIVE MODE
 
 CREATE TABLE job_run_gaps (
     id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

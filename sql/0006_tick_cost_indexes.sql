@@ -4,6 +4,11 @@
 -- The skip pass's start-deadline branch walks the first scheduled attempts in
 -- instant order, from the oldest, and stops at now() - (the shortest deadline):
 -- it reads the runs past some deadline, never the future horizon.
+--
+-- Taken before the statements, in one order, with a short lock_timeout and
+-- retries (actors/adapters/postgres/migrations.py):
+-- lock: jobs IN SHARE MODE
+-- lock: job_runs IN SHARE MODE
 CREATE INDEX job_runs_pending_first_scheduled ON job_runs (scheduled_at, job_id)
     WHERE state = 'pending' AND trigger = 'schedule' AND attempt = 1;
 -- The shortest start deadline of the jobs that are claimed, one index probe.

@@ -5,4 +5,8 @@
 -- index instead. Every row version a claim, start or completion writes is
 -- inserted into each index over the whole history; one fewer of them is less
 -- work per run that grows with the history.
+--
+-- Taken before the statements, in one order, with a short lock_timeout and
+-- retries (actors/adapters/postgres/migrations.py):
+-- lock: job_runs IN ACCESS EXCLUSIVE MODE
 DROP INDEX job_runs_job_scheduled;

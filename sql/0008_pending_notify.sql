@@ -11,6 +11,10 @@
 -- writes hundreds). Updates: per row, and only for the rows an UPDATE of state
 -- or due_at turns pending (the WHEN is checked without calling the function),
 -- so claims, starts, completions and heartbeats pay nothing.
+--
+-- Taken before the statements, in one order, with a short lock_timeout and
+-- retries (actors/adapters/postgres/migrations.py):
+-- lock: job_runs IN SHARE ROW EXCLUSIVE MODE
 CREATE FUNCTION claimd_pending_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     soonest timestamptz;

@@ -9,6 +9,10 @@
 -- The high-water mark (materialized_until alone) is not watched: it moves on
 -- every plan, and a materializer whose copy of a mark is behind learns the
 -- current one from the refused write (ADVANCE_HIGH_WATER compares the mark).
+--
+-- Taken before the statements, in one order, with a short lock_timeout and
+-- retries (actors/adapters/postgres/migrations.py):
+-- lock: jobs IN SHARE ROW EXCLUSIVE MODE
 CREATE TABLE job_catalog_version (
     singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     version   bigint  NOT NULL

@@ -7,6 +7,11 @@
 -- for the same job, so no job looks edited after this migration. A row whose
 -- fingerprint is already a digest (64 hex digits: never a JSON text, which
 -- starts with '{') is left as it is.
+--
+-- Taken before the statements, in one order, with a short lock_timeout and
+-- retries (actors/adapters/postgres/migrations.py):
+-- lock: jobs IN EXCLUSIVE MODE
+-- lock: job_catalog_version IN EXCLUSIVE MODE
 UPDATE jobs
    SET fingerprint = encode(sha256(convert_to(fingerprint, 'UTF8')), 'hex')
  WHERE fingerprint !~ '^[0-9a-f]{64}$';

@@ -27,6 +27,8 @@ from actors.domain import (
     PythonSpec,
     RetryPolicy,
     ShellSpec,
+    defaults,
+    format_duration,
     load_zone,
     parse_duration,
     shared,
@@ -37,13 +39,16 @@ ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 DurationText = Annotated[str, Field(description="a duration with a unit: 500ms, 30s, 15m, 2h")]
 
+# Every default below is the domain's (actors.domain.defaults), written as the
+# config file would write it; the durations are parsed in job_from_raw.
+
 
 class HttpRunModel(StrictModel):
     url: str
-    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = "POST"
+    method: Literal["GET", "POST", "PUT", "PATCH", "DELETE"] = defaults.HTTP_METHOD
     headers: dict[str, str] = Field(default_factory=dict)
     body: str | None = None
-    expect_status: list[int] = Field(default_factory=lambda: [200, 201, 202, 204])
+    expect_status: list[int] = Field(default_factory=lambda: list(defaults.HTTP_EXPECT_STATUS))
     secret_headers: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("url")
@@ -65,21 +70,21 @@ class RunModel(StrictModel):
 
 
 class BackoffModel(StrictModel):
-    initial: DurationText = "1s"
-    max: DurationText = "5m"
-    multiplier: float = Field(default=2.0, ge=1.0, le=10.0)
+    initial: DurationText = format_duration(defaults.RETRY_INITIAL)
+    max: DurationText = format_duration(defaults.RETRY_MAXIMUM)
+    multiplier: float = Field(default=defaults.RETRY_MULTIPLIER, ge=1.0, le=10.0)
 
 
 class JobModel(StrictModel):
     cron: str | None = None
     every: DurationText | None = None
-    timezone: str = "UTC"
-    timeout: DurationText = "1h"
-    max_attempts: int = Field(default=3, ge=1, le=100)
-    enabled: bool = True
-    overlap: Literal["allow", "forbid", "queue"] = "allow"
-    catchup: Literal["all", "latest", "none"] = "all"
-    catchup_window: DurationText = "1h"
+    timezone: str = defaults.TIMEZONE
+    timeout: DurationText = format_duration(defaults.TIMEOUT)
+    max_attempts: int = Field(default=defaults.MAX_ATTEMPTS, ge=1, le=100)
+    enabled: bool = defaults.ENABLED
+    overlap: Literal["allow", "forbid", "queue"] = defaults.OVERLAP
+    catchup: Literal["all", "latest", "none"] = defaults.CATCHUP
+    catchup_window: DurationText = format_duration(defaults.CATCHUP_WINDOW)
     starting_deadline: DurationText | None = None
     jitter: DurationText | None = None
     backoff: BackoffModel = Field(default_factory=BackoffModel)
@@ -152,7 +157,7 @@ def _schedule_from(path: str, name: str, model: JobModel) -> CronSchedule | Inte
         # parsed expression) between them.
         if model.cron is not None:
             return shared(CronSchedule(model.cron, model.timezone))
-        if model.timezone != "UTC":
+        if model.timezone != defaults.TIMEZONE:
             load_zone(model.timezone)  # validates the zone
         assert model.every is not None
         return shared(IntervalSchedule(parse_duration(model.every)))
@@ -215,7 +220,7 @@ def job_from_raw(path: str, name: str, raw: Any) -> Job:
         catchup=Catchup(model.catchup),
         catchup_window=catchup_window,
         starting_deadline=values["starting_deadline"],
-        jitter=values["jitter"] or timedelta(0),
+        jitter=values["jitter"] or defaults.JITTER,
         retry=retry,
     )
 

@@ -29,10 +29,12 @@ from pydantic_core import core_schema
 from actors.config.errors import ConfigError, FieldProblem, StrictModel, first_error_field
 from actors.domain import (
     DEFAULT_CLAIM_AHEAD,
+    DEFAULT_LEASE,
     ClaimdError,
     LeaseSettings,
     TimeoutBudget,
     check_timeout_budget,
+    defaults,
     format_duration,
     parse_duration,
 )
@@ -90,9 +92,10 @@ class Settings(StrictModel):
     nats_url: str = "nats://127.0.0.1:4222"
     nats_tls_ca: str | None = None
     deployment: str = Field(default="claimd", pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    lease: Duration = parse_duration("120s")
-    ack_wait: Duration = parse_duration("5s")
-    max_deliver: int = Field(default=5, ge=1, le=100)
+    # The lease's three: the domain's defaults (actors.domain.defaults), checked at import.
+    lease: Duration = DEFAULT_LEASE.lease
+    ack_wait: Duration = DEFAULT_LEASE.ack_wait
+    max_deliver: int = Field(default=DEFAULT_LEASE.max_deliver, ge=1, le=100)
     # host:port (port 0 picks a free port), or "off" to serve nothing.
     http: str = "127.0.0.1:8780"
     claim_batch: int = Field(default=500, ge=1, le=10_000)
@@ -103,12 +106,14 @@ class Settings(StrictModel):
     worker_concurrency: int = Field(default=64, ge=1, le=10_000)
     # Async python callables at once: they run on the worker's event loop, not
     # in the slots above (a herd of them does not queue behind shell jobs).
-    worker_async_concurrency: int = Field(default=10_000, ge=1, le=100_000)
+    worker_async_concurrency: int = Field(
+        default=defaults.WORKER_ASYNC_CONCURRENCY, ge=1, le=100_000
+    )
     claim_interval: Duration = parse_duration("200ms")
     # A run is claimed up to this long before it is due and held by its worker
     # until its instant (start lag without polling's floor); "0s": only due runs.
     # At most lease / 8, and a term of the lease invariant (actors.domain.lease).
-    # Unset: 5s, or less where that would not fit (see effective_claim_ahead).
+    # Unset: DEFAULT_CLAIM_AHEAD (5s), or less where that would not fit (see effective_claim_ahead).
     claim_ahead: DurationOrZero | None = None
     # Wake the claimer at the next due instant and when a run becomes pending
     # (PostgreSQL LISTEN/NOTIFY), not only every claim_interval. Off behind a

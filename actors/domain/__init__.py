@@ -4,6 +4,7 @@ Imports only the standard library (zoneinfo included; cron expressions are
 parsed by our own actors.domain.cron); an import-linter contract keeps it so.
 """
 
+from actors.domain import defaults
 from actors.domain.attempts import UNREADABLE_RETRY, AttemptVerdict, decide_attempt
 from actors.domain.cron import CronExpression, parse_cron
 from actors.domain.definitions import (
@@ -110,6 +111,7 @@ __all__ = [
     "check_transition",
     "decide_attempt",
     "decode_job",
+    "defaults",
     "encode_job",
     "executor_to_dict",
     "format_duration",

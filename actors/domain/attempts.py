@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from actors.domain import defaults
 from actors.domain.runs import Outcome, RunState, check_transition
 from actors.domain.schedule import deterministic_offset
 
@@ -23,9 +24,9 @@ UNREADABLE_RETRY = timedelta(seconds=5)
 class RetryPolicy:
     """Exponential backoff between failed attempts, capped."""
 
-    initial: timedelta = timedelta(seconds=1)
-    maximum: timedelta = timedelta(minutes=5)
-    multiplier: float = 2.0
+    initial: timedelta = defaults.RETRY_INITIAL
+    maximum: timedelta = defaults.RETRY_MAXIMUM
+    multiplier: float = defaults.RETRY_MULTIPLIER
 
     def delay(self, failed_attempt: int, key: str = "") -> timedelta:
         """Delay before the attempt after ``failed_attempt`` (1-based).

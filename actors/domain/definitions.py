@@ -6,6 +6,14 @@ catalog stores what :func:`encode_job` writes. The format carries a version:
 a row without one is version 1 (rows written before the field existed); a
 newer version than this build reads is refused with a clear error rather
 than guessed at.
+
+A field a stored definition lacks reads as its default, the one the config
+file and the domain have (actors.domain.defaults). Every claimd build has
+written every field but the secret ones (``secret_env``, ``secret_headers``:
+absent means none), so this matters only for a row written by other means;
+before the defaults were declared once, such a row without ``expect_status``
+read as ``(200,)`` where the config's default was 200, 201, 202 and 204, and
+now reads as the latter too.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
+from actors.domain import defaults
 from actors.domain.attempts import RetryPolicy
 from actors.domain.jobs import (
     Catchup,
@@ -79,15 +88,20 @@ def decode_job(name: str, data: Mapping[str, Any] | str, enabled: bool = True) -
         catchup=Catchup(data["catchup"]),
         catchup_window=_millis(data["catchup_window_ms"]),
         starting_deadline=None if deadline is None else _millis(deadline),
-        jitter=_millis(data.get("jitter_ms", 0)),
+        jitter=_millis(data.get("jitter_ms", _ms(defaults.JITTER))),
         retry=shared(
             RetryPolicy(
-                initial=_millis(retry.get("initial_ms", 1000)),
-                maximum=_millis(retry.get("maximum_ms", 300_000)),
-                multiplier=float(retry.get("multiplier", 2.0)),
+                initial=_millis(retry.get("initial_ms", _ms(defaults.RETRY_INITIAL))),
+                maximum=_millis(retry.get("maximum_ms", _ms(defaults.RETRY_MAXIMUM))),
+                multiplier=float(retry.get("multiplier", defaults.RETRY_MULTIPLIER)),
             )
         ),
     )
+
+
+def _ms(value: timedelta) -> int:
+    """A default duration as the stored definitions write it: whole milliseconds."""
+    return int(value.total_seconds() * 1000)
 
 
 @lru_cache(maxsize=1024)
@@ -112,11 +126,13 @@ def decode_executor(data: Mapping[str, Any]) -> ExecutorSpec:
     if kind == "http":
         return HttpSpec(
             url=str(data["url"]),
-            method=str(data.get("method", "POST")),
+            method=str(data.get("method", defaults.HTTP_METHOD)),
             headers=dict(data.get("headers") or {}),
             body=data.get("body"),
             secret_headers=dict(data.get("secret_headers") or {}),
-            expect_status=tuple(int(s) for s in data.get("expect_status", (200,))),
+            expect_status=tuple(
+                int(s) for s in data.get("expect_status", defaults.HTTP_EXPECT_STATUS)
+            ),
         )
     raise ValueError(f"unknown executor kind {kind!r}")
 
@@ -131,7 +147,7 @@ def decode_schedule(data: Mapping[str, Any]) -> CronSchedule | IntervalSchedule:
     """The schedule part of a stored definition (shared with every job that has the same)."""
     key: tuple[str, str] | int
     if "cron" in data:
-        key = (str(data["cron"]), str(data.get("timezone", "UTC")))
+        key = (str(data["cron"]), str(data.get("timezone", defaults.TIMEZONE)))
     else:
         key = int(data["every_us"])
     schedule = _SCHEDULES.get(key)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from actors.domain import defaults
 from actors.domain.attempts import RetryPolicy
 from actors.domain.schedule import CronSchedule, IntervalSchedule
 
@@ -62,15 +63,17 @@ class HttpSpec:
     """Send an HTTP request carrying the run's idempotency key."""
 
     url: str
-    method: str = "POST"
+    method: str = defaults.HTTP_METHOD
     headers: Mapping[str, str] = field(default_factory=dict)
     body: str | None = None
-    expect_status: tuple[int, ...] = (200, 201, 202, 204)
+    expect_status: tuple[int, ...] = defaults.HTTP_EXPECT_STATUS
     secret_headers: Mapping[str, str] = field(default_factory=dict)  # header -> env var
     kind: str = "http"
 
 
 ExecutorSpec = ShellSpec | PythonSpec | HttpSpec
+DEFAULT_OVERLAP = Overlap(defaults.OVERLAP)
+DEFAULT_CATCHUP = Catchup(defaults.CATCHUP)
 
 
 def executor_to_dict(spec: ExecutorSpec) -> dict[str, Any]:
@@ -106,14 +109,15 @@ class Job:
     name: str
     schedule: CronSchedule | IntervalSchedule
     executor: ExecutorSpec
-    timeout: timedelta = timedelta(hours=1)
-    max_attempts: int = 3
-    enabled: bool = True
-    overlap: Overlap = Overlap.ALLOW
-    catchup: Catchup = Catchup.ALL
-    catchup_window: timedelta = timedelta(hours=1)
+    # Every default here is actors.domain.defaults' (the config reads the same).
+    timeout: timedelta = defaults.TIMEOUT
+    max_attempts: int = defaults.MAX_ATTEMPTS
+    enabled: bool = defaults.ENABLED
+    overlap: Overlap = DEFAULT_OVERLAP
+    catchup: Catchup = DEFAULT_CATCHUP
+    catchup_window: timedelta = defaults.CATCHUP_WINDOW
     starting_deadline: timedelta | None = None
-    jitter: timedelta = timedelta(0)
+    jitter: timedelta = defaults.JITTER
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     # The fingerprint, once computed (a digest of the definition's JSON: the
     # sync and the materializer each ask for 100,000 of them at start).

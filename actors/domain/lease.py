@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from actors.domain import defaults
 from actors.domain.durations import format_duration
 from actors.domain.errors import LeaseInvariantViolated
 
@@ -84,7 +85,7 @@ def check_lease_invariant(settings: LeaseSettings) -> None:
 
 
 DEFAULT_LEASE = LeaseSettings(
-    lease=timedelta(seconds=120), ack_wait=timedelta(seconds=5), max_deliver=5
+    lease=defaults.LEASE, ack_wait=defaults.ACK_WAIT, max_deliver=defaults.MAX_DELIVER
 )
 # The shipped defaults are checked when the module is imported: a default
 # that breaks the invariant cannot ship.
@@ -279,11 +280,7 @@ def check_timeout_budget(budget: TimeoutBudget) -> None:
 
 
 # How long before its instant a run is claimed by default (then held by its worker).
-# Long enough for a herd (10,000 runs of one instant on a 2-core machine: claim,
-# publish and fetch take 1-3 s there) to be in its workers' hands at the
-# instant, so that only the start statements stand between the instant and the
-# executions.
-DEFAULT_CLAIM_AHEAD = timedelta(seconds=5)
+DEFAULT_CLAIM_AHEAD = defaults.CLAIM_AHEAD
 
 DEFAULT_TIMEOUTS = TimeoutBudget.from_settings(
     DEFAULT_LEASE.lease,

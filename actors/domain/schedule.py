@@ -23,6 +23,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from actors.domain import defaults
 from actors.domain.cron import CronExpression, parse_cron
 from actors.domain.durations import format_duration
 from actors.domain.errors import InvalidSchedule
@@ -136,7 +137,7 @@ class CronSchedule:
     """
 
     expression: str
-    timezone: str = "UTC"
+    timezone: str = defaults.TIMEZONE
 
     def __post_init__(self) -> None:
         zone = load_zone(self.timezone)

@@ -10,14 +10,14 @@ the proof of the distributed behaviour.
 - ``stores``: the store by role (planning, claiming, the worker's, reaping, operating);
 - ``operator``: the operator side's store (its reads and its recorded actions);
 - ``dispatch``: the broker and the worker's inbox;
-- ``execution``: the executor and the clocks.
+- ``execution``: the executor and the clocks (one that can jump says so).
 
 Every name is exported here: ``from actors.ports import X`` is the way in.
 """
 
 from actors.ports.dispatch import Broker, Delivery, Inbox, ReplicaBroker
 from actors.ports.errors import InboxSilent, Outage, RecordRejected, StoreUnavailable
-from actors.ports.execution import Callback, Clock, DatabaseTime, Executor
+from actors.ports.execution import Callback, Clock, DatabaseTime, Executor, MovingClock
 from actors.ports.messages import (
     ClusterReading,
     Completion,
@@ -84,6 +84,7 @@ __all__ = [
     "JobRecord",
     "JobState",
     "Materialized",
+    "MovingClock",
     "NotStarted",
     "OperatingStore",
     "OperatorActions",

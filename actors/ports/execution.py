@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from actors.domain import ExecutionResult, ExecutorSpec, RunContext
 
@@ -26,6 +26,14 @@ class Clock(Protocol):
     """Wall-clock time, injectable so that schedules are tested without waiting."""
 
     def now(self) -> datetime: ...
+
+
+@runtime_checkable
+class MovingClock(Clock, Protocol):
+    """A clock whose now() can jump (a test moved it, a skew re-measured), and says so:
+    a wait computed from it is computed again (actors/until_due.py)."""
+
+    def on_moved(self, callback: Callable[[], None]) -> None: ...
 
 
 class DatabaseTime(Protocol):

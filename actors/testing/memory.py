@@ -27,12 +27,27 @@ __all__ = ["InMemoryBroker", "InMemoryRunStore", "ManualClock", "Sink"]
 
 @dataclass
 class ManualClock:
-    """Time that moves only when a test moves it."""
+    """Time that moves only when a test moves it (``advance``, or ``current`` set).
+
+    A MovingClock: every move calls the callbacks given to ``on_moved``, so that
+    what waits for an instant on this clock (a worker holding runs claimed
+    ahead) sees the jump at once instead of sleeping out a wait computed before it.
+    """
 
     current: datetime = field(default_factory=lambda: datetime(2026, 1, 1, tzinfo=UTC))
+    moved: list[Callable[[], None]] = field(default_factory=list, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        super().__setattr__(name, value)
+        if name == "current":
+            for callback in getattr(self, "moved", ()):
+                callback()
 
     def now(self) -> datetime:
         return self.current
+
+    def on_moved(self, callback: Callable[[], None]) -> None:
+        self.moved.append(callback)
 
     def advance(self, by: timedelta) -> datetime:
         self.current += by

@@ -17,7 +17,7 @@ from actors.clock import DatabaseClock
 from actors.observability import DependencyHealth
 from actors.operator import OperatorService
 from actors.ports import Clock, Executor, Inbox, ReplicaBroker, ReplicaStore, WorkerStore
-from actors.testing.memory import InMemoryBroker, InMemoryRunStore
+from actors.testing.memory import InMemoryBroker, InMemoryRunStore, ManualClock
 from actors.testing.memory_inbox import MemoryInbox
 from actors.testing.memory_operator import InMemoryOperatorStore
 
@@ -68,7 +68,17 @@ class MemoryAdapters:
         return self.executor_
 
     def database_clock(self, store: ReplicaStore) -> DatabaseClock:
-        return DatabaseClock(store, local=self.local_clock or self.store.clock)
+        local = self.local_clock or self.store.clock
+        if not isinstance(local, ManualClock):
+            return DatabaseClock(store, local=local)
+        # Round trips timed on the manual clock too, where they take no time. Timed
+        # on the real monotonic clock, each read "measured" a skew of half a real
+        # round trip between the store's clock and itself: the estimate stayed a
+        # microsecond behind the store's clock, which only the test moves, so a run
+        # held until its instant never came due on it, and the worker's hold spun
+        # until some read happened to round its round trip to zero (1-5 s of real
+        # time, more on a loaded machine).
+        return DatabaseClock(store, local=local, monotonic=lambda: local.now().timestamp())
 
     def pending_listener(
         self, store: ReplicaStore, on_pending: Callable[[datetime], None]

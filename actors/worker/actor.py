@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from actors.flow import Probe
 from actors.observability import get_logger
-from actors.ports import Clock, Delivery, Executor, Inbox, Outage, WorkerStore
+from actors.ports import Clock, Delivery, Executor, Inbox, MovingClock, Outage, WorkerStore
 from actors.worker.completing import Completer
 from actors.worker.executing import Execution
 from actors.worker.heartbeat import Heartbeat, InFlight, Keeping
@@ -79,6 +79,9 @@ class Worker:
             executor.runs_inline,
         )
         self.completer = Completer(store, self.holding, self.keeping)
+        if isinstance(clock, MovingClock):
+            # A held run waits for its instant on this clock: a jump must end that wait.
+            clock.on_moved(self.starter.until_due.clock_moved)
 
     @property
     def in_flight(self) -> dict[Key, InFlight]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from actors.config import Settings
-from actors.domain import DEFAULT_LEASE
+from actors.domain import DEFAULT_LEASE, defaults
 
 DEFAULT_MAX_HOLD = DEFAULT_LEASE.max_hold()
 
@@ -22,7 +22,7 @@ class WorkerSettings:
     # The longest a run claimed ahead is held before it is tried (lease / 8).
     max_hold: timedelta = DEFAULT_MAX_HOLD
     # Async python callables executing at once, at most (their own pool).
-    inline_concurrency: int = 10_000
+    inline_concurrency: int = defaults.WORKER_ASYNC_CONCURRENCY
     # A held delivery tells the broker it is still held this often (ack_wait / 3).
     keep_held_alive: timedelta = DEFAULT_LEASE.ack_wait / 3
     # A database call unanswered this long is failing (None: a quarter of the

@@ -36,6 +36,7 @@ import pytest
 from nats.js import api
 
 from actors.config import LoadedConfig
+from actors.observability.metrics import ACTORS
 from tests import servers
 from tests.integration.helpers import Replicas, eventually, free_port, scrape
 
@@ -372,6 +373,14 @@ async def test_a_read_only_database_is_one_outage_per_replica_not_one_per_call(
                 "refused_end_lines": ev["postgres accepts writes again"],
                 "unreachable_lines": ev["postgres unreachable"],
                 "reachable_again_lines": ev["postgres reachable again"],
+                "actor_outage_lines": ev["server unavailable; actor restarts when it is back"],
+                "actor_back_lines": ev["actor running again after a server outage"],
+                "actor_restarts": sum(
+                    [
+                        await cluster.sample(r, "claimd_actor_outages_total", actor=actor)
+                        for actor in ACTORS
+                    ]
+                ),
             }
         report("database read-only", rows)
     finally:
@@ -390,3 +399,7 @@ async def test_a_read_only_database_is_one_outage_per_replica_not_one_per_call(
         assert row["reconnects_counted"] == row["unreachable_lines"], (r, row)
         assert row["up_during"] == 1, (r, row)
         assert row["writable_during"] == 0, (r, row)
+        # An actor restarted again and again inside the outage says so once (at
+        # most once per actor), every restart counted.
+        assert row["actor_outage_lines"] <= len(ACTORS), (r, row)
+        assert row["actor_restarts"] > row["actor_outage_lines"], (r, row)

@@ -20,6 +20,7 @@ from structlog.testing import capture_logs
 
 from actors.clock import DatabaseClock
 from actors.domain import Catchup, IntervalSchedule, Job, PythonSpec, plan_materialization
+from actors.testing.memory import ManualClock
 
 DB_T0 = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -102,6 +103,27 @@ async def test_the_warning_is_rate_limited_and_absent_under_the_threshold() -> N
     assert len(warnings) == 2
     assert warnings[0]["skew_s"] == pytest.approx(5.0)
     assert warnings[0]["threshold_s"] == 2.0
+
+
+async def test_the_estimate_says_when_it_jumps_and_only_then() -> None:
+    # What waits for an instant on the estimate (a worker's held runs) waits on the
+    # monotonic clock: it is told when a read moves the skew, or the local clock jumps.
+    local, mono = Local(timedelta(0)), Monotonic()
+    clock = DatabaseClock(FakeStore(local, mono, round_trip=0.01), local=local, monotonic=mono)
+    moved: list[datetime] = []
+    clock.on_moved(lambda: moved.append(clock.now()))
+    await clock.read()
+    await clock.read()
+    assert moved == []  # the same skew: nothing moved
+    local.offset = timedelta(seconds=3)  # the host's clock stepped
+    await clock.read()
+    assert len(moved) == 1
+    manual = ManualClock(current=DB_T0)
+    tied = DatabaseClock(FakeStore(local, mono, round_trip=0.01), local=manual, monotonic=mono)
+    tied.on_moved(lambda: moved.append(tied.now()))
+    manual.advance(timedelta(seconds=10))
+    manual.current = DB_T0
+    assert moved[1:] == [DB_T0 + timedelta(seconds=10), DB_T0]
 
 
 # -- replicas planning on one clock, simulated ---------------------------------------------

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from prometheus_client import REGISTRY
+from structlog.testing import capture_logs
 
 from actors.flow import Backoff
 from actors.ports import StoreUnavailable
 from actors.supervisor import ActorGaveUp, supervise
+from tests.unit.memory_world import until
 
 FAST = Backoff(initial=0.001, maximum=0.002)
 
@@ -57,6 +60,53 @@ async def test_outages_are_waited_out_however_many_and_never_give_up() -> None:
         outage_backoff=Backoff(initial=0.001, maximum=0.002),
     )
     assert calls == 21
+
+
+async def test_restarts_inside_one_outage_are_said_once_and_counted_when_it_ends() -> None:
+    # A read-only database: the actor stops on its first write every time it is
+    # restarted. One line when the outage begins for it, one when it is over.
+    calls = 0
+    fail_again = asyncio.Event()
+
+    async def writes_refused() -> None:
+        nonlocal calls
+        calls += 1
+        if calls in (1, 2, 3, 5, 6):
+            raise StoreUnavailable("cannot execute INSERT in a read-only transaction")
+        if calls == 4:  # runs until the test lets the outage come back
+            await fail_again.wait()
+            raise StoreUnavailable("cannot execute INSERT in a read-only transaction")
+
+    def outages() -> float:
+        return REGISTRY.get_sample_value("claimd_actor_outages_total", {"actor": "worker"}) or 0.0
+
+    counted = outages()
+    with capture_logs() as logs:
+
+        def warnings() -> list[str]:
+            return [e["event"] for e in logs if e["log_level"] == "warning"]
+
+        task = asyncio.create_task(
+            supervise(
+                "worker",
+                writes_refused,
+                outage_backoff=Backoff(initial=0.001, maximum=0.002),
+                settled_after=0.05,
+            )
+        )
+        await until(lambda: len(warnings()) == 2, "the first outage over")
+        fail_again.set()
+        await asyncio.wait_for(task, 5)
+    said = [e for e in logs if e["log_level"] == "warning"]
+    assert [(e["event"], e.get("restarts"), e.get("how")) for e in said] == [
+        ("server unavailable; actor restarts when it is back", None, None),
+        ("actor running again after a server outage", 3, "ran"),
+        ("server unavailable; actor restarts when it is back", None, None),
+        ("actor running again after a server outage", 3, "finished"),
+    ]
+    assert {e["name"] for e in said} == {"worker"}
+    assert "read-only" in said[1]["error"]
+    assert outages() - counted == 6  # every restart counted
 
 
 class SteppingClock:

@@ -12,6 +12,7 @@ import pytest
 
 from actors.domain import StartRefusal
 from actors.ports import DispatchMessage
+from actors.testing.memory import ManualClock
 from tests.fakes import T0
 from tests.unit.worker_rig import Rig, until
 
@@ -46,6 +47,24 @@ async def test_runs_of_one_instant_start_together_when_the_database_clock_reache
         rig.clock.current = instant
         await until(lambda: len(rig.store.starts) == 2, "the instant started")
         assert started(rig)[1] == ["a", "b"]  # one statement for the instant
+    finally:
+        await rig.stopped()
+
+
+async def test_a_jump_of_the_database_clock_ends_the_wait_for_a_held_run() -> None:
+    # The hold waits on the monotonic clock for a delay computed from the database
+    # clock's estimate, and between keep-alives it has no other reason to look
+    # again: a jump of the estimate (a skew re-measured, a test's clock moved) must
+    # end that wait, or the run, already due, waits out the delay.
+    clock = ManualClock(current=T0)
+    rig = Rig(clock, max_hold=timedelta(hours=2), keep_held_alive=timedelta(hours=1))
+    rig.executor.finish.set()
+    rig.inbox.put(message("later", T0 + timedelta(hours=1)))
+    rig.start()
+    try:
+        await until(lambda: len(rig.worker.starter.until_due) == 1, "held")
+        clock.advance(timedelta(hours=1))
+        await until(lambda: ("start", "later") in rig.store.events, "started at its instant")
     finally:
         await rig.stopped()
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from actors.testing.memory import ManualClock
 from actors.testing.memory_inbox import MemoryInbox
 from actors.worker import Worker, WorkerSettings
 from tests.fakes import FixedClock, GatedExecutor, WorkerStore
@@ -33,12 +34,12 @@ class Seconds:
 
 
 class Rig:
-    def __init__(self, **settings: Any) -> None:
+    def __init__(self, clock: FixedClock | ManualClock | None = None, **settings: Any) -> None:
         self.store = WorkerStore()
         self.seconds = Seconds()
         self.inbox = MemoryInbox(ack_wait=30.0, clock=self.seconds)
         self.executor = GatedExecutor()
-        self.clock = FixedClock()
+        self.clock = clock or FixedClock()
         self.stop = asyncio.Event()
         fields: dict[str, Any] = {
             "worker_id": "w",
