@@ -1,6 +1,6 @@
 """The composition root of the operator's commands: the one place their store is named.
 
-``actors.operator_cli`` speaks to the operator's port only (an import-linter
+``actors.cli.operator`` speaks to the operator's port only (an import-linter
 contract keeps it so); `claimd` hands it this opener, which builds the
 PostgreSQL adapter of that port on a small pool of its own.
 """

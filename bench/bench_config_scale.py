@@ -73,13 +73,13 @@ def _rss_mb() -> tuple[float, float]:
 
 async def measure(n_jobs: int, trace: bool) -> dict[str, Any]:
     """One size, in this process: the times, and what is kept."""
-    from actors.clock import DatabaseClock
-    from actors.cluster_metrics import ClusterMetrics
     from actors.config import load_config
-    from actors.materializer import Materializer
     from actors.observability import init_job_series, init_series, per_job_histograms
     from actors.observability.exposition import render
+    from actors.replica.cluster_reader import ClusterMetrics
     from actors.replica.reload import JobsConfig
+    from actors.scheduling.database_clock import DatabaseClock
+    from actors.scheduling.materializer import Materializer
 
     herd = min(HERD, n_jobs)
     result: dict[str, Any] = {"jobs": n_jobs}

@@ -1,4 +1,4 @@
-"""End to end: one ``actors.app.Replica`` in one process, every actor, real servers.
+"""End to end: one ``actors.replica.Replica`` in one process, every actor, real servers.
 
 Runs ``--jobs`` python jobs (a no-op, ``bench.common:noop``; ``--job async`` for
 the async one) every ``--every`` for ``--warmup`` + ``--duration`` seconds,
@@ -38,9 +38,9 @@ if __package__ in (None, ""):
 
 from prometheus_client import REGISTRY
 
-from actors.app import Replica
 from actors.domain import parse_duration
 from actors.observability import configure_logging
+from actors.replica import Replica
 from bench.common import (
     Row,
     bench_schema,

@@ -1,6 +1,6 @@
 """Start lag: one replica, N jobs every second, the previous configuration against the new.
 
-Each configuration runs one ``actors.app.Replica`` (every actor, real servers)
+Each configuration runs one ``actors.replica.Replica`` (every actor, real servers)
 in a subprocess of its own, with ``--jobs`` async no-op python jobs
 (``bench.common:anoop``) every ``--every`` (interval schedules are anchored at
 the epoch, so all the jobs share each instant: N runs per instant), for
@@ -43,8 +43,8 @@ if __package__ in (None, ""):
 
 from prometheus_client import REGISTRY
 
-from actors.app import Replica
 from actors.observability import configure_logging
+from actors.replica import Replica
 from bench.common import (
     Row,
     bench_schema,

@@ -6,7 +6,7 @@ the reaper; the heartbeat; the cluster figures /metrics reads, here every
 ``--scrape-every`` seconds) should cost the
 same whatever the number of jobs and the size of the materialized horizon:
 each one touches only the rows that can change its answer. This benchmark runs
-a real ``actors.app.Replica`` per job count, each in a subprocess of its own,
+a real ``actors.replica.Replica`` per job count, each in a subprocess of its own,
 against a PRIVATE PostgreSQL started for it (pg_stat_statements needs
 ``shared_preload_libraries``, which the shared server is not asked to change),
 and the shared NATS. After the horizon is materialized and a warm-up, the
@@ -42,10 +42,10 @@ import asyncpg
 
 from actors.adapters.postgres import PostgresRunStore
 from actors.adapters.postgres import statements as statement_package
-from actors.app import Replica
 from actors.domain import parse_duration
-from actors.materializer import Materializer
 from actors.observability import configure_logging
+from actors.replica import Replica
+from actors.scheduling.materializer import Materializer
 from bench.common import (
     bench_schema,
     delete_stream,

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 from nats.aio.msg import Msg
 
 from actors.adapters.nats import PoisonMessage, decode, delivery_count
-from actors.flow import Probe
 from actors.observability import POISON_MESSAGES, get_logger
+from actors.pacing import Probe
 from actors.ports import DispatchMessage, InboxSilent
 
 log = get_logger("worker")

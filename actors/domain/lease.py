@@ -56,7 +56,7 @@ class LeaseSettings:
         An eighth of the lease (15 s at the default 120 s): the claim's lease
         covers the hold with room for every other term of the invariant. The
         held message is kept from redelivery by ``in_progress`` every
-        ``ack_wait / 3`` (see ``actors/until_due.py``). ``claim_ahead`` may not
+        ``ack_wait / 3`` (see ``actors/worker/claimed_ahead.py``). ``claim_ahead`` may not
         exceed it.
         """
         return self.lease / 8

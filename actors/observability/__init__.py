@@ -14,7 +14,7 @@ The rooms: ``logs`` (structlog and redaction), ``metrics`` (the series and
 the dependency gauges), ``cluster`` (the cluster-wide gauges' collector).
 """
 
-from actors.observability.cluster import (
+from actors.observability.cluster_gauges import (
     CLUSTER,
     CLUSTER_NOTE,
     ClusterCollector,

@@ -4,7 +4,7 @@ With 10,000 jobs the per-job families are ~480,000 samples. Through
 prometheus_client's exposition each becomes a ``Sample`` object with a labels
 dict before it is formatted: a scrape took 10 s of CPU (past Prometheus's
 default scrape timeout) and left the process at 337 MB. The per-job
-collectors (``job_series``, the cluster gauges) therefore write their text
+collectors (``per_job_metrics``, the cluster gauges) therefore write their text
 lines themselves, from their plain numbers, in the format prometheus_client
 writes (the unit tests parse both and compare them sample for sample);
 ``collect()`` still yields the same families for anything else that asks

@@ -15,8 +15,8 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, Info
 
 from actors.domain import Outcome
 from actors.observability.exposition import writes_own_text
-from actors.observability.job_series import JobCounter, JobHistogram
 from actors.observability.logs import get_logger, redact
+from actors.observability.per_job_metrics import JobCounter, JobHistogram
 
 # --- metrics -------------------------------------------------------------------
 
@@ -51,7 +51,7 @@ PLANNING_JOBS = Gauge(
     "claimd_materializer_jobs", "Jobs this replica's materializer keeps a plan for"
 )
 # Per-job series (created for every job at start: init_job_series) are kept
-# compact (actors.observability.job_series): 10,000 jobs would otherwise hold
+# compact (actors.observability.per_job_metrics): 10,000 jobs would otherwise hold
 # 150 MB of prometheus_client objects.
 RUNS_MISSED = _per_job(
     JobCounter(

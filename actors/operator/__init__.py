@@ -17,11 +17,11 @@ from actors.operator.errors import (
     Unavailable,
     Unprocessable,
 )
-from actors.ports import Actor
+from actors.ports import Caller
 
 __all__ = [
-    "Actor",
     "BadInput",
+    "Caller",
     "Forbidden",
     "NotFound",
     "NothingToDo",

@@ -30,7 +30,7 @@ from actors.operator.shapes import (
     schedule_of,
     zone_named,
 )
-from actors.ports import Actor, Recorded, Unchanged, UnknownJob
+from actors.ports import Caller, Recorded, Unchanged, UnknownJob
 
 log = get_logger("operator")
 
@@ -39,11 +39,11 @@ class OperatorService(OperatorReads):
     """Reads and actions over the operator's port, as the CLI and the API offer them."""
 
     async def _record_refusal(
-        self, actor: Actor, action: str, error: OperatorError, **fields: Any
+        self, actor: Caller, action: str, error: OperatorError, **fields: Any
     ) -> None:
         await self.history.record_action(actor, action, ok=False, result=str(error), **fields)
 
-    async def pause(self, actor: Actor, job: str) -> dict[str, Any]:
+    async def pause(self, actor: Caller, job: str) -> dict[str, Any]:
         message = f"paused {job}"
         done = await self.history.pause(actor, job, result=message)
         if isinstance(done, Recorded):
@@ -51,7 +51,7 @@ class OperatorService(OperatorReads):
         await self._refuse_unchanged(actor, "pause", job, done, None)
 
     async def resume(
-        self, actor: Actor, job: str, paused_instants: str | None = None
+        self, actor: Caller, job: str, paused_instants: str | None = None
     ) -> dict[str, Any]:
         """Undo pause; ``paused_instants`` says what becomes of the instants due meanwhile.
 
@@ -82,7 +82,7 @@ class OperatorService(OperatorReads):
 
     async def _refuse_unchanged(
         self,
-        actor: Actor,
+        actor: Caller,
         action: str,
         job: str,
         why: Unchanged,
@@ -96,7 +96,7 @@ class OperatorService(OperatorReads):
         await self._record_refusal(actor, action, error, job=job, arguments=arguments)
         raise error
 
-    async def trigger(self, actor: Actor, job: str, at: str | None = None) -> dict[str, Any]:
+    async def trigger(self, actor: Caller, job: str, at: str | None = None) -> dict[str, Any]:
         """A run of ``job`` for the instant ``at`` (default: the database's now), due now.
 
         Only an instant at or before now on the database's clock, and not before
@@ -158,7 +158,7 @@ class OperatorService(OperatorReads):
 
     async def backfill(
         self,
-        actor: Actor,
+        actor: Caller,
         job: str,
         start: str,
         end: str,
@@ -220,7 +220,7 @@ class OperatorService(OperatorReads):
             extra={"added": done.added, "existing": done.existing, "instants": done.instants},
         )
 
-    async def cancel(self, actor: Actor, run_id: str) -> dict[str, Any]:
+    async def cancel(self, actor: Caller, run_id: str) -> dict[str, Any]:
         """Cancel a pending or running run; a finished one is left as it is."""
         try:
             ident = run_id_of(run_id)
@@ -251,7 +251,7 @@ class OperatorService(OperatorReads):
     @staticmethod
     def _done(
         recorded: Recorded,
-        actor: Actor,
+        actor: Caller,
         action: str,
         message: str,
         *,

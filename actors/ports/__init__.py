@@ -31,8 +31,8 @@ from actors.ports.messages import (
 )
 from actors.ports.operator import (
     ActionRecord,
-    Actor,
     AttemptRecord,
+    Caller,
     Cancelled,
     HistoryReader,
     JobOverview,
@@ -63,10 +63,10 @@ from actors.ports.stores import (
 
 __all__ = [
     "ActionRecord",
-    "Actor",
     "AttemptRecord",
     "Broker",
     "Callback",
+    "Caller",
     "Cancelled",
     "ClaimingStore",
     "Clock",

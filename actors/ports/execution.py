@@ -31,7 +31,7 @@ class Clock(Protocol):
 @runtime_checkable
 class MovingClock(Clock, Protocol):
     """A clock whose now() can jump (a test moved it, a skew re-measured), and says so:
-    a wait computed from it is computed again (actors/until_due.py)."""
+    a wait computed from it is computed again (actors/worker/claimed_ahead.py)."""
 
     def on_moved(self, callback: Callable[[], None]) -> None: ...
 

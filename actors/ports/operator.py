@@ -32,7 +32,7 @@ PausedSpan = tuple[datetime, datetime | None]
 
 
 @dataclass(frozen=True)
-class Actor:
+class Caller:
     """Who asked for an action, and how."""
 
     name: str  # OS user or --actor (CLI), the token's name (API)
@@ -275,7 +275,7 @@ class OperatorActions(Protocol):
 
     async def record_action(
         self,
-        actor: Actor,
+        actor: Caller,
         action: str,
         *,
         job: str | None = None,
@@ -287,14 +287,14 @@ class OperatorActions(Protocol):
         """Write one row of the action log (a refusal, a backfill done, a reload)."""
         ...
 
-    async def pause(self, actor: Actor, job: str, *, result: str) -> Recorded | Unchanged:
+    async def pause(self, actor: Caller, job: str, *, result: str) -> Recorded | Unchanged:
         """Pause ``job`` and record it with ``result``, in one transaction; or why
         nothing changed (and nothing was recorded)."""
         ...
 
     async def resume(
         self,
-        actor: Actor,
+        actor: Caller,
         job: str,
         paused_instants: PausedInstants,
         *,
@@ -312,7 +312,7 @@ class OperatorActions(Protocol):
 
     async def trigger(
         self,
-        actor: Actor,
+        actor: Caller,
         job: str,
         at: datetime,
         *,
@@ -340,7 +340,7 @@ class OperatorActions(Protocol):
         anything is written."""
         ...
 
-    async def cancel(self, actor: Actor, run_id: str, *, reason: str, result: str) -> Cancelled:
+    async def cancel(self, actor: Caller, run_id: str, *, reason: str, result: str) -> Cancelled:
         """Cancel a pending, claimed or running run and record it, in one transaction."""
         ...
 

@@ -9,8 +9,8 @@
   ``production`` builds it on PostgreSQL and NATS JetStream.
 """
 
-from actors.replica.adapters import Adapters
 from actors.replica.lifecycle import stop_bound
+from actors.replica.port_bundle import Adapters
 from actors.replica.replica import Replica
 from actors.replica.wiring import ReplicaPorts, Role, run_actors
 

@@ -19,8 +19,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from actors.domain import ClaimedRun
-from actors.flow import Backoff
 from actors.observability import get_logger, redact
+from actors.pacing import Backoff
 
 log = get_logger("replica")
 T = TypeVar("T")

@@ -22,11 +22,11 @@ from actors.adapters.postgres import (
     is_unreachable,
 )
 from actors.adapters.postgres.notify import PendingRunsListener
-from actors.clock import DatabaseClock
 from actors.config import Settings
 from actors.observability import DependencyHealth, get_logger
 from actors.operator import OperatorService
 from actors.ports import Executor, Inbox, Outage, ReplicaBroker, ReplicaStore, WorkerStore
+from actors.scheduling.database_clock import DatabaseClock
 
 log = get_logger("replica")
 

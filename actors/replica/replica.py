@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from actors.api import OperatorApi
 from actors.config import LoadedConfig
 from actors.domain import Job
-from actors.http import build_app, serve
+from actors.http.api import OperatorApi
+from actors.http.server import build_app, serve
 from actors.observability import (
     get_logger,
     init_job_series,
@@ -31,7 +31,6 @@ from actors.observability import (
 )
 from actors.operator import OperatorService, Unavailable
 from actors.ports import Outage, ReplicaStore
-from actors.replica.adapters import Adapters
 from actors.replica.lifecycle import (
     EXIT_MARGIN_S,
     STOP_MARGIN_S,
@@ -43,6 +42,7 @@ from actors.replica.lifecycle import (
     stop_bound,
     until_connected,
 )
+from actors.replica.port_bundle import Adapters
 from actors.replica.reload import JobsConfig
 from actors.replica.status import ReplicaStatus
 from actors.replica.wiring import ReplicaPorts, Role, run_actors

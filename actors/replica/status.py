@@ -10,9 +10,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from actors.cluster_metrics import ClusterMetrics
 from actors.observability import DependencyHealth, DependencyState, get_logger, redact
 from actors.ports import ReplicaBroker, ReplicaStore
+from actors.replica.cluster_reader import ClusterMetrics
 
 log = get_logger("replica")
 

@@ -15,19 +15,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from actors.claimer import Claimer
-from actors.compensator import Compensator
 from actors.config import Settings
-from actors.dispatcher import Dispatcher
 from actors.domain import ClaimedRun, Job
-from actors.flow import BrokerGate, ClaimedBatch, Probe
-from actors.materializer import Materializer
 from actors.observability import get_logger
+from actors.pacing import BrokerGate, ClaimedBatch, Probe
 from actors.ports import ReplicaBroker, ReplicaStore
-from actors.reaper import Reaper
-from actors.replica.adapters import Adapters
 from actors.replica.lifecycle import release_within
-from actors.supervisor import supervise
+from actors.replica.port_bundle import Adapters
+from actors.scheduling.claimer import Claimer
+from actors.scheduling.compensator import Compensator
+from actors.scheduling.dispatcher import Dispatcher
+from actors.scheduling.materializer import Materializer
+from actors.scheduling.reaper import Reaper
+from actors.scheduling.supervisor import supervise
 from actors.worker import Worker, WorkerSettings
 
 log = get_logger("replica")

@@ -18,7 +18,7 @@ from typing import Any
 from actors.domain import RunState, decode_job, format_duration
 from actors.domain.backfill import BackfillProgress, plan_backfill
 from actors.domain.pause import PausedInstants, instants_between, paused_gaps, skipped_reason
-from actors.ports import Actor, Cancelled, Recorded, Resumed, Unchanged, UnknownJob
+from actors.ports import Caller, Cancelled, Recorded, Resumed, Unchanged, UnknownJob
 from actors.testing.memory_history import InMemoryHistory
 from actors.testing.memory_rows import JobRow
 
@@ -31,7 +31,7 @@ class InMemoryOperatorStore(InMemoryHistory):
 
     async def record_action(
         self,
-        actor: Actor,
+        actor: Caller,
         action: str,
         *,
         job: str | None = None,
@@ -54,7 +54,7 @@ class InMemoryOperatorStore(InMemoryHistory):
         )
         return Recorded(row["id"], row["at"])
 
-    async def pause(self, actor: Actor, job: str, *, result: str) -> Recorded | Unchanged:
+    async def pause(self, actor: Caller, job: str, *, result: str) -> Recorded | Unchanged:
         """LOCK_JOB, SET_PAUSED (a pause hands back the claims), RECORD_ACTION."""
         self.store._now()
         row = self.store.jobs.get(job)
@@ -67,7 +67,7 @@ class InMemoryOperatorStore(InMemoryHistory):
 
     async def resume(
         self,
-        actor: Actor,
+        actor: Caller,
         job: str,
         paused_instants: PausedInstants,
         *,
@@ -147,7 +147,7 @@ class InMemoryOperatorStore(InMemoryHistory):
 
     async def trigger(
         self,
-        actor: Actor,
+        actor: Caller,
         job: str,
         at: datetime,
         *,
@@ -191,7 +191,7 @@ class InMemoryOperatorStore(InMemoryHistory):
                 progress(done)
         return done
 
-    async def cancel(self, actor: Actor, run_id: str, *, reason: str, result: str) -> Cancelled:
+    async def cancel(self, actor: Caller, run_id: str, *, reason: str, result: str) -> Cancelled:
         """CANCEL_RUN (the lease taken away), RUN_JOB, RECORD_ACTION; else RUN_STATE."""
         now = self.store._now()
         run = self.store.runs.get(run_id)

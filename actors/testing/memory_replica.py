@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from actors.clock import DatabaseClock
 from actors.observability import DependencyHealth
 from actors.operator import OperatorService
 from actors.ports import Clock, Executor, Inbox, ReplicaBroker, ReplicaStore, WorkerStore
+from actors.scheduling.database_clock import DatabaseClock
 from actors.testing.memory import InMemoryBroker, InMemoryRunStore, ManualClock
 from actors.testing.memory_inbox import MemoryInbox
 from actors.testing.memory_operator import InMemoryOperatorStore

@@ -12,8 +12,8 @@ import contextlib
 import time
 from collections.abc import Sequence
 
-from actors.flow import Probe
 from actors.observability import get_logger
+from actors.pacing import Probe
 from actors.ports import Clock, Delivery, Executor, Inbox, MovingClock, Outage, WorkerStore
 from actors.worker.completing import Completer
 from actors.worker.executing import Execution

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 
 from actors.domain import AttemptVerdict, RunState
-from actors.flow import Backoff
 from actors.observability import (
     COMPLETIONS_REJECTED,
     FENCED_COMPLETIONS,
@@ -19,6 +18,7 @@ from actors.observability import (
     RUNS_FAILED_FINALLY,
     get_logger,
 )
+from actors.pacing import Backoff
 from actors.ports import Outage, RecordRejected, WorkerStore
 from actors.worker.heartbeat import COMPLETIONS, Keeping
 from actors.worker.holding import Holding, Key, Pending, quietly

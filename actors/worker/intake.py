@@ -16,8 +16,8 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
-from actors.flow import Backoff, Probe, wait_for_stop
 from actors.observability import INTAKE_PAUSED, INTAKE_PAUSES, get_logger
+from actors.pacing import Backoff, Probe, wait_for_stop
 from actors.ports import Delivery, Inbox, InboxSilent
 from actors.worker.heartbeat import Keeping
 

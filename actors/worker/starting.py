@@ -3,7 +3,7 @@
 The start path is :meth:`Starter.start`: the deliveries (decoded by the
 inbox) -> ``start_runs`` -> one execution spawned per started run; what cannot
 start is settled here. Runs claimed ahead wait until their instant first
-(actors/until_due.py): :meth:`Starter.run_until_due` starts them then.
+(actors/worker/claimed_ahead.py): :meth:`Starter.run_until_due` starts them then.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 from actors.domain import StartRefusal
 from actors.observability import DELIVERIES_SKIPPED, REDELIVERIES, get_logger
 from actors.ports import Delivery, DispatchMessage, Outage, StartedRun, WorkerStore
-from actors.until_due import UntilDue
+from actors.worker.claimed_ahead import UntilDue
 from actors.worker.heartbeat import STARTS, InFlight, Keeping
 from actors.worker.holding import Holding, Key, quietly
 from actors.worker.settings import WorkerSettings
@@ -112,7 +112,7 @@ class Starter:
         Called by the fetch loop before it fetches again, so that the next
         fetch is sized by the slots these took. Copies of runs executing or
         starting here are settled by :meth:`start_taken`; runs not yet due are
-        held (actors/until_due.py); the due ones each take a slot of their pool,
+        held (actors/worker/claimed_ahead.py); the due ones each take a slot of their pool,
         and those that find none wait in the hold, as due.
         """
         taken = Taken(self)

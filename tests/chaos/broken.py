@@ -20,9 +20,9 @@ from typing import Any, cast
 import asyncpg
 
 from actors.adapters.postgres import PostgresRunStore
-from actors.app import ProductionAdapters
 from actors.observability import get_logger
 from actors.ports import Completion, DispatchMessage, ReplicaBroker, ReplicaStore, WorkerStore
+from actors.replica.production import ProductionAdapters
 
 log = get_logger("faults")
 

@@ -15,10 +15,10 @@ import sys
 import uuid
 from pathlib import Path
 
-from actors import cli
-from actors.app import Replica, Role
+from actors.cli import main as cli
 from actors.config import ConfigError, load_config
 from actors.observability import configure_logging
+from actors.replica import Replica, Role
 from tests.chaos.broken import BrokenAdapters, Faults
 
 

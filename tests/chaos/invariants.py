@@ -71,7 +71,7 @@ class RunRow:
 
 
 def worker_pid(worker: str | None) -> int | None:
-    """A replica id is ``host:pid:suffix`` (actors.app.Replica.replica_id)."""
+    """A replica id is ``host:pid:suffix`` (actors.replica.Replica.replica_id)."""
     if not worker:
         return None
     parts = worker.split(":")

@@ -11,8 +11,8 @@ import pytest
 
 from actors.domain import Job, Plan, PlannedRun
 from actors.domain.history import Gap
-from actors.materializer import Materializer
 from actors.ports import JobState, Materialized, ReplicaStore, StoreUnavailable
+from actors.scheduling.materializer import Materializer
 from tests.contract.jobs import job
 from tests.contract.rows import Rows
 

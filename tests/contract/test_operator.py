@@ -12,13 +12,13 @@ import pytest
 from actors.adapters.postgres import PostgresOperatorStore, PostgresRunStore
 from actors.domain import ExecutionResult, Outcome, RunState
 from actors.operator import BadInput, NotFound, NothingToDo, OperatorService, Unprocessable
-from actors.ports import Actor, Completion, ReplicaStore
+from actors.ports import Caller, Completion, ReplicaStore
 from actors.testing.memory import InMemoryRunStore
 from actors.testing.memory_operator import InMemoryOperatorStore
 from tests.contract.jobs import LEASE, ago, job, message
 from tests.contract.rows import Rows
 
-ALICE = Actor("alice", "cli", "laptop")
+ALICE = Caller("alice", "cli", "laptop")
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ import pytest
 
 from actors.adapters.embedded import free_port
 from actors.adapters.postgres import PostgresRunStore
+from actors.cli.operator.connect import ENDPOINTS_FILE
 from actors.config import parse_config
-from actors.operator_cli.connect import ENDPOINTS_FILE
 from tests.e2e.helpers import (
     ClaimdProcess,
     child_env,

@@ -21,9 +21,9 @@ from actors.adapters.executors import LocalExecutor
 from actors.adapters.nats import CONSUMER, JetStreamBroker
 from actors.adapters.nats_inbox import JetStreamInbox
 from actors.adapters.postgres import PostgresRunStore
-from actors.app import Replica
 from actors.domain import ClaimedRun, CronSchedule, ExecutorSpec, Job, PythonSpec, RunContext
 from actors.ports import DispatchMessage, RunStore
+from actors.replica import Replica
 from actors.worker import Worker, WorkerSettings
 from tests.chaos import broken
 from tests.chaos.broken import Faults

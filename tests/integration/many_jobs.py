@@ -90,7 +90,7 @@ def config_toml(jobs: Fleet, *, broken: bool) -> str:
         cron = "0 25 * * *" if broken and i == EDITED else schedule.expression
         parts.append(
             f'[jobs.{name}]\ncron = "{cron}"\ntimezone = "{schedule.timezone}"\n'
-            'run = { python = "actors.examples:hello" }\n'
+            'run = { python = "actors.config.examples:hello" }\n'
         )
     if broken:
         parts.append('[jobs.zz-bad-cron]\ncron = "61 * * * *"\nrun = { shell = ["true"] }\n')

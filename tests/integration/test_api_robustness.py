@@ -1,7 +1,7 @@
 """Hostile bytes at every route of a live replica: always a JSON 4xx, never a 500 or text/plain.
 
 The routes come from the operations table the server adds its routes from
-(actors/openapi/operations.py), plus the status page's files; each path
+(actors/http/openapi/operations.py), plus the status page's files; each path
 parameter, query parameter and body is given bytes no client should send. The
 defects found by schemathesis and by hand are tests of their own below, each
 through the HTTP port.
@@ -22,7 +22,7 @@ from yarl import URL
 
 from actors.adapters.postgres import PostgresRunStore
 from actors.config import LoadedConfig
-from actors.openapi import OPERATIONS, Operation
+from actors.http.openapi import OPERATIONS, Operation
 from tests.integration.test_operator_api import FAST, JOBS, TOKEN, api
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

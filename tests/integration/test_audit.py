@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from actors.adapters.postgres import PostgresRunStore
-from actors.app import Replica
 from actors.config import LoadedConfig
 from actors.domain import IntervalSchedule, take
+from actors.replica import Replica
 from tests.e2e.helpers import child_env, claimd_command
 from tests.integration.helpers import eventually, running
 
@@ -81,7 +81,7 @@ async def test_a_clean_range_is_complete_and_a_run_deleted_by_hand_is_missing(
         """
         [jobs.tick]
         every = "1s"
-        run = { python = "actors.examples:hello" }
+        run = { python = "actors.config.examples:hello" }
 
         [jobs.broken]
         every = "1s"
@@ -164,7 +164,7 @@ async def test_instants_dropped_by_catchup_none_after_a_downtime_are_reported_dr
         [jobs.sparse]
         every = "10s"
         catchup = "none"
-        run = { python = "actors.examples:hello" }
+        run = { python = "actors.config.examples:hello" }
     """,
         **FAST,
     )

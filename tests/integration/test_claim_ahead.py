@@ -24,10 +24,10 @@ import pytest
 
 from actors.adapters.postgres import Operations, PostgresRunStore
 from actors.adapters.postgres.statements import CLAIM_DUE_RUNS
-from actors.app import Replica
 from actors.config import LoadedConfig
 from actors.domain import CronSchedule
 from actors.ports import DispatchMessage
+from actors.replica import Replica
 from tests.integration.helpers import (
     LONG_LEASE,
     RARE_CRON,

@@ -16,9 +16,9 @@ import pytest
 from prometheus_client import REGISTRY
 
 from actors.adapters.postgres import PostgresRunStore
-from actors.clock import DatabaseClock
 from actors.domain import Catchup, IntervalSchedule, Job, PythonSpec, plan_materialization
-from actors.materializer import Materializer
+from actors.scheduling.database_clock import DatabaseClock
+from actors.scheduling.materializer import Materializer
 
 pytestmark = pytest.mark.integration
 

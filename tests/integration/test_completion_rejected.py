@@ -12,9 +12,9 @@ import pytest
 
 from actors.adapters.nats import JetStreamBroker
 from actors.adapters.postgres import PostgresRunStore
-from actors.app import Replica
 from actors.config import LoadedConfig
 from actors.ports import Completion, RecordRejected
+from actors.replica import Replica
 from tests.integration.helpers import (
     RARE_CRON,
     add_job,

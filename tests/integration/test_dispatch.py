@@ -9,11 +9,11 @@ import pytest
 
 from actors.adapters.nats import JetStreamBroker
 from actors.adapters.postgres import PostgresRunStore
-from actors.compensator import Compensator
-from actors.dispatcher import Dispatcher
 from actors.domain import ClaimedRun
-from actors.flow import BrokerGate, ClaimedBatch
-from actors.reaper import Reaper
+from actors.pacing import BrokerGate, ClaimedBatch
+from actors.scheduling.compensator import Compensator
+from actors.scheduling.dispatcher import Dispatcher
+from actors.scheduling.reaper import Reaper
 from tests.chaos.broken import FailingPublishes
 from tests.integration.helpers import (
     LONG_LEASE,

@@ -23,8 +23,8 @@ from prometheus_client import REGISTRY
 
 from actors.adapters.nats import CONSUMER
 from actors.adapters.postgres import Operations, PostgresRunStore
-from actors.app import Replica
 from actors.config import LoadedConfig
+from actors.replica import Replica
 from tests.e2e.helpers import ClaimdProcess, child_env
 from tests.integration.helpers import RARE_CRON, counter, eventually, running
 

@@ -9,8 +9,8 @@ import aiohttp
 import pytest
 
 from actors.adapters.postgres import PostgresRunStore
-from actors.app import Replica
 from actors.config import LoadedConfig
+from actors.replica import Replica
 from tests.integration.helpers import eventually, running, succeeded_runs
 
 pytestmark = pytest.mark.integration
@@ -23,7 +23,7 @@ async def test_status_page_api_and_probes(
         """
         [jobs.tick]
         every = "1s"
-        run = { python = "actors.examples:hello" }
+        run = { python = "actors.config.examples:hello" }
     """,
         http="127.0.0.1:0",
         claim_interval="50ms",

@@ -20,8 +20,8 @@ import pytest
 from aiohttp import web
 
 from actors.adapters.postgres import Operations, PostgresRunStore
-from actors.app import Replica
 from actors.config import LoadedConfig
+from actors.replica import Replica
 from tests.integration.helpers import RARE_CRON, eventually, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

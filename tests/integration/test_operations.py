@@ -28,8 +28,8 @@ from actors.adapters.postgres import (
     PostgresRunStore,
     UnknownJob,
 )
-from actors.app import Replica
 from actors.config import LoadedConfig
+from actors.replica import Replica
 from tests.integration.helpers import RARE_CRON, counter, eventually, running
 from tests.integration.semantics_jobs import executed_run_ids
 

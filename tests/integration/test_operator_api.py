@@ -23,8 +23,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from actors.adapters.postgres import PostgresRunStore
-from actors.app import Replica
 from actors.config import LoadedConfig
+from actors.replica import Replica
 from tests.integration.helpers import eventually, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -34,7 +34,7 @@ JOBS = """
 [jobs.nightly]
 cron = "0 2 * * *"
 timezone = "Europe/Berlin"
-run = { python = "actors.examples:hello" }
+run = { python = "actors.config.examples:hello" }
 """
 # The seeded history is from January: a retention longer than that keeps the
 # replica's pruning from deleting it mid-test (seen once in CI).
@@ -259,7 +259,7 @@ YEARLY = """
 [jobs.nightly]
 cron = "0 0 1 1 *"
 timezone = "Europe/Berlin"
-run = { python = "actors.examples:hello" }
+run = { python = "actors.config.examples:hello" }
 """
 SCHEMATHESIS_CONFIG = Path(__file__).with_name("schemathesis.toml")
 

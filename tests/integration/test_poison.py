@@ -43,7 +43,9 @@ async def test_poison_messages_are_settled_and_counted_and_the_worker_goes_on(
 ) -> None:
     # A real, runnable run published after the poison: the worker must still reach it.
     job = Job(
-        name="ok", schedule=CronSchedule("0 0 1 1 *"), executor=PythonSpec("actors.examples:hello")
+        name="ok",
+        schedule=CronSchedule("0 0 1 1 *"),
+        executor=PythonSpec("actors.config.examples:hello"),
     )
     await store.sync_jobs([job])
     job_id = (await store.active_jobs())["ok"].id

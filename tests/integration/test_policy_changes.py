@@ -9,7 +9,7 @@ import pytest
 
 from actors.adapters.postgres import PostgresRunStore
 from actors.domain import Overlap
-from actors.reaper import Reaper
+from actors.scheduling.reaper import Reaper
 from tests.integration.helpers import add_job, insert_due_runs, make_job, message_for
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from actors.adapters.postgres import PostgresRunStore
 from actors.config import LoadedConfig
 from actors.domain import ExecutionResult, Outcome
 from actors.ports import Completion
-from actors.reaper import Reaper
+from actors.scheduling.reaper import Reaper
 from tests.integration.helpers import (
     LONG_LEASE,
     RARE_CRON,

@@ -23,10 +23,10 @@ import psutil
 import pytest
 
 from actors.adapters.postgres import Operations, PostgresRunStore
-from actors.app import Replica
 from actors.config import LoadedConfig
 from actors.domain import Catchup, CronSchedule, IntervalSchedule, Job, PythonSpec
-from actors.materializer import Materializer
+from actors.replica import Replica
+from actors.scheduling.materializer import Materializer
 from tests.integration.helpers import RARE_CRON, counter, eventually, running
 from tests.integration.semantics_jobs import executed_run_ids, executions
 

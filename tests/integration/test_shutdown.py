@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from actors.adapters.postgres import PostgresRunStore
-from actors.app import Replica, stop_bound
 from actors.config import LoadedConfig
+from actors.replica import Replica, stop_bound
 from tests.chaos.harness import database_upstream, via_proxy_database
 from tests.chaos.proxy import FaultProxy, Mode
 from tests.integration.helpers import Replicas, eventually
@@ -127,7 +127,7 @@ async def test_dispatch_recovers_when_the_stream_is_deleted_under_it(
         """
         [jobs.tick]
         every = "1s"
-        run = { python = "actors.examples:hello" }
+        run = { python = "actors.config.examples:hello" }
     """,
         claim_interval="50ms",
         materialize_interval="200ms",

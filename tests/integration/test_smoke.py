@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from actors.adapters.postgres import PostgresRunStore
-from actors.app import Replica
 from actors.config import LoadedConfig
+from actors.replica import Replica
 from tests.integration.helpers import eventually, running, succeeded_runs
 
 pytestmark = pytest.mark.integration
@@ -22,7 +22,7 @@ async def test_replica_runs_a_due_job_once(
         """
         [jobs.tick]
         every = "1s"
-        run = { python = "actors.examples:hello" }
+        run = { python = "actors.config.examples:hello" }
     """,
         claim_interval="50ms",
         materialize_interval="200ms",

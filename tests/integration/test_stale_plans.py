@@ -22,12 +22,12 @@ import pytest
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
-import actors.materializer as materializer_module
+import actors.scheduling.materializer as materializer_module
 from actors.adapters.postgres import PostgresRunStore
-from actors.clock import DatabaseClock
 from actors.domain import IntervalSchedule, Job, Plan, PythonSpec
-from actors.materializer import Materializer
 from actors.ports import JobState, Materialized
+from actors.scheduling.database_clock import DatabaseClock
+from actors.scheduling.materializer import Materializer
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from actors.adapters.postgres import PostgresRunStore
-from actors.app import Replica
 from actors.config import LoadedConfig
+from actors.replica import Replica
 from tests.integration.helpers import eventually, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.timeout(180)]
@@ -34,7 +34,7 @@ FAILING = "<img src=x onerror=window.pwned=1> disk full"
 JOBS = f"""
 [jobs.heartbeat]
 every = "2s"
-run = {{ python = "actors.examples:hello" }}
+run = {{ python = "actors.config.examples:hello" }}
 
 [jobs.nightly-export]
 every = "2s"
@@ -43,7 +43,7 @@ run = {{ shell = ["sh", "-c", "echo '{FAILING}'; echo 'export failed' >&2; exit 
 
 [jobs.backup]
 cron = "* * * * *"
-run = {{ python = "actors.examples:hello" }}
+run = {{ python = "actors.config.examples:hello" }}
 """
 FAST = {"http": "127.0.0.1:0", "claim_interval": "50ms", "materialize_interval": "200ms"}
 DEADLINE_MS = 30_000

@@ -21,8 +21,8 @@ import aiohttp
 import pytest
 
 from actors.adapters.postgres import PostgresRunStore
-from actors.app import Replica
 from actors.config import LoadedConfig, parse_config
+from actors.replica import Replica
 from tests.integration import many_jobs
 from tests.integration.helpers import eventually, running
 from tests.integration.test_status_page import (

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from actors.adapters.postgres import PostgresRunStore
-from actors.app import Replica
 from actors.config import LoadedConfig, parse_config
+from actors.replica import Replica
 from tests.integration.helpers import eventually, running
 from tests.integration.test_status_page import DEADLINE_MS, FAST, _browser_or_skip
 
@@ -25,24 +25,24 @@ pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.timeout(
 GOOD = """
 [jobs.tick]
 every = "2s"
-run = { python = "actors.examples:hello" }
+run = { python = "actors.config.examples:hello" }
 
 [jobs.nightly]
 cron = "0 2 * * *"
-run = { python = "actors.examples:hello" }
+run = { python = "actors.config.examples:hello" }
 """
 BROKEN = """
 [jobs.tick]
 every = "2s"
-run = { python = "actors.examples:hello" }
+run = { python = "actors.config.examples:hello" }
 
 [jobs.nightly]
 cron = "0 25 * * *"
-run = { python = "actors.examples:hello" }
+run = { python = "actors.config.examples:hello" }
 
 [jobs.newbad]
 cron = "61 * * * *"
-run = { python = "actors.examples:hello" }
+run = { python = "actors.config.examples:hello" }
 """
 
 

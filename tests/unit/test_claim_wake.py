@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 from typing import cast
 
 from actors.adapters.postgres.notify import parse_pending
-from actors.claimer import Claimer
-from actors.flow import BrokerGate, ClaimedBatch
+from actors.pacing import BrokerGate, ClaimedBatch
 from actors.ports import RunStore
+from actors.scheduling.claimer import Claimer
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 MS = timedelta(milliseconds=1)

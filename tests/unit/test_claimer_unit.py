@@ -7,9 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from actors.claimer import Claimer
 from actors.domain import RunState
-from actors.flow import Backoff, BrokerGate, ClaimedBatch
+from actors.pacing import Backoff, BrokerGate, ClaimedBatch
+from actors.scheduling.claimer import Claimer
 from actors.testing.memory import InMemoryRunStore
 from tests.unit.memory_world import LEASE, job, until, world
 

@@ -18,8 +18,8 @@ import pytest
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
-from actors.clock import DatabaseClock
 from actors.domain import Catchup, IntervalSchedule, Job, PythonSpec, plan_materialization
+from actors.scheduling.database_clock import DatabaseClock
 from actors.testing.memory import ManualClock
 
 DB_T0 = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)

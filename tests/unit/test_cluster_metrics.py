@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from actors.cluster_metrics import ClusterMetrics, schedule_period
 from actors.domain import CronSchedule, IntervalSchedule, Job, PythonSpec
 from actors.observability import ClusterCollector
 from actors.ports import ClusterReading, JobReading
+from actors.replica.cluster_reader import ClusterMetrics, schedule_period
 
 NOW = datetime(2026, 3, 4, 12, 0, tzinfo=UTC)  # a Wednesday
 

@@ -8,11 +8,11 @@ from datetime import timedelta
 
 import pytest
 
-from actors.compensator import Compensator
-from actors.dispatcher import Dispatcher
 from actors.domain import ClaimedRun, RunState
-from actors.flow import Backoff, BrokerGate, ClaimedBatch
+from actors.pacing import Backoff, BrokerGate, ClaimedBatch
 from actors.ports import DispatchMessage, StoreUnavailable
+from actors.scheduling.compensator import Compensator
+from actors.scheduling.dispatcher import Dispatcher
 from actors.testing.memory import InMemoryBroker, InMemoryRunStore
 from tests.unit.memory_world import LEASE, world
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from actors import cli
 from actors.adapters import embedded
+from actors.cli import main as cli
 
 
 def _hide_embedded_servers(monkeypatch: pytest.MonkeyPatch) -> None:

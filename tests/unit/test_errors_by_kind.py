@@ -15,9 +15,9 @@ from typing import Any, cast
 
 import pytest
 
-from actors.compensator import Compensator
 from actors.domain import ClaimedRun, ExecutionResult, Outcome
 from actors.ports import Completion, DispatchMessage, RunStore, StoreUnavailable
+from actors.scheduling.compensator import Compensator
 from actors.worker import Worker, WorkerSettings
 from actors.worker.heartbeat import Heartbeat, InFlight
 from actors.worker.holding import Pending

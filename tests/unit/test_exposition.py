@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from prometheus_client import REGISTRY, generate_latest
 
-from actors.http import build_app
+from actors.http.server import build_app
 from actors.observability import (
     CLUSTER,
     RUN_DURATION,

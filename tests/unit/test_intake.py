@@ -15,9 +15,8 @@ from typing import Any, cast
 
 import pytest
 
-from actors.dispatcher import Dispatcher
 from actors.domain import ClaimedRun, ExecutionResult, Outcome, RetryPolicy
-from actors.flow import Backoff, BrokerGate, ClaimedBatch, Probe
+from actors.pacing import Backoff, BrokerGate, ClaimedBatch, Probe
 from actors.ports import (
     Broker,
     DispatchMessage,
@@ -26,6 +25,7 @@ from actors.ports import (
     StartedRun,
     StoreUnavailable,
 )
+from actors.scheduling.dispatcher import Dispatcher
 from actors.worker import Worker, WorkerSettings
 from actors.worker.heartbeat import COMPLETIONS, HEARTBEAT, STARTS, Keeping
 from tests.fakes import RecordingDelivery as Delivery

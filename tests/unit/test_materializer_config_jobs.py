@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from actors.domain import Job, definitions
-from actors.materializer import Materializer
+from actors.scheduling.materializer import Materializer
 from tests.unit.memory_world import job, world
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from actors.cli import build_parser
+from actors.cli.main import build_parser
 from actors.observability import configure_logging, get_logger, redact, resolve_log_format
 
 SECRET = "s3cr3t-Pw"

@@ -21,10 +21,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from pydantic import TypeAdapter, ValidationError
 from structlog.testing import capture_logs
 
-from actors.api import OperatorApi
-from actors.http import build_app
-from actors.openapi import OPERATIONS, document
-from actors.openapi import fields as f
+from actors.http.api import OperatorApi
+from actors.http.openapi import OPERATIONS, document
+from actors.http.openapi import fields as f
+from actors.http.server import build_app
 from actors.operator import OperatorService, grid, shapes
 
 TOKEN = "a-token-of-twenty-characters"

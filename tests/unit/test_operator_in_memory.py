@@ -1,7 +1,7 @@
 """The operator side on in-memory adapters: the HTTP API and the operator's commands
 without a server.
 
-The API is the real one (actors.api on the replica's build_app) over the
+The API is the real one (actors.http.api on the replica's build_app) over the
 service over the in-memory operator store, driven by aiohttp's test client; a
 whole replica on memory adapters answers its API on a real port; the commands
 run as `claimd` registers them, their store opened by an in-memory opener.
@@ -24,12 +24,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from actors.api import OperatorApi
+from actors.cli.operator import OneLineParser, register
 from actors.config import parse_config
 from actors.domain import ExecutionResult, ExecutorSpec, Outcome, RunContext, RunState
-from actors.http import build_app
+from actors.http.api import OperatorApi
+from actors.http.server import build_app
 from actors.operator import OperatorService
-from actors.operator_cli import OneLineParser, register
 from actors.ports import Completion, OperatorStore, RejectedJob, StoreUnavailable
 from actors.replica import Replica
 from actors.testing.memory import InMemoryBroker, InMemoryRunStore, ManualClock

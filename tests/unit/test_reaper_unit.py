@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 
 from actors.domain import Catchup, RunState
-from actors.materializer import Materializer
 from actors.ports import DispatchMessage
-from actors.reaper import Reaper
+from actors.scheduling.materializer import Materializer
+from actors.scheduling.reaper import Reaper
 from actors.testing.memory import InMemoryRunStore
 from tests.unit.memory_world import LEASE, job, world
 

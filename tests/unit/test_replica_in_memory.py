@@ -127,7 +127,7 @@ async def run_a_minute(tmp_path: Path, broker: InMemoryBroker) -> Minute:
             # A deadline, not a wait: a step settles in milliseconds. (It took 1-5 s,
             # 30 s on a loaded machine, while the worker's hold slept through the
             # clock's jumps and its estimate of the store's clock lagged it by half
-            # a real round trip: see actors/until_due.py and MemoryAdapters.)
+            # a real round trip: see actors/worker/claimed_ahead.py and MemoryAdapters.)
             await until(recorded, f"every run due by {now} recorded")
     finally:
         replica.stop_requested.set()

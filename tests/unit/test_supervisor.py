@@ -8,9 +8,9 @@ import pytest
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
-from actors.flow import Backoff
+from actors.pacing import Backoff
 from actors.ports import StoreUnavailable
-from actors.supervisor import ActorGaveUp, supervise
+from actors.scheduling.supervisor import ActorGaveUp, supervise
 from tests.unit.memory_world import until
 
 FAST = Backoff(initial=0.001, maximum=0.002)

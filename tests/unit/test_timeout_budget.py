@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.adapters.postgres import split_hosts
-from actors.cli import build_parser
+from actors.cli.main import build_parser
 from actors.config import ConfigError, parse_config
 from actors.domain import (
     DEFAULT_TIMEOUTS,

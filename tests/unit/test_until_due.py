@@ -11,7 +11,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from actors.ports import DispatchMessage
-from actors.until_due import EARLY_RETRY, UntilDue
+from actors.worker.claimed_ahead import EARLY_RETRY, UntilDue
 
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 S = timedelta(seconds=1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from actors.flow import wait_for_stop
+from actors.pacing import wait_for_stop
 
 
 async def test_a_stop_already_set_returns_true_without_waiting_the_interval() -> None:

@@ -51,7 +51,7 @@ from actors.domain import (
 from actors.domain.history import Gap
 from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.observability import get_logger
-from actors.ports import Actor, JobState, Materialized, RejectedJob
+from actors.ports import Caller, JobState, Materialized, RejectedJob
 
 # Jobs written per upsert statement: bounded parameter arrays, one statement
 # of a few hundred milliseconds at most.
@@ -220,7 +220,7 @@ class PostgresJobCatalog:
         """The operator action a SIGHUP reload leaves (what `claimd reload` waits for)."""
         await record_action(
             self._pool,
-            Actor("sighup", "signal", replica_id),
+            Caller("sighup", "signal", replica_id),
             "reload",
             arguments=arguments,
             ok=ok,

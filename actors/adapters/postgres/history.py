@@ -41,8 +41,8 @@ from actors.domain.history import Gap, RunRecord
 from actors.domain.pause import pause_spans
 from actors.ports.operator import (
     ActionRecord,
-    Actor,
     AttemptRecord,
+    Caller,
     JobOverview,
     JobRecord,
     PausedSpan,
@@ -217,7 +217,7 @@ def _run_record(r: asyncpg.Record) -> RunRecord:
 
 async def record_action(
     conn: asyncpg.Connection | asyncpg.Pool,
-    actor: Actor,
+    actor: Caller,
     action: str,
     *,
     job: str | None = None,

@@ -32,8 +32,8 @@ from pathlib import Path
 import asyncpg
 
 from actors.adapters.resources import sql_dir
-from actors.flow import Backoff
 from actors.observability import get_logger
+from actors.pacing import Backoff
 
 log = get_logger("migrations")
 

@@ -20,8 +20,8 @@ import asyncpg
 
 from actors.adapters.postgres.errors import is_outage
 from actors.adapters.postgres.statements import PENDING_CHANNEL
-from actors.flow import Backoff, wait_for_stop
 from actors.observability import get_logger
+from actors.pacing import Backoff, wait_for_stop
 
 log = get_logger("postgres")
 

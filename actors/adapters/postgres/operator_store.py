@@ -26,7 +26,7 @@ from actors.domain.backfill import BackfillProgress
 from actors.domain.pause import PausedInstants
 from actors.ports import StoreUnavailable
 from actors.ports.operator import (
-    Actor,
+    Caller,
     Cancelled,
     Recorded,
     Resumed,
@@ -87,7 +87,7 @@ class PostgresOperatorStore(History):
 
     async def record_action(
         self,
-        actor: Actor,
+        actor: Caller,
         action: str,
         *,
         job: str | None = None,
@@ -109,7 +109,7 @@ class PostgresOperatorStore(History):
             )
         )
 
-    async def pause(self, actor: Actor, job: str, *, result: str) -> Recorded | Unchanged:
+    async def pause(self, actor: Caller, job: str, *, result: str) -> Recorded | Unchanged:
         async with self._pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(LOCK_JOB, job)
             if row is None:
@@ -123,7 +123,7 @@ class PostgresOperatorStore(History):
 
     async def resume(
         self,
-        actor: Actor,
+        actor: Caller,
         job: str,
         paused_instants: PausedInstants,
         *,
@@ -146,7 +146,7 @@ class PostgresOperatorStore(History):
 
     async def trigger(
         self,
-        actor: Actor,
+        actor: Caller,
         job: str,
         at: datetime,
         *,
@@ -182,7 +182,7 @@ class PostgresOperatorStore(History):
             job, start, end, max_runs=max_runs, progress=progress
         )
 
-    async def cancel(self, actor: Actor, run_id: str, *, reason: str, result: str) -> Cancelled:
+    async def cancel(self, actor: Caller, run_id: str, *, reason: str, result: str) -> Cancelled:
         async with self._pool.acquire() as conn, conn.transaction():
             if await Operations(conn).cancel(run_id, reason):
                 job = await conn.fetchval(RUN_JOB, run_id)

@@ -1,6 +1,6 @@
 """Cluster-wide figures for /metrics, read straight from the truth."""
 
-# Read on scrape (rate-limited by actors/cluster_metrics.py), so every replica
+# Read on scrape (rate-limited by actors/replica/cluster_reader.py), so every replica
 # reports the same figures straight from the truth. "Overdue": due and not yet
 # started (pending, or claimed and still on its way to a worker), of enabled
 # jobs that are not paused. Each part uses an index: the pending partial index,

@@ -1,0 +1,96 @@
+"""The dispatcher: one JetStream message per claimed run, many publishes in flight.
+
+A failed publish sends that run to the compensator; the loop goes on with the
+rest of the batch. While the broker gate is closed (this replica's publishes
+fail), a batch claimed before it closed is not published at all: it goes to
+the compensator at once, back to pending for the replicas that can publish,
+instead of waiting out a publish timeout for every run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from actors.domain import ClaimedRun
+from actors.observability import PUBLISH_FAILED, PUBLISHED, get_logger
+from actors.pacing import BrokerGate, ClaimedBatch
+from actors.ports import Broker, DispatchMessage
+
+log = get_logger("dispatcher")
+
+
+class Dispatcher:
+    """Publishes claimed batches; returns unpublished runs to the compensator."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        deployment: str,
+        inbox: asyncio.Queue[ClaimedBatch | None],
+        compensate: asyncio.Queue[tuple[ClaimedRun, ...] | None],
+        gate: BrokerGate,
+    ) -> None:
+        self.broker = broker
+        self.deployment = deployment
+        self.inbox = inbox
+        self.compensate = compensate
+        self.gate = gate
+
+    def message(self, run: ClaimedRun) -> DispatchMessage:
+        return DispatchMessage(
+            run_id=run.run_id,
+            epoch=run.epoch,
+            job=run.job,
+            scheduled_at=run.scheduled_at,
+            attempt=run.attempt,
+            deployment=self.deployment,
+            due_at=run.due_at,
+            executor=run.executor,
+        )
+
+    async def dispatch(self, batch: ClaimedBatch) -> list[ClaimedRun]:
+        """Publish a batch; returns the runs whose publish failed (already sent on).
+
+        Logs a warning for the failure that begins an outage (the gate was
+        open); the failed tries inside it (the gate's trials) are debug lines:
+        the claimer says once that it backs off, and once that it resumed.
+        """
+        runs = batch.runs
+        if not self.gate.is_open and not batch.trial:
+            log.info(
+                "broker unhealthy for this replica; batch released unpublished",
+                runs=len(runs),
+                error=self.gate.last_error,
+            )
+            await self.compensate.put(tuple(runs))
+            return list(runs)
+        try:
+            results = await self.broker.publish_many([self.message(r) for r in runs])
+        except Exception as exc:  # noqa: BLE001 - whatever broke, every run is accounted for
+            results = [exc] * len(runs)
+        failed = [(run, error) for run, error in zip(runs, results, strict=True) if error]
+        PUBLISHED.inc(len(runs) - len(failed))
+        if not failed:
+            self.gate.succeeded()
+            return []
+        PUBLISH_FAILED.inc(len(failed))
+        error = failed[0][1]
+        first = (str(error) or repr(error))[:300]  # a JetStream refusal says why in str()
+        say = log.debug if batch.trial else log.warning
+        say(
+            "publish failed; runs go to the compensator",
+            runs=len(failed),
+            of=len(runs),
+            run_ids=[run.run_id for run, _ in failed][:20],
+            error=first,
+            trial=batch.trial,
+        )
+        delay = self.gate.failed(first)
+        log.debug("claiming paused while the broker fails", delay_s=round(delay, 3))
+        await self.compensate.put(tuple(run for run, _ in failed))
+        return [run for run, _ in failed]
+
+    async def run(self) -> None:
+        """Until the claimer's end-of-stream (None): every batch is published or released."""
+        while (batch := await self.inbox.get()) is not None:
+            await self.dispatch(batch)

@@ -1,0 +1,85 @@
+"""The reaper: runs whose lease expired go back to pending, or fail at the attempt limit.
+
+It must never cause the duplicates it exists to repair: the lease invariant
+(checked at load) makes a lease outlive every redelivery of its message, and
+heartbeats keep a live run's lease fresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+from actors.observability import RUNS_FAILED_FINALLY, RUNS_PRUNED, RUNS_REAPED, get_logger
+from actors.pacing import wait_for_stop
+from actors.ports import ReapingStore
+
+log = get_logger("reaper")
+REAP_BATCH = 1000
+
+
+PRUNE_BATCH = 1000
+PRUNE_EVERY = 10.0  # seconds between retention passes
+
+
+class Reaper:
+    """Recovers expired leases every tick; prunes history past its retention now and then."""
+
+    def __init__(
+        self,
+        store: ReapingStore,
+        interval: timedelta,
+        stop: asyncio.Event,
+        retention: timedelta | None = None,
+    ) -> None:
+        self.store = store
+        self.interval = interval
+        self.stop = stop
+        self.retention = retention
+        self._last_prune = 0.0
+
+    async def prune_once(self) -> int:
+        """Up to a few small batches of old terminal runs; the hot path never waits on it."""
+        if self.retention is None:
+            return 0
+        pruned = 0
+        for _ in range(10):
+            n = await self.store.prune_history(self.retention, PRUNE_BATCH)
+            pruned += n
+            if n < PRUNE_BATCH:
+                break
+        if pruned:
+            RUNS_PRUNED.inc(pruned)
+            log.info("history pruned", runs=pruned)
+        return pruned
+
+    async def reap_once(self) -> int:
+        orphaned = await self.store.cancel_orphaned_runs()
+        if orphaned:
+            log.info("cancelled pending runs of removed jobs", runs=orphaned)
+        reaped = await self.store.reap_expired_leases(REAP_BATCH)
+        for run_id, job, transition in reaped:
+            RUNS_REAPED.labels(transition=transition).inc()
+            if transition.endswith("->failed"):
+                # The last attempt's worker vanished: the run fails for good.
+                RUNS_FAILED_FINALLY.labels(job).inc()
+                log.error(
+                    "lease expired",
+                    run_id=run_id,
+                    job=job,
+                    transition=transition,
+                    error="lease expired on the last attempt: the run failed",
+                )
+                continue
+            log.warning("lease expired", run_id=run_id, job=job, transition=transition)
+        return len(reaped)
+
+    async def run(self) -> None:
+        while not self.stop.is_set():
+            if await self.reap_once() >= REAP_BATCH:
+                continue
+            if time.monotonic() - self._last_prune >= PRUNE_EVERY:
+                self._last_prune = time.monotonic()
+                await self.prune_once()
+            await wait_for_stop(self.stop, self.interval.total_seconds())
