@@ -285,3 +285,28 @@ def test_the_operator_commands_run_on_the_in_memory_store(
     store.outage = StoreUnavailable("restarting")
     assert _cli(store, capsys, "jobs") == 4  # the store is away: exit 4, one line
     assert capsys.readouterr().err.startswith("error: lost the database")
+
+
+async def test_the_commands_http_client_reaches_every_route_it_names_through_the_route_table(
+    client: Client,
+) -> None:
+    """`claimd ... --url`: each read and action the commands make, by its operation id in
+    the one route table the server is built from, answered by that server (no 404)."""
+    from actors.cli.operator.connect import HttpBackend
+
+    base = str(client.server.make_url("/"))
+    backend = HttpBackend(base, TOKEN, "tester", 5.0)
+    try:
+        jobs = await backend.get("jobs")
+        assert {j["name"] for j in jobs} == {"job", "beat"}
+        assert (await backend.get("job", name="job"))["name"] == "job"
+        runs = (await backend.get("runs", job="job", limit=10))["runs"]
+        assert (await backend.get("run", run_id=runs[0]["id"]))["id"] == runs[0]["id"]
+        await backend.get("audit", job="job", start="2026-01-01", end="now")
+        await backend.get("actions")
+        await backend.get("rejected_jobs")
+        assert (await backend.act("pause", job="beat"))["action"] == "pause"
+        resumed = await backend.act("resume", job="beat", paused_instants="skip")
+        assert resumed["paused_instants"] == "skip"
+    finally:
+        await backend.close()

@@ -13,6 +13,7 @@ import contextlib
 import getpass
 import json
 import os
+import re
 import socket
 import sys
 from collections.abc import Awaitable, Callable
@@ -23,6 +24,7 @@ import aiohttp
 
 from actors.config import ConfigError, database_url_of
 from actors.domain.backfill import BACKFILL_CHUNK, BackfillProgress
+from actors.http.openapi import BY_ID
 from actors.operator import (
     BadInput,
     Forbidden,
@@ -180,22 +182,26 @@ class DatabaseBackend:
 
 # --- a replica's HTTP API -----------------------------------------------------------
 
+# What each command asks for, by the operation id of the one route table the
+# server and /openapi.json are built from (actors.http.openapi.operations).
 _READS = {
-    "jobs": ("/api/jobs", ()),
-    "job": ("/api/jobs/{name}", ("name",)),
-    "runs": ("/api/runs", ()),
-    "run": ("/api/runs/{run_id}", ("run_id",)),
-    "audit": ("/api/jobs/{job}/audit", ("job",)),
-    "actions": ("/api/actions", ()),
-    "rejected_jobs": ("/api/config/rejected", ()),
+    "jobs": "listJobs",
+    "job": "getJob",
+    "runs": "listRuns",
+    "run": "getRun",
+    "audit": "auditJob",
+    "actions": "listActions",
+    "rejected_jobs": "listRejectedJobs",
 }
 _ACTIONS = {
-    "pause": "/api/jobs/{job}/pause",
-    "resume": "/api/jobs/{job}/resume",
-    "trigger": "/api/jobs/{job}/trigger",
-    "backfill": "/api/jobs/{job}/backfill",
-    "cancel": "/api/runs/{run_id}/cancel",
+    "pause": "pauseJob",
+    "resume": "resumeJob",
+    "trigger": "triggerJob",
+    "backfill": "backfillJob",
+    "cancel": "cancelRun",
 }
+# The commands' names for the table's path parameters.
+_PATH_ALIASES = {"name": ("name", "job"), "run_id": ("run_id",)}
 _QUERY_NAMES = {"start": "from", "end": "to", "states": "state"}
 
 
@@ -237,8 +243,7 @@ class HttpBackend:
         raise error(f"{message or 'no message'} (HTTP {status} from {self.base})")
 
     async def get(self, what: str, **params: Any) -> Any:
-        template, in_path = _READS[what]
-        path = template.format(**{k: _quote(str(params.pop(k))) for k in in_path})
+        path = _path(_READS[what], params)
         query: list[tuple[str, str]] = []
         for key, value in params.items():
             if value is None:
@@ -251,15 +256,23 @@ class HttpBackend:
         return await self._call("GET", path, params=query)
 
     async def act(self, action: str, **params: Any) -> dict[str, Any]:
-        path = _ACTIONS[action].format(
-            **{k: _quote(str(params.pop(k))) for k in ("job", "run_id") if k in params}
-        )
+        path = _path(_ACTIONS[action], params)
         body = {_QUERY_NAMES.get(k, k): v for k, v in params.items() if v is not None}
         result: dict[str, Any] = await self._call("POST", path, body=body)
         return result
 
     async def close(self) -> None:
         await self.session.close()
+
+
+def _path(operation_id: str, params: dict[str, Any]) -> str:
+    """The operation's path from the route table, its parameters taken out of ``params``."""
+    template = BY_ID[operation_id].path
+    values: dict[str, str] = {}
+    for name in re.findall(r"{(\w+)}", template):
+        given = next(alias for alias in _PATH_ALIASES[name] if alias in params)
+        values[name] = _quote(str(params.pop(given)))
+    return template.format(**values)
 
 
 def _quote(text: str) -> str:
