@@ -327,3 +327,18 @@ async def check_effectively_once(
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+async def query(url: str, sql: str, *args: object) -> list[asyncpg.Record]:
+    """One statement on a connection of its own (the test's view of the database)."""
+    conn = await asyncpg.connect(url)
+    try:
+        return list(await conn.fetch(sql, *args))
+    finally:
+        await conn.close()
+
+
+async def db_now(url: str) -> datetime:
+    """The database's clock, the one every instant is judged on."""
+    now: datetime = (await query(url, "SELECT now() AS now"))[0]["now"]
+    return now

@@ -42,9 +42,11 @@ from actors.config import parse_config
 from tests.e2e.helpers import (
     ClaimdProcess,
     child_env,
+    db_now,
     eventually,
     http_port_of,
     metric_total,
+    query,
     scrape_metrics,
     write_config,
 )
@@ -202,20 +204,6 @@ def cluster(tmp_path: Path, schema_url: str, nats_url: str, deployment: str) -> 
     c = Cluster(tmp_path, schema_url, nats_url, deployment)
     yield c
     c.kill_all()
-
-
-async def query(url: str, sql: str, *args: object) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(url)
-    try:
-        return list(await conn.fetch(sql, *args))
-    finally:
-        await conn.close()
-
-
-async def db_now(url: str) -> datetime:
-    rows = await query(url, "SELECT now() AS now")
-    now: datetime = rows[0]["now"]
-    return now
 
 
 async def created(url: str) -> dict[str, datetime]:

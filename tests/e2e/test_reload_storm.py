@@ -47,8 +47,10 @@ import pytest
 from actors.domain.runs import REMOVED_FROM_CONFIG
 from tests.e2e.helpers import (
     ClaimdProcess,
+    db_now,
     effect_job,
     eventually,
+    query,
     read_effects,
     write_config,
 )
@@ -201,19 +203,6 @@ def storm(tmp_path: Path, schema_url: str, nats_url: str, deployment: str) -> It
     s = Storm(tmp_path, schema_url, nats_url, deployment)
     yield s
     s.kill_all()
-
-
-async def query(url: str, sql: str, *args: object) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(url)
-    try:
-        return list(await conn.fetch(sql, *args))
-    finally:
-        await conn.close()
-
-
-async def db_now(url: str) -> datetime:
-    now: datetime = (await query(url, "SELECT now() AS now"))[0]["now"]
-    return now
 
 
 async def each_job_succeeded(url: str) -> bool:
