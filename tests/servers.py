@@ -87,7 +87,7 @@ class NatsNode:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self) -> NatsNode:
-        from actors.adapters.embedded import nats_server_binary, wait_for_port
+        from actors.adapters.embedded import nats_server_binary
 
         store = self.root / self.name
         store.mkdir(parents=True, exist_ok=True)
@@ -118,8 +118,30 @@ class NatsNode:
             start_new_session=True,
         )
         log.close()
-        wait_for_port(self.port)
+        self._wait_listening(store / "nats-server.log")
         return self
+
+    def _wait_listening(self, log: Path, timeout: float = 60.0) -> None:
+        """Until this node's monitor says it is this node, serving its client port; a node
+        that exits meanwhile (a port taken) is reported with its log. (A bare connect to
+        the port could be answered by whichever process took it.)"""
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                tail = log.read_text(errors="replace").splitlines()[-5:]
+                raise RuntimeError(
+                    f"nats-server {self.name} exited with {self.process.returncode}: "
+                    + " | ".join(tail)
+                )
+            with contextlib.suppress(OSError, ValueError):
+                varz = self._monitor("varz")
+                if varz.get("server_name") == self.name and varz.get("port") == self.port:
+                    return
+            time.sleep(0.05)
+        raise TimeoutError(
+            f"nats-server {self.name} not serving 127.0.0.1:{self.port} after {timeout}s"
+        )
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -142,11 +164,28 @@ class NatsNode:
 
     def jsz(self) -> dict[str, Any]:
         """The node's JetStream monitoring page (/jsz)."""
+        return self._monitor("jsz")
+
+    def _monitor(self, page: str) -> dict[str, Any]:
         with urllib.request.urlopen(
-            f"http://127.0.0.1:{self.monitor_port}/jsz", timeout=2
+            f"http://127.0.0.1:{self.monitor_port}/{page}", timeout=2
         ) as response:
             body: dict[str, Any] = json.loads(response.read())
         return body
+
+
+def distinct_free_ports(count: int) -> list[int]:
+    """``count`` loopback ports free now and all different (each socket is held until
+    all are chosen: one at a time, the kernel may hand out the same port twice)."""
+    import socket
+
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            s = stack.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            ports.append(int(s.getsockname()[1]))
+        return ports
 
 
 @dataclass
@@ -158,10 +197,9 @@ class NatsCluster:
     nodes: list[NatsNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        from actors.adapters.embedded import free_port
-
         name = unique_name("c")
-        ports = [(free_port(), free_port(), free_port()) for _ in range(self.size)]
+        free = distinct_free_ports(3 * self.size)
+        ports = [tuple(free[i : i + 3]) for i in range(0, len(free), 3)]
         cluster_ports = [c for _, c, _ in ports]
         self.nodes = [
             NatsNode(f"n{i + 1}", self.root, name, p, c, m, [o for o in cluster_ports if o != c])
@@ -175,9 +213,19 @@ class NatsCluster:
     def node(self, name: str) -> NatsNode:
         return next(n for n in self.nodes if n.name == name)
 
-    def start(self, timeout: float = 60.0) -> NatsCluster:
-        for node in self.nodes:
-            node.start()
+    def start(self, timeout: float = 60.0, tries: int = 3) -> NatsCluster:
+        """Start every node; a node that exits at start (its port taken meanwhile by
+        another process's outgoing connection) gets the cluster new ports, ``tries`` times."""
+        for attempt in range(tries):
+            try:
+                for node in self.nodes:
+                    node.start()
+                break
+            except RuntimeError:
+                self.stop()
+                if attempt == tries - 1:
+                    raise
+                self.__post_init__()
         self.wait_for_meta_leader(timeout)
         return self
 

@@ -5,10 +5,17 @@ statement per beat. A run whose extension is refused (reaped, cancelled) has
 lost its lease: its execution is cancelled, since a newer attempt may run.
 
 A beat that fails because the database is away is retried at the next beat
-(the lease has slack). Any other failure is a bug and is raised: the worker
-stops with it, its executions are cancelled and the supervisor restarts it.
-Going on without heartbeats would let the leases lapse under executions that
-keep running, so another worker would run them a second time.
+(the lease has slack). The deliveries are kept (``in_progress``) at every beat
+whatever the database does, and never wait for an extension to answer: a
+redelivery cannot recover a run that is executing (its start is refused while
+its lease lives; once the lease lapses the reaper hands it to a new attempt
+with a new message), so letting JetStream redeliver while an extension is slow
+only makes a copy that changes nothing and counts as a redelivery.
+
+Any other failure is a bug and is raised: the worker stops with it, its
+executions are cancelled and the supervisor restarts it. Going on without
+heartbeats would let the leases lapse under executions that keep running, so
+another worker would run them a second time.
 
 :class:`Keeping` is what the worker asks before it fetches more: whether the
 leases it holds can be extended and its verdicts recorded. A run started while
@@ -151,7 +158,16 @@ class Heartbeat:
         self.outage = outage
         self.keeping = keeping or Keeping(interval * 4)
 
+    async def keep_deliveries(self) -> None:
+        """``in_progress`` on the delivery of every run executing here whose lease is not lost."""
+        for entry in list(self.in_flight.values()):
+            if entry.lease_lost:
+                continue
+            with contextlib.suppress(Exception):
+                await entry.message.in_progress()
+
     async def beat(self) -> None:
+        """Extend the leases of the runs in flight; cancel those whose lease was lost."""
         entries = list(self.in_flight.values())
         if not entries:
             return
@@ -160,12 +176,8 @@ class Heartbeat:
         self.keeping.succeeded(HEARTBEAT)
         for entry in entries:
             key = (entry.run_id, entry.epoch)
-            if key not in self.in_flight:
-                continue  # finished meanwhile
-            if key in kept:
-                with contextlib.suppress(Exception):
-                    await entry.message.in_progress()
-                continue
+            if key not in self.in_flight or key in kept:
+                continue  # finished meanwhile, or kept
             if entry.task is not None and not entry.task.done():
                 LEASES_LOST.inc()
                 entry.lease_lost = True
@@ -177,12 +189,41 @@ class Heartbeat:
                 )
                 entry.task.cancel()
 
+    async def _extend(self) -> None:
+        """One beat; an outage is noted at once (the intake reads it before it fetches)."""
+        try:
+            await self.beat()
+        except self.outage as exc:  # the next beat retries; the lease has slack
+            self.keeping.failed(HEARTBEAT, repr(exc)[:200])
+            log.warning("heartbeat failed", error=repr(exc))
+
+    @staticmethod
+    def _settled(extension: asyncio.Task[None]) -> None:
+        """A finished extension that failed other than by an outage is a bug: raised."""
+        exc = extension.exception()
+        if exc is not None:
+            raise exc
+
     async def run(self) -> None:
-        while not self.stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), self.interval.total_seconds())
-            try:
-                await self.beat()
-            except self.outage as exc:  # the next beat retries; the lease has slack
-                self.keeping.failed(HEARTBEAT, repr(exc)[:200])
-                log.warning("heartbeat failed", error=repr(exc))
+        """Every ``interval``: keep the deliveries, and extend the leases unless an
+        extension is still waiting for its answer (the next starts when it has one)."""
+        extension: asyncio.Task[None] | None = None
+        try:
+            while not self.stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stop.wait(), self.interval.total_seconds())
+                await self.keep_deliveries()
+                if extension is not None and extension.done():
+                    self._settled(extension)
+                    extension = None
+                if extension is None:
+                    extension = asyncio.create_task(self._extend())
+            if extension is not None:
+                await asyncio.wait([extension])
+                self._settled(extension)
+                extension = None
+        finally:
+            if extension is not None and not extension.done():
+                extension.cancel()
+                with contextlib.suppress(BaseException):
+                    await extension

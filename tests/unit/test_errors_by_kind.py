@@ -52,6 +52,59 @@ async def test_a_heartbeat_waits_out_an_outage_and_goes_on_beating() -> None:
     assert len(calls) >= 5
 
 
+async def test_deliveries_are_kept_while_an_extension_waits_for_its_answer() -> None:
+    """An extension that hangs (a slow or silent database) does not stop the
+    in_progress marks: otherwise JetStream redelivers a run executing here
+    after ack_wait, a copy that changes nothing (seen in CI on a loaded machine)."""
+    answer = asyncio.Event()
+    calls: list[int] = []
+
+    async def extend(runs: Any) -> set[tuple[str, int]]:
+        calls.append(len(runs))
+        await answer.wait()
+        return {("r", 1)}
+
+    delivery = Delivery()
+    in_flight = {("r", 1): InFlight("r", 1, "job", delivery)}
+    heartbeat = Heartbeat(
+        extend, in_flight, timedelta(milliseconds=1), asyncio.Event(), outage=StoreUnavailable
+    )
+    task = asyncio.create_task(heartbeat.run())
+    async with asyncio.timeout(10):
+        while delivery.progress_marks < 5:
+            await asyncio.sleep(0.001)
+    assert calls == [1]  # one extension at a time: the hung one is not stacked on
+    answer.set()
+    async with asyncio.timeout(10):
+        while len(calls) < 2:
+            await asyncio.sleep(0.001)
+    heartbeat.stop.set()
+    await task
+
+
+async def test_a_lost_lease_is_no_longer_kept() -> None:
+    async def extend(runs: Any) -> set[tuple[str, int]]:
+        return set()  # refused: reaped or cancelled
+
+    delivery = Delivery()
+    entry = InFlight("r", 1, "job", delivery)
+    entry.task = asyncio.create_task(asyncio.sleep(60))
+    heartbeat = Heartbeat(
+        extend,
+        {("r", 1): entry},
+        timedelta(milliseconds=1),
+        asyncio.Event(),
+        outage=StoreUnavailable,
+    )
+    await heartbeat.beat()
+    assert entry.lease_lost
+    marks = delivery.progress_marks
+    await heartbeat.keep_deliveries()
+    assert delivery.progress_marks == marks
+    with pytest.raises(asyncio.CancelledError):
+        await entry.task
+
+
 async def test_a_heartbeat_that_fails_for_another_reason_raises_to_its_owner() -> None:
     calls: list[int] = []
 
