@@ -520,7 +520,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--roll", action="store_true", help="rolling restart during the minutes")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--set", action="append", default=[], help="claimd setting key=value")
-    p.add_argument("--log-level", default="warning")
+    p.add_argument(
+        "--log-level",
+        default="info",
+        help="the replicas' log level (default info, claimd's own: a line per start and finish)",
+    )
     p.add_argument("--trace", action="store_true", help="the second instant's runs by state")
     p.add_argument("--py-spy-instant", help="with --trace: py-spy the replicas around it")
     p.add_argument("--scrape-every", type=float, default=15.0, help="seconds between scrapes")

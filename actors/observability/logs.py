@@ -39,6 +39,11 @@ def redact(text: str) -> str:
     ``nats://***@h``; ``?password=x`` / ``&token=x`` / ``password='x y'`` (a
     key-value DSN) -> ``password=***``; ``Bearer abc...`` -> ``Bearer ***``.
     """
+    if "@" not in text and "=" not in text:
+        # The URL and key=value forms need one of those: most fields (run ids,
+        # job names, event names) skip three of the four scans (a per-run
+        # line's redaction was most of its cost, 30 us a line).
+        return _BEARER.sub(lambda m: f"{m['scheme']}***", text)
     text = _PASSWORD_IN_URL.sub(lambda m: f"{m['scheme']}{m['user']}:***@", text)
     text = _TOKEN_IN_NATS_URL.sub(
         lambda m: m[0] if m["token"] == "***" else f"{m['scheme']}***@", text
