@@ -87,9 +87,7 @@ SELECT r.scheduled_at,
        count(*) FILTER (WHERE r.state <> 'succeeded') AS not_succeeded,
        percentile_cont(ARRAY[0.5, 0.99]) WITHIN GROUP (
            ORDER BY extract(epoch FROM COALESCE(r.started_at, $3) - r.scheduled_at)) AS lag,
-       max(extract(epoch FROM COALESCE(r.started_at, $3) - r.scheduled_at))::float8 AS max_lag,
-       percentile_cont(ARRAY[0.01, 0.5]) WITHIN GROUP (
-           ORDER BY extract(epoch FROM r.scheduled_at - r.claimed_at)) AS claimed_ahead
+       max(extract(epoch FROM COALESCE(r.started_at, $3) - r.scheduled_at))::float8 AS max_lag
   FROM job_runs r JOIN jobs j ON j.id = r.job_id
  WHERE j.name LIKE 'herd-%' AND r.scheduled_at >= $1 AND r.scheduled_at <= $2
  GROUP BY r.scheduled_at ORDER BY r.scheduled_at
@@ -319,7 +317,6 @@ async def measure(label: str, tree: Path, args: argparse.Namespace) -> Build:
                         build.notes.append(f"replica {p.index} exited {p.popen.returncode}: {tail}")
                 for r in await pool.fetch(PER_INSTANT, first, last, end):
                     lag = list(r["lag"] or [float("nan")] * 2)
-                    ahead = list(r["claimed_ahead"] or [float("nan")] * 2)
                     build.instants.append(
                         {
                             "at": r["scheduled_at"].strftime("%H:%M"),
@@ -330,8 +327,6 @@ async def measure(label: str, tree: Path, args: argparse.Namespace) -> Build:
                             "p50_ms": lag[0] * 1000,
                             "p99_ms": lag[1] * 1000,
                             "max_ms": r["max_lag"] * 1000,
-                            "claimed_ahead_p1_s": ahead[0],
-                            "claimed_ahead_p50_s": ahead[1],
                         }
                     )
                 build.doubled = await pool.fetchval(DOUBLED)
@@ -433,7 +428,6 @@ def report(builds: list[Build], args: argparse.Namespace) -> None:
                 f"  {i['p50_ms']:>7.0f}"
                 f"  {i['p99_ms']:>7.0f}  {i['max_ms']:>7.0f}  {i['not_started']:>11}"
                 f"  {i['not_succeeded']:>13}"
-                f"  {i['claimed_ahead_p50_s']:>6.2f} / {i['claimed_ahead_p1_s']:.2f}"
             )
         if not b.instants:
             print("  (no herd run was written in the measured minutes)")

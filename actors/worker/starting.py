@@ -215,6 +215,7 @@ class Starter:
             return
         self.keeping.succeeded(STARTS)
         by_key = {(m.run_id, m.epoch): d for m, d in batch}
+        messages = {(m.run_id, m.epoch): m for m, _ in batch}
         # The started runs enter the in-flight set before anything else is
         # awaited: from here on they are begun, never to be taken up again.
         inline = {(m.run_id, m.epoch): self.inline(m) for m, _ in batch}
@@ -230,8 +231,7 @@ class Starter:
             if skipped.reason is StartRefusal.EARLY:
                 # Not yet due on the database's clock (this worker's estimate ran fast).
                 key = (skipped.run_id, skipped.epoch)
-                message = next(m for m, _ in batch if (m.run_id, m.epoch) == key)
-                self.until_due.again(message, by_key[key])
+                self.until_due.again(messages[key], by_key[key])
                 continue
             DELIVERIES_SKIPPED.labels(reason=skipped.reason.value).inc()
             delivery = by_key[(skipped.run_id, skipped.epoch)]
