@@ -224,9 +224,10 @@ class Replica:
         )
         if broker is None:
             return
-        self.status.broker = broker
         try:
             await self.ports.prepare_broker(broker)
+            # Ready (/readyz) from here: migrated, synced, the stream prepared.
+            self.status.broker = broker
             await self._run_actors(ReplicaPorts(store, broker, self.ports))
         finally:
             self.status.broker = None

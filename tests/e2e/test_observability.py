@@ -445,7 +445,11 @@ async def test_http_answers_while_postgres_is_unreachable_at_start_then_the_repl
             return (await http_get(f"{base}/readyz"))[0] == 200
 
         await eventually(ready, timeout=30, what="/readyz 200 once PostgreSQL answers")
-        assert replica.events("replica started")
+
+        async def started() -> bool:  # the line is read from its stderr by a thread
+            return bool(replica.events("replica started"))
+
+        await eventually(started, timeout=10, what="the replica's 'replica started' line")
 
         # The database freezes (its connections stay open, nothing answers).
         link.freeze()

@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import aiohttp
 import asyncpg
 import nats
 import pytest
@@ -106,15 +107,19 @@ class Cluster:
             await self.replicas.start(config, name)
 
     async def ready(self) -> None:
+        """Each replica answers /readyz 200: migrated, synced, its stream prepared.
+        (``claimd_dependency_up`` is 1 as soon as PostgreSQL answers, before the
+        migration: a query of job_runs then found no table, CI 2026-12-02.)"""
+
         async def answer() -> bool:
             try:
-                return all(
-                    [
-                        await scrape(p, "claimd_dependency_up", dependency="postgres") == 1
-                        for p in self.ports.values()
-                    ]
-                )
-            except OSError:
+                async with aiohttp.ClientSession() as session:
+                    for port in self.ports.values():
+                        async with session.get(f"http://127.0.0.1:{port}/readyz") as response:
+                            if response.status != 200:
+                                return False
+                return True
+            except (OSError, aiohttp.ClientError):
                 return False
 
         await eventually(answer, timeout=60, what="both replicas up")
