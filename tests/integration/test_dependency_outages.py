@@ -29,6 +29,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 import asyncpg
@@ -149,8 +150,9 @@ async def own_database(database_url: str) -> AsyncIterator[str]:
         await admin.execute(f'CREATE DATABASE "{name}"')
     finally:
         await admin.close()
-    base = database_url.rsplit("/", 1)[0]
-    yield f"{base}/{name}"
+    # The path names the database; the query may hold a socket folder (the
+    # embedded server's host=/tmp/...), which a split on "/" would cut.
+    yield urlunsplit(urlsplit(database_url)._replace(path=f"/{name}"))
     admin = await asyncpg.connect(database_url)
     try:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -317,7 +319,7 @@ async def test_a_read_only_database_is_one_outage_per_replica_not_one_per_call(
     tmp_path: Path,
 ) -> None:
     cluster = Cluster(tmp_path, make_config, database_url=own_database)
-    database = own_database.rsplit("/", 1)[1]
+    database = urlsplit(own_database).path.lstrip("/")
     admin = await asyncpg.connect(database_url)
     try:
         await cluster.start()
