@@ -246,3 +246,34 @@ async def test_a_reload_with_errors_changes_nothing_and_is_recorded(tmp_path: Pa
         (False, "replica-a"),
         (True, "replica-a"),
     ]
+
+
+async def test_not_ready_until_the_stream_is_prepared(tmp_path: Path) -> None:
+    """/readyz's verdict: a replica whose stream is still being prepared is not ready
+    (it was 200 then, and a reader of job_runs or of the 'replica started' line raced it)."""
+    store = InMemoryRunStore(ManualClock())
+    preparing, prepared = asyncio.Event(), asyncio.Event()
+
+    class SlowStream(MemoryAdapters):
+        async def prepare_broker(self, broker: object) -> None:
+            preparing.set()
+            await prepared.wait()
+
+    adapters = SlowStream(store, InMemoryBroker(), Executions(), MemoryInbox())
+    replica = Replica(tmp_path / "claimd.toml", config(tmp_path), adapters=adapters)
+    task = asyncio.create_task(replica.run())
+    try:
+        await asyncio.wait_for(preparing.wait(), 10)
+        assert (await replica.status.ready())["nats"] == "not connected"
+        prepared.set()
+
+        async def nats_ok() -> bool:
+            return (await replica.status.ready())["nats"] == "ok"
+
+        async with asyncio.timeout(10):
+            while not await nats_ok():
+                await asyncio.sleep(0.01)
+    finally:
+        prepared.set()
+        replica.stop_requested.set()
+        await asyncio.wait_for(task, 30)
