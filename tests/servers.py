@@ -197,6 +197,10 @@ class NatsCluster:
     nodes: list[NatsNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self._choose_ports()
+
+    def _choose_ports(self) -> None:
+        """Nodes on ports free now, all different, routed to each other."""
         name = unique_name("c")
         free = distinct_free_ports(3 * self.size)
         ports = [tuple(free[i : i + 3]) for i in range(0, len(free), 3)]
@@ -225,7 +229,7 @@ class NatsCluster:
                 self.stop()
                 if attempt == tries - 1:
                     raise
-                self.__post_init__()
+                self._choose_ports()
         self.wait_for_meta_leader(timeout)
         return self
 
