@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import sys
+from types import ModuleType
 from typing import Any
 
 from claimd import declared_in, forget, restore
@@ -34,12 +36,25 @@ def add_to_path(folder: str | None) -> None:
         sys.path.insert(0, folder)
 
 
+def _forget_bytecode(module: ModuleType) -> None:
+    """Remove the module's cached bytecode, so that a reload compiles its source again.
+
+    The cache is judged by the source's size and mtime in whole seconds: an edit of
+    the same size within the second it was imported would read the old code back.
+    """
+    source = getattr(module, "__file__", None)
+    if source and source.endswith(".py"):
+        with contextlib.suppress(OSError, ValueError, NotImplementedError):
+            os.remove(importlib.util.cache_from_source(source))
+
+
 def _import(name: str, reload: bool) -> tuple[str | None, list[str]]:
     """Import (or reload) one module; its error, and the job names it had declared before."""
     before = forget(name) if reload or name not in sys.modules else declared_in(name)
     try:
         if name in sys.modules:
             if reload:
+                _forget_bytecode(sys.modules[name])
                 importlib.reload(sys.modules[name])
             else:
                 restore(name, before)  # imported already: its declarations stand
