@@ -17,8 +17,19 @@ from pathlib import Path
 
 import pytest
 
+from actors.adapters.embedded import free_port
 from tests.e2e.helpers import ClaimdProcess, eventually, write_config
-from tests.e2e.test_cli import EXIT_MARGIN_S, GRACE_S, run_config, spawn, succeeded_runs
+from tests.e2e.test_cli import (
+    EXIT_MARGIN_S,
+    GRACE_S,
+    dev_session,
+    run_config,
+    short_data_dir,
+    spawn,
+    stop_embedded_postgres,
+    succeeded_runs,
+)
+from tests.e2e.test_config_rejected import rejected_lines
 from tests.e2e.test_operator_cli import claimd
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
@@ -168,13 +179,15 @@ async def test_run_executes_the_declared_jobs_and_a_reload_applies_an_edited_mod
     folder.mkdir()
     effects = tmp_path / "effects.txt"
     module = declaring_module(folder, effects)
+    failing = folder / "fails_jobs.py"
+    failing.write_text("raise ImportError('stripe is not installed')\n", "utf-8")
     config = run_config(
         folder / "claimd.toml",
         schema_url,
         nats_url,
         deployment,
         "",
-        modules=["billing_jobs"],  # type: ignore[arg-type]
+        modules=["billing_jobs", "fails_jobs"],  # type: ignore[arg-type]
     )
     pid_file = tmp_path / "claimd.pid"
     replica = spawn("run", "--config", str(config), "--pid-file", str(pid_file))
@@ -186,10 +199,18 @@ async def test_run_executes_the_declared_jobs_and_a_reload_applies_an_edited_mod
     await eventually(both_ran_twice, timeout=60, what="two succeeded runs of each declared job")
     skipped = replica.events("invalid job skipped; the others run")
     assert [(e["job"], e["field"], e["path"]) for e in skipped] == [
-        ("broken", "cron", "billing_jobs:broken")
+        ("broken", "cron", "billing_jobs:broken"),
+        ("fails_jobs", "claimd.modules", str(config)),
     ]
-    # Every execution left its line (the effectively-once judge is test_cli's).
+    # Every execution left its line, each run once.
     assert read_versions(effects) == {"tick_sync": {"v1"}, "tick_async": {"v1"}}
+    run_ids = [line.split()[1] for line in effects.read_text().splitlines()]
+    assert len(run_ids) == len(set(run_ids))
+    # Both refusals are on record, as a bad TOML job's are.
+    rejected = rejected_lines((await claimd("jobs", "--database-url", schema_url)).out)
+    assert set(rejected) == {"broken", "fails_jobs"}, rejected
+    assert "field 'cron'" in rejected["broken"], rejected
+    assert "ImportError: stripe is not installed -- not running" in rejected["fails_jobs"]
 
     # An edit: tick_sync's body changes, broken is fixed and renamed by its decorator.
     text = (
@@ -201,6 +222,7 @@ async def test_run_executes_the_declared_jobs_and_a_reload_applies_an_edited_mod
         .replace("broken(ctx):\n    pass", 'broken(ctx):\n    _effect(ctx, "v2")')
     )
     module.write_text(text, "utf-8")
+    failing.write_text("", "utf-8")  # mended too: it declares nothing
     reloaded = await claimd(
         "reload", "--database-url", schema_url, "--pid-file", str(pid_file), cwd=tmp_path
     )
@@ -213,5 +235,33 @@ async def test_run_executes_the_declared_jobs_and_a_reload_applies_an_edited_mod
         return "v2" in versions.get("tick_sync", set()) and "mended" in versions
 
     await eventually(edit_applied, timeout=45, what="the edited module's jobs to run")
+    assert "rejected" not in (await claimd("jobs", "--database-url", schema_url)).out
     replica.terminate()
     assert await replica.wait(GRACE_S + EXIT_MARGIN_S) == 0, replica.stderr()[-3000:]
+
+
+async def test_dev_runs_the_declared_jobs(
+    tmp_path: Path, spawn: Callable[..., ClaimdProcess]
+) -> None:
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    effects = tmp_path / "effects.txt"
+    declaring_module(folder, effects)
+    config = write_config(
+        folder / "dev.toml",
+        jobs="",
+        http="127.0.0.1:0",
+        claim_interval="100ms",
+        materialize_interval="500ms",
+        modules=["billing_jobs"],  # type: ignore[arg-type]
+    )
+    data_dir = short_data_dir()
+    try:
+        dev = await dev_session(spawn, data_dir, free_port(), "--config", str(config))
+    finally:
+        stop_embedded_postgres(data_dir)
+    finished = {e["job"] for e in dev.events("run finished") if e["outcome"] == "succeeded"}
+    assert finished, dev.stderr()[-3000:]
+    assert finished <= {"tick_sync", "tick_async"}, finished
+    assert set(read_versions(effects)) <= {"tick_sync", "tick_async"}
+    assert finished <= set(read_versions(effects))
