@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import claimd
-from actors.config import CodeImport, ConfigError, load_config
+from actors.config import CodeImport, ConfigError, load_config, parse_config
 from actors.domain import IntervalSchedule, PythonSpec
 
 
@@ -141,3 +141,25 @@ def test_a_module_name_that_is_not_one_is_a_settings_error(tmp_path: Path) -> No
     path.write_text('[claimd]\nmodules = ["billing/jobs.py"]\n')
     with pytest.raises(ConfigError, match=r"field 'claimd\.modules.*billing/jobs\.py"):
         load_config(path)
+
+
+def test_a_python_target_that_does_not_import_rejects_its_job_alone(tmp_path: Path) -> None:
+    path = tmp_path / "claimd.toml"
+    path.write_text(
+        '[jobs.ghost]\nevery = "1m"\nrun = { python = "nosuch_module_x:fn" }\n'
+        '[jobs.gone]\nevery = "1m"\nrun = { python = "actors.config.examples:nosuch" }\n'
+        '[jobs.fine]\nevery = "1m"\nrun = { python = "actors.config.examples:hello" }\n'
+    )
+    loaded = load_config(path)
+    assert list(loaded.jobs) == ["fine"]
+    assert [(e.job, e.field_name) for e in loaded.errors] == [
+        ("ghost", "run.python"),
+        ("gone", "run.python"),
+    ]
+    assert "No module named 'nosuch_module_x'" in loaded.errors[0].message
+    # The text alone (parse_config without code) imports nothing, as before.
+    assert sorted(parse_config(path.read_text(), str(path), env={}).jobs) == [
+        "fine",
+        "ghost",
+        "gone",
+    ]
