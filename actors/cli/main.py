@@ -24,7 +24,7 @@ from actors.adapters.nats import StreamSettingsRefused
 from actors.adapters.postgres import PostgresRunStore
 from actors.adapters.resources import config_dir
 from actors.cli import operator as operator_cli
-from actors.config import ConfigError, LoadedConfig, load_config
+from actors.config import CodeImport, ConfigError, LoadedConfig, load_config
 from actors.domain import CronSchedule, decode_job, encode_job, take
 from actors.http.server import PortUnavailable, listen_problem
 from actors.observability import LOG_FORMATS, configure_logging, get_logger, redact
@@ -263,7 +263,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     does), so the instants printed come from the code that writes the rows.
     """
     try:
-        loaded = load_config(args.file)
+        # The python code it names is imported in a child process with a deadline:
+        # a module's side effects or a hang stay there.
+        loaded = load_config(args.file, code=CodeImport(in_child=True, timeout=args.import_timeout))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -332,6 +334,12 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("file")
     chk.add_argument("--from", dest="from_time", help="ISO 8601 start (default now)")
     chk.add_argument("--count", type=int, default=5)
+    chk.add_argument(
+        "--import-timeout",
+        type=float,
+        default=30.0,
+        help="seconds the import of the python code it names may take (default 30)",
+    )
     chk.set_defaults(func=cmd_check_config)
     # The logging options are accepted after the subcommand too (`claimd run
     # --log-format console`); there they only override what was given before it.

@@ -11,6 +11,7 @@ budget) run once, after the fields.
 from __future__ import annotations
 
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Self
@@ -81,6 +82,7 @@ MIN_TOKEN_LENGTH = 16
 # job_histograms unset: the run histograms are by job for configs up to this many jobs.
 JOB_HISTOGRAMS_UP_TO = 1_000
 _NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+MODULE_NAME = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
 
 
 class Settings(StrictModel):
@@ -141,6 +143,9 @@ class Settings(StrictModel):
     # Derived from the lease when not given (see actors.domain.lease.TimeoutBudget).
     statement_timeout: Duration | None = None
     publish_timeout: Duration | None = None
+    # Python modules whose @claimd.job functions are jobs (docs/python-jobs.md):
+    # imported at load, again at a reload (jobs, not settings: a reload applies them).
+    modules: list[str] = Field(default_factory=list)
     # (name, token) pairs read at load time; the name is who the API records as the actor.
     _api_tokens: tuple[tuple[str, str], ...] = PrivateAttr(default=())
 
@@ -187,6 +192,14 @@ class Settings(StrictModel):
                     f"{redact(url)!r} is not a NATS server URL (nats://host:port, tls://host:port)"
                 )
         return ",".join(urls)
+
+    @field_validator("modules")
+    @classmethod
+    def _module_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.fullmatch(MODULE_NAME, name):
+                raise ValueError(f"{name!r} is not a module name (such as billing.jobs)")
+        return list(dict.fromkeys(value))
 
     @field_validator("http")
     @classmethod

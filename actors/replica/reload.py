@@ -8,7 +8,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from actors.config import ConfigError, ConfigErrors, LoadedConfig, Settings, load_config
+from actors.config import (
+    CodeImport,
+    ConfigError,
+    ConfigErrors,
+    LoadedConfig,
+    Settings,
+    load_config,
+)
 from actors.domain import Job
 from actors.observability import (
     CONFIG_JOB_ERRORS,
@@ -40,8 +47,15 @@ def _refused(errors: list[ConfigError]) -> dict[str, Any]:
 
 
 def _changed_settings(old: Settings, new: Settings) -> list[str]:
-    """The [claimd] settings whose value the file changed (applied at the next restart)."""
-    return [name for name in type(old).model_fields if getattr(old, name) != getattr(new, name)]
+    """The [claimd] settings whose value the file changed (applied at the next restart).
+
+    ``modules`` is not one: it names where jobs are declared, applied with the jobs.
+    """
+    return [
+        name
+        for name in type(old).model_fields
+        if name != "modules" and getattr(old, name) != getattr(new, name)
+    ]
 
 
 class JobsConfig:
@@ -97,7 +111,10 @@ class JobsConfig:
         try:
             # In a thread: 100,000 jobs take seconds to read and validate, which
             # would stop every actor on the loop (starts, heartbeats) meanwhile.
-            loaded = await asyncio.to_thread(load_config, self.path, env=self._env)
+            # The modules of @claimd.job are imported again: an edit takes effect.
+            loaded = await asyncio.to_thread(
+                load_config, self.path, env=self._env, code=CodeImport(reload=True)
+            )
         except ConfigError as exc:
             # The file as a whole is unreadable (TOML, [claimd]): which jobs it
             # rejects is unknown, so the last load's record stands.

@@ -20,7 +20,7 @@ from typing import Any
 
 from actors.cli.operator import render
 from actors.cli.operator.connect import connect_database, database_url, os_user
-from actors.config import ConfigError, load_config
+from actors.config import CodeImport, ConfigError, load_config
 from actors.operator import OperatorError
 from actors.ports import Caller
 
@@ -117,7 +117,8 @@ def cmd_reload(args: argparse.Namespace) -> int:
     if args.config:
         try:
             # The API tokens are the replica's (its environment), not this shell's.
-            loaded = load_config(args.config, read_tokens=False)
+            # Its python code is imported in a child process, not in this command.
+            loaded = load_config(args.config, read_tokens=False, code=CodeImport(in_child=True))
         except ConfigError as exc:
             errors = [str(exc)]
         else:
