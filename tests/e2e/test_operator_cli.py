@@ -503,3 +503,15 @@ async def test_reload_reports_the_replicas_verdict(
     assert checked.code == 2
     assert "would refuse this file" in checked.err
     assert "field 'every'" in checked.err
+    # A changed [claimd] setting is not applied by a reload: the text says so too
+    # (was only in --json), on stderr, after the verdict line.
+    fixed = broken.replace('every = "soon"', 'every = "1s"')
+    assert "claim_interval" in fixed
+    config.write_text(fixed.replace('"100ms"', '"200ms"', 1))
+    settings = await claimd("reload", *db)
+    assert settings.code == 0, settings
+    assert settings.out.startswith(f"process {replica.pid}: reloaded: "), settings
+    assert (
+        f"warning: process {replica.pid}: [claimd] settings changed but not applied until "
+        "the replica restarts: claim_interval" in settings.err
+    ), settings
