@@ -28,6 +28,7 @@ from actors.cli.operator import render
 from actors.cli.operator.connect import Backend, StoreOpener, open_backend
 from actors.cli.operator.reload import cmd_reload
 from actors.domain.backfill import BACKFILL_CHUNK, BACKFILL_MAX_RUNS
+from actors.domain.pause import DEFAULT_PAUSED_INSTANTS, PausedInstants
 from actors.domain.trigger import EARLIEST_TRIGGER
 from actors.operator import OperatorError, Unavailable
 from actors.ports import SchemaMissing, StoreRefused, StoreUnavailable
@@ -150,6 +151,21 @@ def _action(name: str, *fields: str) -> Command:
     return act
 
 
+async def _resume(backend: Backend, args: argparse.Namespace) -> Result:
+    """Resume, saying first what becomes of the paused instants (the answer says how many)."""
+    if not getattr(args, "json", False):
+        if args.paused_instants == PausedInstants.SKIP.value:
+            plan = "none runs, each is recorded as paused (--paused-instants run to run them)"
+        else:
+            plan = "they run as its catch-up policy says"
+        print(
+            f"resuming {render.terminal_safe(args.job)}: of the instants that came due "
+            f"while it was paused, {plan}",
+            file=sys.stderr,
+        )
+    return await _action("resume", "job", "paused_instants")(backend, args)
+
+
 # --- arguments ------------------------------------------------------------------------
 
 
@@ -265,24 +281,25 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         "stop materializing and claiming a job's runs (claimed, unstarted ones go back to pending)",
         _action("pause", "job"),
     ).add_argument("job")
-    p = command("resume", "undo pause", _action("resume", "job", "paused_instants"))
+    p = command("resume", "undo pause", _resume)
     p.description = (
         "Undo pause. --paused-instants says what becomes of the instants that came due "
-        "while JOB was paused: 'run' (the default) leaves them to the job's catch-up "
-        'policy, as after a downtime: with catchup = "all" (the default) every one of '
-        'them within catchup_window runs, all at once, on resume; "latest" runs the '
-        "newest; \"none\" only those still within its starting deadline. 'skip' runs "
-        "none: the runs written ahead for them become skipped and the instants not "
-        "written yet are recorded as a gap, both with the "
-        'reason "paused ..." (claimd audit lists them as paused, not missing), and '
-        "the schedule goes on from now. Runs added by trigger or backfill run either way."
+        "while JOB was paused: 'skip' (the default) runs none of them: the runs written "
+        "ahead for them become skipped and the instants not written yet are recorded as "
+        'a gap, both with the reason "paused ..." (claimd audit lists them as paused, '
+        "not missing), and the schedule goes on from now. 'run' leaves them to the "
+        'job\'s catch-up policy, as after a downtime: with catchup = "all" (the default) '
+        "every one of them within catchup_window runs, all at once, on resume; "
+        '"latest" runs the newest; "none" only those still within its starting '
+        "deadline. Runs added by trigger or backfill run either way."
     )
     p.add_argument("job")
     p.add_argument(
         "--paused-instants",
         choices=["run", "skip"],
-        default="run",
-        help="run (default): as the job's catch-up policy says; skip: none of them runs",
+        default=DEFAULT_PAUSED_INSTANTS.value,
+        help="skip (default): none of them runs, each recorded as paused; "
+        "run: as the job's catch-up policy says",
     )
     p = command(
         "trigger",
