@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
@@ -30,7 +31,7 @@ from actors.cli.operator.reload import cmd_reload
 from actors.domain.backfill import BACKFILL_CHUNK, BACKFILL_MAX_RUNS
 from actors.domain.pause import DEFAULT_PAUSED_INSTANTS, PausedInstants
 from actors.domain.trigger import EARLIEST_TRIGGER
-from actors.operator import OperatorError, Unavailable
+from actors.operator import BadInput, NotFound, OperatorError, Unavailable
 from actors.ports import SchemaMissing, StoreRefused, StoreUnavailable
 
 EXIT_CODES = __doc__.split("Exit status", 1)[1] if __doc__ else ""
@@ -122,13 +123,36 @@ async def runs(backend: Backend, args: argparse.Namespace) -> Result:
     return page, render.runs(page), 0
 
 
+def _is_run_id(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
 async def show(backend: Backend, args: argparse.Namespace) -> Result:
-    found = await backend.get("run", run_id=args.run_id)
+    """One run by its id, or a job's latest run (what `claimd show JOB` asks: why did it fail)."""
+    run_id = args.run_id
+    if not _is_run_id(run_id):
+        page = await backend.get("runs", job=run_id, limit=1)
+        if not page["runs"]:
+            raise NotFound(
+                f"job {run_id!r} has no run yet (claimd runs {run_id} --ahead lists "
+                "the ones written ahead)"
+            )
+        run_id = page["runs"][0]["id"]
+    found = await backend.get("run", run_id=run_id)
     return found, render.run(found), 0
 
 
 async def audit(backend: Backend, args: argparse.Namespace) -> Result:
-    result = await backend.get("audit", job=args.job, start=args.start, end=args.end)
+    if args.at and (args.start or args.end):
+        raise BadInput("give --at, or --from and --to, not both")
+    if not args.at and not (args.start and args.end):
+        raise BadInput("give --from and --to (a range), or --at (one instant)")
+    start, end = (args.at, args.at) if args.at else (args.start, args.end)
+    result = await backend.get("audit", job=args.job, start=start, end=end)
     return (result, render.audit(result, args.problems), 0 if result["summary"]["complete"] else 1)
 
 
@@ -152,8 +176,11 @@ def _action(name: str, *fields: str) -> Command:
 
 
 async def _resume(backend: Backend, args: argparse.Namespace) -> Result:
-    """Resume, saying first what becomes of the paused instants (the answer says how many)."""
-    if not getattr(args, "json", False):
+    """Resume, saying first what becomes of the paused instants (the answer says how many).
+
+    The notice is for a person at a terminal; a script reads the answer (and an
+    error stays one line)."""
+    if not getattr(args, "json", False) and sys.stderr.isatty():
         if args.paused_instants == PausedInstants.SKIP.value:
             plan = "none runs, each is recorded as paused (--paused-instants run to run them)"
         else:
@@ -256,8 +283,15 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         help="include the runs written ahead of time, not yet due (default: what has happened, "
         "scheduled at or before now)",
     )
-    p = command("show", "one run: attempts and verdicts, errors, output tail, lease, epoch", show)
-    p.add_argument("run_id")
+    p = command(
+        "show",
+        "one run (by RUN_ID, or JOB's latest): attempts and verdicts, errors, output tail, "
+        "lease, epoch",
+        show,
+    )
+    p.add_argument(
+        "run_id", metavar="RUN_ID|JOB", help="a run's id, or a job's name: its latest run"
+    )
     p = command(
         "audit",
         "did every due instant of JOB in a range run? each instant with "
@@ -265,8 +299,9 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         audit,
     )
     p.add_argument("job")
-    p.add_argument("--from", dest="start", required=True, help="first instant (job's zone)")
-    p.add_argument("--to", dest="end", required=True, help="last instant, inclusive")
+    p.add_argument("--from", dest="start", help="first instant (job's zone)")
+    p.add_argument("--to", dest="end", help="last instant, inclusive")
+    p.add_argument("--at", help="one instant (job's zone): the same as --from AT --to AT")
     p.add_argument(
         "--problems",
         action="store_true",
