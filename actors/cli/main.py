@@ -15,7 +15,9 @@ from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
 from actors.adapters.embedded import (
+    DataDirBusy,
     EmbeddedUnavailable,
+    lock_data_dir,
     require_embedded,
     start_nats,
     start_postgres,
@@ -121,6 +123,20 @@ def cmd_dev(args: argparse.Namespace) -> int:
         return 2
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    # The data folder is this process's alone while it lives; a dead owner's
+    # servers (a SIGKILLed claimd dev) are found and stopped or reused below.
+    try:
+        hold = lock_data_dir(data_dir)
+    except DataDirBusy as exc:
+        print(f"claimd dev: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _dev_in(args, config, data_dir)
+    finally:
+        hold.release()
+
+
+def _dev_in(args: argparse.Namespace, config: Path, data_dir: Path) -> int:
     _write_pid_file(args.pid_file)
     # The embedded servers' set-up chatter (initdb, pg_ctl) goes to a file, not
     # the terminal; nats-server writes its own log beside its data.
@@ -295,10 +311,17 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+DESCRIPTION = """claimd: a distributed cron scheduler (PostgreSQL claims, NATS JetStream dispatch).
+
+Process commands: dev (embedded servers, for trying claimd), run (a replica),
+migrate, check-config. Operator commands: jobs, runs, show, audit, actions,
+pause, resume, trigger, cancel, backfill, reload. `claimd COMMAND --help` for one."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = operator_cli.OneLineParser(
         prog="claimd",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawTextHelpFormatter,
         epilog=f"exit status of the operator's commands{operator_cli.EXIT_CODES}",
     )

@@ -21,6 +21,7 @@ import asyncio
 import json
 import os
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
@@ -28,8 +29,9 @@ from actors.cli.operator import render
 from actors.cli.operator.connect import Backend, StoreOpener, open_backend
 from actors.cli.operator.reload import cmd_reload
 from actors.domain.backfill import BACKFILL_CHUNK, BACKFILL_MAX_RUNS
+from actors.domain.pause import DEFAULT_PAUSED_INSTANTS, PausedInstants
 from actors.domain.trigger import EARLIEST_TRIGGER
-from actors.operator import OperatorError, Unavailable
+from actors.operator import BadInput, NotFound, OperatorError, Unavailable
 from actors.ports import SchemaMissing, StoreRefused, StoreUnavailable
 
 EXIT_CODES = __doc__.split("Exit status", 1)[1] if __doc__ else ""
@@ -121,13 +123,36 @@ async def runs(backend: Backend, args: argparse.Namespace) -> Result:
     return page, render.runs(page), 0
 
 
+def _is_run_id(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
 async def show(backend: Backend, args: argparse.Namespace) -> Result:
-    found = await backend.get("run", run_id=args.run_id)
+    """One run by its id, or a job's latest run (what `claimd show JOB` asks: why did it fail)."""
+    run_id = args.run_id
+    if not _is_run_id(run_id):
+        page = await backend.get("runs", job=run_id, limit=1)
+        if not page["runs"]:
+            raise NotFound(
+                f"job {run_id!r} has no run yet (claimd runs {run_id} --ahead lists "
+                "the ones written ahead)"
+            )
+        run_id = page["runs"][0]["id"]
+    found = await backend.get("run", run_id=run_id)
     return found, render.run(found), 0
 
 
 async def audit(backend: Backend, args: argparse.Namespace) -> Result:
-    result = await backend.get("audit", job=args.job, start=args.start, end=args.end)
+    if args.at and (args.start or args.end):
+        raise BadInput("give --at, or --from and --to, not both")
+    if not args.at and not (args.start and args.end):
+        raise BadInput("give --from and --to (a range), or --at (one instant)")
+    start, end = (args.at, args.at) if args.at else (args.start, args.end)
+    result = await backend.get("audit", job=args.job, start=start, end=end)
     return (result, render.audit(result, args.problems), 0 if result["summary"]["complete"] else 1)
 
 
@@ -148,6 +173,24 @@ def _action(name: str, *fields: str) -> Command:
         return result, result["message"], 3 if nothing else 0
 
     return act
+
+
+async def _resume(backend: Backend, args: argparse.Namespace) -> Result:
+    """Resume, saying first what becomes of the paused instants (the answer says how many).
+
+    The notice is for a person at a terminal; a script reads the answer (and an
+    error stays one line)."""
+    if not getattr(args, "json", False) and sys.stderr.isatty():
+        if args.paused_instants == PausedInstants.SKIP.value:
+            plan = "none runs, each is recorded as paused (--paused-instants run to run them)"
+        else:
+            plan = "they run as its catch-up policy says"
+        print(
+            f"resuming {render.terminal_safe(args.job)}: of the instants that came due "
+            f"while it was paused, {plan}",
+            file=sys.stderr,
+        )
+    return await _action("resume", "job", "paused_instants")(backend, args)
 
 
 # --- arguments ------------------------------------------------------------------------
@@ -240,8 +283,15 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         help="include the runs written ahead of time, not yet due (default: what has happened, "
         "scheduled at or before now)",
     )
-    p = command("show", "one run: attempts and verdicts, errors, output tail, lease, epoch", show)
-    p.add_argument("run_id")
+    p = command(
+        "show",
+        "one run (by RUN_ID, or JOB's latest): attempts and verdicts, errors, output tail, "
+        "lease, epoch",
+        show,
+    )
+    p.add_argument(
+        "run_id", metavar="RUN_ID|JOB", help="a run's id, or a job's name: its latest run"
+    )
     p = command(
         "audit",
         "did every due instant of JOB in a range run? each instant with "
@@ -249,8 +299,9 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         audit,
     )
     p.add_argument("job")
-    p.add_argument("--from", dest="start", required=True, help="first instant (job's zone)")
-    p.add_argument("--to", dest="end", required=True, help="last instant, inclusive")
+    p.add_argument("--from", dest="start", help="first instant (job's zone)")
+    p.add_argument("--to", dest="end", help="last instant, inclusive")
+    p.add_argument("--at", help="one instant (job's zone): the same as --from AT --to AT")
     p.add_argument(
         "--problems",
         action="store_true",
@@ -265,24 +316,25 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         "stop materializing and claiming a job's runs (claimed, unstarted ones go back to pending)",
         _action("pause", "job"),
     ).add_argument("job")
-    p = command("resume", "undo pause", _action("resume", "job", "paused_instants"))
+    p = command("resume", "undo pause", _resume)
     p.description = (
         "Undo pause. --paused-instants says what becomes of the instants that came due "
-        "while JOB was paused: 'run' (the default) leaves them to the job's catch-up "
-        'policy, as after a downtime: with catchup = "all" (the default) every one of '
-        'them within catchup_window runs, all at once, on resume; "latest" runs the '
-        "newest; \"none\" only those still within its starting deadline. 'skip' runs "
-        "none: the runs written ahead for them become skipped and the instants not "
-        "written yet are recorded as a gap, both with the "
-        'reason "paused ..." (claimd audit lists them as paused, not missing), and '
-        "the schedule goes on from now. Runs added by trigger or backfill run either way."
+        "while JOB was paused: 'skip' (the default) runs none of them: the runs written "
+        "ahead for them become skipped and the instants not written yet are recorded as "
+        'a gap, both with the reason "paused ..." (claimd audit lists them as paused, '
+        "not missing), and the schedule goes on from now. 'run' leaves them to the "
+        'job\'s catch-up policy, as after a downtime: with catchup = "all" (the default) '
+        "every one of them within catchup_window runs, all at once, on resume; "
+        '"latest" runs the newest; "none" only those still within its starting '
+        "deadline. Runs added by trigger or backfill run either way."
     )
     p.add_argument("job")
     p.add_argument(
         "--paused-instants",
         choices=["run", "skip"],
-        default="run",
-        help="run (default): as the job's catch-up policy says; skip: none of them runs",
+        default=DEFAULT_PAUSED_INSTANTS.value,
+        help="skip (default): none of them runs, each recorded as paused; "
+        "run: as the job's catch-up policy says",
     )
     p = command(
         "trigger",

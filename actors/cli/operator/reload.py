@@ -109,7 +109,19 @@ async def _signal_and_wait(args: argparse.Namespace, pid: int) -> int:
         return 1 if args.json else _refusal_lines(pid, result, details)
     if not args.json:
         print(f"process {pid}: {result}")
+        _settings_warning(pid, details)
     return 0
+
+
+def _settings_warning(pid: int, details: dict[str, Any]) -> None:
+    """A reload applies jobs only: changed ``[claimd]`` settings wait for a restart; say so."""
+    names = [str(n) for n in details.get("settings_not_applied") or []]
+    if names:
+        print(
+            f"warning: process {pid}: [claimd] settings changed but not applied until the "
+            f"replica restarts: {', '.join(render.terminal_safe(n) for n in names)}",
+            file=sys.stderr,
+        )
 
 
 def cmd_reload(args: argparse.Namespace) -> int:

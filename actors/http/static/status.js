@@ -610,7 +610,8 @@
   function showPanel(title, ...content) {
     const panel = $("detail");
     $("detail-title").textContent = title;
-    $("detail-body").replaceChildren(...content);
+    // replaceChildren writes a null as the text "null": leave the absent parts out.
+    $("detail-body").replaceChildren(...content.filter((c) => c !== null && c !== undefined));
     if (panel.hidden) {
       panel.hidden = false;
       panel.focus();
