@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fnmatch
 import json
 import os
 import sys
@@ -102,10 +103,21 @@ def _command(command: Command) -> Callable[[argparse.Namespace], int]:
 async def jobs(backend: Backend, args: argparse.Namespace) -> Result:
     rows = await backend.get("jobs")
     rows = rows if args.all else [j for j in rows if j["enabled"]]
+    if args.pattern:
+        rows = [j for j in rows if _name_matches(j["name"], args.pattern)]
     # `--json` prints the API's job list as it is; the table adds the jobs the
     # config file rejected (GET /api/config/rejected), new ones included.
     rejected = [] if args.json else await backend.get("rejected_jobs")
-    return rows, render.jobs(rows, rejected), 0
+    if args.pattern:
+        rejected = [r for r in rejected if _name_matches(r["job"], args.pattern)]
+    return rows, render.jobs(rows, rejected, wide=args.wide), 0
+
+
+def _name_matches(name: str, pattern: str) -> bool:
+    """A glob (``billing-*``) when it has one of ``*?[``, else a part of the name."""
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(name, pattern)
+    return pattern in name
 
 
 async def runs(backend: Backend, args: argparse.Namespace) -> Result:
@@ -263,7 +275,17 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         "every job: schedule, zone, next fire, last outcome, last success, overdue backlog, paused",
         jobs,
     )
+    p.add_argument(
+        "pattern",
+        nargs="?",
+        help="only the jobs whose name matches: a glob (billing-*) or a part of the name",
+    )
     p.add_argument("--all", action="store_true", help="include jobs removed from the config")
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="every column (UTC times, last success, runs written ahead) and whole errors",
+    )
     p = command("runs", "runs that have happened (scheduled at or before now), newest first", runs)
     p.add_argument("job", nargs="?", help="only this job's runs")
     p.add_argument(
