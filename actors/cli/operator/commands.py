@@ -103,7 +103,9 @@ async def jobs(backend: Backend, args: argparse.Namespace) -> Result:
     # `--json` prints the API's job list as it is; the table adds the jobs the
     # config file rejected (GET /api/config/rejected), new ones included.
     rejected = [] if args.json else await backend.get("rejected_jobs")
-    return rows, render.jobs(rows, rejected), 0
+    # And the config generation in force, and whether the replicas disagree (docs/rollout.md).
+    config = None if args.json else await backend.get("config_rollout")
+    return rows, render.jobs(rows, rejected) + render.config_lines(config), 0
 
 
 async def runs(backend: Backend, args: argparse.Namespace) -> Result:
@@ -351,6 +353,15 @@ def register(sub: Any, open_store: StoreOpener) -> None:
     target = rel.add_mutually_exclusive_group(required=True)
     target.add_argument("--pid", type=int)
     target.add_argument("--pid-file")
+    rel.add_argument(
+        "--force",
+        action="store_true",
+        help=(
+            "roll back: apply the replica's file even when it is older than the config "
+            "generation in force (SIGUSR1 instead of SIGHUP; recorded in the action log; "
+            "docs/rollout.md)"
+        ),
+    )
     rel.add_argument(
         "--wait",
         type=float,

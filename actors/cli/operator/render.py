@@ -122,6 +122,30 @@ def jobs(rows: list[dict[str, Any]], rejected: Sequence[dict[str, Any]] = ()) ->
     return text
 
 
+def config_lines(config: dict[str, Any] | None) -> str:
+    """Under the jobs table: the config generation in force and each replica's file."""
+    if not config or config.get("in_force") is None:
+        return ""
+    g = config["in_force"]
+    version = f", config_version {g['config_version']}" if g["config_version"] is not None else ""
+    forced = ", forced (rollback)" if g["forced"] else ""
+    lines = [
+        "",
+        f"config in force: generation {g['generation']}, digest {g['digest']}{version}, since "
+        f"{when(g['since'])}{forced}",
+    ]
+    if config.get("disagreement"):
+        lines.append(str(config["disagreement"]))
+    for r in config.get("replicas", []):
+        state = (
+            "in force"
+            if r["in_force"]
+            else ("refused: older than the one in force" if r["stale"] else "not in force")
+        )
+        lines.append(f"  {terminal_safe(r['replica'])}: digest {r['digest']} ({state})")
+    return "\n".join(lines)
+
+
 def runs(page: dict[str, Any]) -> str:
     rows = page["runs"]
     if not rows:
