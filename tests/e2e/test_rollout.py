@@ -163,7 +163,8 @@ async def test_a_rolling_deploy_keeps_the_new_job_and_a_forced_reload_rolls_back
             "WHERE action = 'reload' ORDER BY id",
         )
         recorded = [(r["via"], json.loads(r["arguments"]).get("force")) for r in actions]
-        assert ("signal", True) in recorded and ("cli", True) in recorded, recorded
+        assert ("signal", True) in recorded, recorded  # the replica's verdict
+        assert ("cli", True) in recorded, recorded  # the operator's act
         generations = await query(
             schema_url, "SELECT seq, forced FROM config_generations ORDER BY seq"
         )
@@ -185,7 +186,8 @@ async def test_a_rolling_deploy_keeps_the_new_job_and_a_forced_reload_rolls_back
 
         await eventually(x_settled, timeout=20, what="x's runs to settle after its removal")
         figures = await check_effectively_once(schema_url, "x", read_effects(effects))
-        assert figures.first < t0 + timedelta(seconds=1) and figures.last > t1
+        assert figures.first < t0 + timedelta(seconds=1)
+        assert figures.last > t1
         print(
             f"\nrolling deploy: x {figures.succeeded} instants in a row through 2 stale syncs, "
             f"0 cancelled before the rollback; test took {time.monotonic() - began:.1f}s"
