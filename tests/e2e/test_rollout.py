@@ -82,9 +82,16 @@ async def test_a_rolling_deploy_keeps_the_new_job_and_a_forced_reload_rolls_back
 ) -> None:
     effects = tmp_path / "effects.log"
     new_jobs = effect_job("a", effects) + effect_job("x", effects)
-    new = run_config(tmp_path / "new.toml", schema_url, nats_url, deployment, new_jobs)
+    new = run_config(
+        tmp_path / "new.toml", schema_url, nats_url, deployment, new_jobs, config_poll="2s"
+    )
     old = run_config(
-        tmp_path / "old.toml", schema_url, nats_url, deployment, effect_job("a", effects)
+        tmp_path / "old.toml",
+        schema_url,
+        nats_url,
+        deployment,
+        effect_job("a", effects),
+        config_poll="2s",
     )
     replicas: list[ClaimdProcess] = []
 

@@ -105,7 +105,7 @@ async def jobs(backend: Backend, args: argparse.Namespace) -> Result:
     rejected = [] if args.json else await backend.get("rejected_jobs")
     # And the config generation in force, and whether the replicas disagree (docs/rollout.md).
     config = None if args.json else await backend.get("config_rollout")
-    return rows, render.jobs(rows, rejected) + render.config_lines(config), 0
+    return rows, render.jobs(rows, rejected, config), 0
 
 
 async def runs(backend: Backend, args: argparse.Namespace) -> Result:

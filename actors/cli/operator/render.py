@@ -71,8 +71,13 @@ def _job_state(j: dict[str, Any]) -> str:
     return f"{state}, edit rejected" if j.get("config_rejected") else state
 
 
-def jobs(rows: list[dict[str, Any]], rejected: Sequence[dict[str, Any]] = ()) -> str:
-    """The jobs table; then the jobs the config file rejected, each with its error."""
+def jobs(
+    rows: list[dict[str, Any]],
+    rejected: Sequence[dict[str, Any]] = (),
+    config: dict[str, Any] | None = None,
+) -> str:
+    """The jobs table; the config generation in force and the replicas' files; then the
+    jobs the config file rejected, each with its error (last: a script reads to the end)."""
     listed = {j["name"] for j in rows}
     new = [r for r in rejected if r["job"] not in listed]
     if not rows and not rejected:
@@ -107,7 +112,7 @@ def jobs(rows: list[dict[str, Any]], rejected: Sequence[dict[str, Any]] = ()) ->
             "STATE",
         ],
         body,
-    )
+    ) + config_lines(config)
     if rejected:
         lines = ["", "rejected by the config file (fix the file, then `claimd reload`):"]
         for r in rejected:
