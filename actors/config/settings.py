@@ -127,6 +127,16 @@ class Settings(StrictModel):
     shutdown_grace: Duration = parse_duration("30s")
     duplicate_window: Duration = parse_duration("2m")
     history_retention: Duration = parse_duration("30d")
+    # How often the replica looks at its config file: a changed file (its
+    # content, read through the path, so a ConfigMap's symlink swap counts) is
+    # reloaded as SIGHUP reloads it; "0s": never (SIGHUP only). The replica
+    # reports its file's digest to the database at the same pace (at least
+    # every 5s): docs/rollout.md.
+    config_poll: DurationOrZero = parse_duration("2s")
+    # The config's own version number, if the deployment keeps one: a file with
+    # a lower one than the generation in force is refused, a higher one is a
+    # rollout forward even to jobs seen before (docs/rollout.md).
+    config_version: int | None = Field(default=None, ge=0, le=2**62)
     # claimd_start_lag_seconds and claimd_run_duration_seconds by job (34 series
     # a job); false: one series each for all jobs, without the claimd_job label
     # (for thousands of jobs: /metrics is then about a quarter of the size).

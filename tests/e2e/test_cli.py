@@ -74,6 +74,10 @@ def run_config(
         "shutdown_grace": f"{GRACE_S}s",
         "claim_interval": "100ms",
         "materialize_interval": "500ms",
+        # The config watch off: these tests' verdicts are SIGHUP's (`claimd reload`
+        # after an edit), which a watch reloading first would leave with nothing
+        # to change. tests/e2e/test_rollout.py turns it on.
+        "config_poll": "0s",
         **extra,
     }
     return write_config(path, jobs=jobs, **settings)

@@ -110,7 +110,9 @@ async def jobs(backend: Backend, args: argparse.Namespace) -> Result:
     rejected = [] if args.json else await backend.get("rejected_jobs")
     if args.pattern:
         rejected = [r for r in rejected if _name_matches(r["job"], args.pattern)]
-    return rows, render.jobs(rows, rejected, wide=args.wide), 0
+    # And the config generation in force, and whether the replicas disagree (docs/rollout.md).
+    config = None if args.json else await backend.get("config_rollout")
+    return rows, render.jobs(rows, rejected, config, wide=args.wide), 0
 
 
 def _name_matches(name: str, pattern: str) -> bool:
@@ -425,6 +427,15 @@ def register(sub: Any, open_store: StoreOpener) -> None:
     target = rel.add_mutually_exclusive_group(required=True)
     target.add_argument("--pid", type=int)
     target.add_argument("--pid-file")
+    rel.add_argument(
+        "--force",
+        action="store_true",
+        help=(
+            "roll back: apply the replica's file even when it is older than the config "
+            "generation in force (SIGUSR1 instead of SIGHUP; recorded in the action log; "
+            "docs/rollout.md)"
+        ),
+    )
     rel.add_argument(
         "--wait",
         type=float,

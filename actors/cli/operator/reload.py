@@ -82,13 +82,15 @@ async def _signal_and_wait(args: argparse.Namespace, pid: int) -> int:
     try:
         before = await store.last_action_id() if store else 0
         try:
-            os.kill(pid, signal.SIGHUP)
+            # --force: SIGUSR1, the replica's forced reload (the rollback).
+            os.kill(pid, signal.SIGUSR1 if args.force else signal.SIGHUP)
         except ProcessLookupError:
             return fail(f"no process {pid}", 3)
         except PermissionError:
             return fail(f"not allowed to signal process {pid}", 2)
         if store is None:
-            sent = f"sent SIGHUP to {pid} (give --config to wait for the replica's verdict)"
+            name = "SIGUSR1 (forced reload)" if args.force else "SIGHUP"
+            sent = f"sent {name} to {pid} (give --config to wait for the replica's verdict)"
             print(verdict_json(pid, None, sent, {}) if args.json else sent)
             return 0
         verdict = None
@@ -99,7 +101,8 @@ async def _signal_and_wait(args: argparse.Namespace, pid: int) -> int:
                 await asyncio.sleep(0.1)
         ok, result, details = verdict or (False, f"no verdict recorded within {args.wait:g}s", {})
         actor = Caller(args.actor or os_user(), "cli", f"{os.uname().nodename}:{os.getpid()}")
-        await store.record_action(actor, "reload", arguments={"pid": pid}, ok=ok, result=result)
+        arguments: dict[str, Any] = {"pid": pid, **({"force": True} if args.force else {})}
+        await store.record_action(actor, "reload", arguments=arguments, ok=ok, result=result)
     finally:
         if store is not None:
             await store.close()

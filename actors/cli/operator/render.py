@@ -81,9 +81,14 @@ def _job_state(j: dict[str, Any]) -> str:
 
 
 def jobs(
-    rows: list[dict[str, Any]], rejected: Sequence[dict[str, Any]] = (), *, wide: bool = False
+    rows: list[dict[str, Any]],
+    rejected: Sequence[dict[str, Any]] = (),
+    config: dict[str, Any] | None = None,
+    *,
+    wide: bool = False,
 ) -> str:
-    """The jobs table; then the jobs the config file rejected, each with its error.
+    """The jobs table; the config generation in force and the replicas' files; then the
+    jobs the config file rejected, each with its error (last: a script reads to the end).
 
     Narrow by default (a terminal's width: the job, its schedule in its zone,
     the next fire in that zone, the last outcome with the error cut short, the
@@ -108,7 +113,7 @@ def jobs(
         ]
         narrow += [[r["job"], *["-"] * 4, "rejected"] for r in new]
         text = table(["JOB", "SCHEDULE", "NEXT FIRE", "LAST OUTCOME", "OVERDUE", "STATE"], narrow)
-        return text + _rejected_lines(rejected)
+        return text + config_lines(config) + _rejected_lines(rejected)
     body = [
         [
             j["name"],
@@ -140,7 +145,7 @@ def jobs(
         ],
         body,
     )
-    return text + _rejected_lines(rejected)
+    return text + config_lines(config) + _rejected_lines(rejected)
 
 
 def _rejected_lines(rejected: Sequence[dict[str, Any]]) -> str:
@@ -154,6 +159,30 @@ def _rejected_lines(rejected: Sequence[dict[str, Any]]) -> str:
         error = " ".join(r["error"].split())
         lines.append(f"  {r['job']}: {r['path']}: {field}{error} -- {verdict}")
     return "\n" + "\n".join(lines)
+
+
+def config_lines(config: dict[str, Any] | None) -> str:
+    """Under the jobs table: the config generation in force and each replica's file."""
+    if not config or config.get("in_force") is None:
+        return ""
+    g = config["in_force"]
+    version = f", config_version {g['config_version']}" if g["config_version"] is not None else ""
+    forced = ", forced (rollback)" if g["forced"] else ""
+    lines = [
+        "",
+        f"config in force: generation {g['generation']}, digest {g['digest']}{version}, since "
+        f"{when(g['since'])}{forced}",
+    ]
+    if config.get("disagreement"):
+        lines.append(str(config["disagreement"]))
+    for r in config.get("replicas", []):
+        state = (
+            "in force"
+            if r["in_force"]
+            else ("refused: older than the one in force" if r["stale"] else "not in force")
+        )
+        lines.append(f"  {terminal_safe(r['replica'])}: digest {r['digest']} ({state})")
+    return "\n".join(lines)
 
 
 def runs(page: dict[str, Any]) -> str:
