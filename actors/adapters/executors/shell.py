@@ -15,6 +15,7 @@ from actors.adapters.executors.common import (
     Tail,
     elapsed,
     fill,
+    job_environment,
     resolve_secrets,
     scrub,
 )
@@ -111,7 +112,7 @@ async def _run_shell(
     """
     values = context.template_values()
     argv = [fill(a, values) for a in spec.argv]
-    env = {**os.environ, **spec.env, **secrets, **context.env()}
+    env = job_environment(spec, context, secrets)
     start = time.monotonic()
     read_fd, write_fd = os.pipe()
     try:
