@@ -223,8 +223,7 @@ async def test_timeout_kills_a_setsid_child_that_left_the_group(tmp_path: Path) 
     # setsid: a new session and process group, out of reach of killpg. The
     # leader ignores TERM, so the SIGKILL sweep of the tree is what ends both.
     command = (
-        "trap '' TERM; echo $$ > leaderpid; setsid sleep 1000 & echo $! > childpid; "
-        "exec sleep 1000"
+        "trap '' TERM; echo $$ > leaderpid; setsid sleep 1000 & echo $! > childpid; exec sleep 1000"
     )
     spec = ShellSpec(argv=(command,), use_shell=True, cwd=str(tmp_path))
     try:
