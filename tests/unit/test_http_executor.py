@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import psutil
@@ -110,7 +110,7 @@ async def test_a_300_mb_body_leaves_the_rss_bounded(
             assert "response body over" in (result.error or "")
 
 
-def _recorder(seen: list[dict[str, str]]) -> Callable[[web.Request], object]:
+def _recorder(seen: list[dict[str, str]]) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handler(request: web.Request) -> web.Response:
         seen.append(dict(request.headers))
         return web.Response(text="landed")
