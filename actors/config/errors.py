@@ -18,7 +18,7 @@ class ConfigError(ClaimdError):
         self.job = job
         self.field_name = field_name
         # Every secret the replica knows is masked, wherever the text came from.
-        self.message = message = MASKER.mask_tail(message)
+        self.message = message = MASKER.mask(message)
         where = path
         if job is not None:
             where += f": job {job!r}"
