@@ -70,7 +70,7 @@ async def _run_http(
     try:
         # The run's whole deadline: connecting, redirects and reading the body.
         async with asyncio.timeout(timeout.total_seconds()):
-            return await _exchange(spec, context, secrets, start)
+            return await _exchange(spec, context, secrets, start, timeout)
     except TimeoutError:
         return ExecutionResult(
             Outcome.TIMED_OUT, error=f"timed out after {timeout}", duration=elapsed(start)
@@ -82,7 +82,7 @@ async def _run_http(
 
 
 async def _exchange(
-    spec: HttpSpec, context: RunContext, secrets: dict[str, str], start: float
+    spec: HttpSpec, context: RunContext, secrets: dict[str, str], start: float, timeout: timedelta
 ) -> ExecutionResult:
     """The request, its same-origin redirects followed; the body's tail kept, capped."""
     values = context.template_values()
@@ -91,7 +91,9 @@ async def _exchange(
     body = None if spec.body is None else fill(spec.body, values)
     url = URL(fill(spec.url, values))
     first = _origin(url)
-    async with aiohttp.ClientSession() as session:
+    # aiohttp's own default (5 minutes in all) must not cut a longer run short.
+    limit = aiohttp.ClientTimeout(total=timeout.total_seconds())
+    async with aiohttp.ClientSession(timeout=limit) as session:
         for _ in range(MAX_REDIRECTS + 1):
             async with session.request(
                 method, url, headers=headers, data=body, allow_redirects=False
