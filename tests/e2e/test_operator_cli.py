@@ -538,3 +538,37 @@ async def test_reload_reports_the_replicas_verdict(
         f"warning: process {replica.pid}: [claimd] settings changed but not applied until "
         "the replica restarts: claim_interval" in settings.err
     ), settings
+
+
+async def test_trigger_wait_follows_the_run_to_its_end(
+    tmp_path: Path,
+    spawn: Callable[..., ClaimdProcess],
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+) -> None:
+    """`claimd trigger JOB --wait`: one step from "run it now" to its verdict and output."""
+    jobs = (
+        '[jobs.ok]\ncron = "0 0 1 1 *"\nrun = { shell = ["/bin/echo", "all good"] }\n\n'
+        '[jobs.bad]\ncron = "0 0 1 1 *"\nmax_attempts = 1\n'
+        'run = { shell = ["/bin/sh", "-c", "echo broken >&2; exit 3"] }\n'
+    )
+    config = run_config(tmp_path / "claimd.toml", schema_url, nats_url, deployment, jobs)
+    replica = spawn("run", "--config", str(config))
+
+    async def started() -> bool:
+        assert replica.returncode() is None, replica.stderr()[-2000:]
+        return bool(replica.events("replica started"))
+
+    await eventually(started, timeout=30, what="the replica to start")
+    db = ["--database-url", schema_url]
+    good = await claimd("trigger", "ok", "--wait", *db)
+    assert good.code == 0, good
+    assert "succeeded" in good.out, good.out
+    assert "all good" in good.out, good.out  # its output tail, in the same step
+    assert good.err.strip(), good  # the trigger's own answer comes first, on stderr
+    failed = await claimd("trigger", "bad", "--wait", "--json", *db)
+    assert failed.code == 1, failed
+    run = json.loads(failed.out)
+    assert (run["state"], run["job"]) == ("failed", "bad"), run
+    assert "broken" in (run["output_tail"] or ""), run

@@ -4,7 +4,7 @@ Exit status (the same for every command):
   0  done; the audit is complete
   1  failed or incomplete: the audit found a missing, failed or stuck run, or a run
      not finished yet, or the range names no instant of the schedule; the replica
-     refused a reload
+     refused a reload; trigger --wait: the run ended other than succeeded
   2  usage or bad input: a bad time (a trigger or a backfill of an instant after now),
      run id, state, range, URL, token or config file (reload --config: one the replica
      would refuse)
@@ -12,6 +12,7 @@ Exit status (the same for every command):
      the instant already has a run (a backfill: every instant of the range); the
      job is already paused
   4  claimd unreachable: the database or the API did not answer
+  5  trigger --wait gave up waiting (--wait-timeout); the run goes on
 """
 
 from __future__ import annotations
@@ -187,6 +188,37 @@ def _action(name: str, *fields: str) -> Command:
         return result, result["message"], 3 if nothing else 0
 
     return act
+
+
+WAIT_POLL_S = 0.5  # how often `trigger --wait` reads the run
+
+
+async def _trigger(backend: Backend, args: argparse.Namespace) -> Result:
+    """Trigger; with ``--wait``, follow the run to its end and answer with it."""
+    answer, message, code = await _action("trigger", "job", "at", "overlap")(backend, args)
+    if not args.wait or code != 0:
+        return answer, message, code
+    if not getattr(args, "json", False):
+        print(message, file=sys.stderr)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + args.wait_timeout
+    while True:
+        run = await backend.get("run", run_id=answer["run_id"])
+        if run["state"] not in render.UNFINISHED:
+            return run, render.run(run), 0 if run["state"] == "succeeded" else 1
+        if loop.time() >= deadline:
+            raise WaitTimedOut(
+                f"run {answer['run_id']} still {run['state']} after {args.wait_timeout}s "
+                "(it goes on; claimd show follows it)"
+            )
+        await asyncio.sleep(WAIT_POLL_S)
+
+
+class WaitTimedOut(OperatorError):
+    """``trigger --wait`` gave up: the run has not finished (it goes on)."""
+
+    status = 504
+    exit = 5
 
 
 async def _resume(backend: Backend, args: argparse.Namespace) -> Result:
@@ -373,7 +405,7 @@ def register(sub: Any, open_store: StoreOpener) -> None:
     p = command(
         "trigger",
         "a run now, for now or a past instant (one run per instant still)",
-        _action("trigger", "job", "at", "overlap"),
+        _trigger,
     )
     p.description = (
         "Add a run of JOB for one instant, due now: --at (default: now on the database's "
@@ -394,6 +426,18 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         help="the instant, at or before now; in the job's zone without an offset (default: now)",
     )
     _overlap_option(p)
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the run to finish, then show it (exit 0 succeeded, 1 otherwise)",
+    )
+    p.add_argument(
+        "--wait-timeout",
+        type=_positive_int,
+        default=3600,
+        metavar="SECONDS",
+        help="give up waiting after this long (exit 5; the run goes on); default 3600",
+    )
     command("cancel", "cancel a pending or running run", _action("cancel", "run_id")).add_argument(
         "run_id"
     )
