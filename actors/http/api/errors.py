@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
+from typing import cast
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from actors.http.guard import SAFE_HEADERS, SERVER_NAME
 from actors.observability import get_logger
 from actors.operator import OperatorError, Unauthorized
 from actors.ports import StoreUnavailable
@@ -93,13 +95,35 @@ class JsonErrorHandler(RequestHandler):
             first = (message or HTTPStatus(status).phrase).splitlines()[0]
             text = f"malformed HTTP request: {first.split(': ')[0].rstrip(':')}"
             log.debug("http: malformed request", status=status, error=text)
-        response = error_response(status, text)
+        response = error_response(status, text, {**SAFE_HEADERS, "Server": SERVER_NAME})
         response.force_close()
         return response
 
 
 class JsonErrorServer(web.Server):
-    """A low-level server whose connections answer parser errors as JSON."""
+    """A low-level server whose connections answer parser errors as JSON, at most
+    ``cap`` of them at once.
+
+    Past the cap, the oldest connection not in the middle of a request (still
+    sending its headers, or idle between requests) is closed for the new one,
+    else the new one is: the file descriptors a replica needs for its database,
+    NATS and its jobs' pipes stay free whatever clients do, and a slow or idle
+    client cannot keep a health check out.
+    """
+
+    cap = 0  # 0: no cap (set per instance by answer_parser_errors_as_json)
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        if self.cap and len(self._connections) >= self.cap:
+            for held, held_transport in self._connections.items():
+                # aiohttp's handler says whether a request is being handled (no public name).
+                if not getattr(held, "_request_in_progress", True):
+                    held_transport.close()
+                    break
+            else:
+                transport.close()
+            log.debug("http: connection cap reached", cap=self.cap)
+        super().connection_made(handler, transport)
 
     def __call__(self) -> RequestHandler:
         handler = super().__call__()
@@ -108,9 +132,10 @@ class JsonErrorServer(web.Server):
         return handler
 
 
-def answer_parser_errors_as_json(runner: web.AppRunner) -> None:
+def answer_parser_errors_as_json(runner: web.AppRunner, cap: int = 0) -> None:
     """Make ``runner``'s server (after setup, before a site starts) answer malformed requests
-    as JSON too."""
+    as JSON too, and hold at most ``cap`` connections (0: no cap)."""
     server = runner.server
     assert server is not None, "call after runner.setup()"
     server.__class__ = JsonErrorServer
+    cast(JsonErrorServer, server).cap = cap
