@@ -12,6 +12,7 @@ from actors.config import JOB_NAME_PATTERN
 from actors.domain import take
 from actors.domain.history import (
     RangeTooLarge,
+    audit_instants,
     audit_range,
     zone_name,
     zone_of,
@@ -211,6 +212,9 @@ class OperatorReads:
         now = row["now"]
         first, last = parse_time(start, zone, now, "from"), parse_time(end, zone, now, "to")
         try:
+            # The range is checked before any history is read: a range of a million
+            # instants is refused at once, without reading its rows.
+            audit_instants(schedule, first, last)
             result = audit_range(
                 schedule,
                 first,

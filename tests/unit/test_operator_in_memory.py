@@ -324,3 +324,20 @@ async def test_the_commands_http_client_reaches_every_route_it_names_through_the
         assert resumed["paused_instants"] == "skip"
     finally:
         await backend.close()
+
+
+async def test_an_audit_range_too_large_is_refused_before_any_history_is_read(
+    store: InMemoryRunStore,
+) -> None:
+    """A range of a million instants answers 422 at once: the history is never read
+    (it was read, up to 200,000 rows, before the range was checked)."""
+    from actors.operator import Unprocessable
+
+    service = OperatorService(InMemoryOperatorStore(store))
+
+    async def never(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the history was read for a range refused anyway")
+
+    service.history.audit_records = never  # type: ignore[method-assign]
+    with pytest.raises(Unprocessable, match="more than 10000 instants"):
+        await service.audit("beat", "2000-01-01", "2026-01-01")
