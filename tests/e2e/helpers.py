@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -76,6 +77,8 @@ class ClaimdProcess:
     env: dict[str, str] = field(default_factory=child_env)
     proc: subprocess.Popen[bytes] | None = None
     descendants: dict[int, psutil.Process] = field(default_factory=dict)
+    # The child's file limit (RLIMIT_NOFILE, soft and hard), as `prlimit --nofile` sets it.
+    max_files: int | None = None
 
     @property
     def stdout_path(self) -> Path:
@@ -99,8 +102,14 @@ class ClaimdProcess:
                 env=self.env,
                 cwd=self.workdir,
                 start_new_session=True,
+                preexec_fn=self._limits if self.max_files else None,
             )
         return self
+
+    def _limits(self) -> None:
+        """In the child, before exec: its file limit."""
+        assert self.max_files is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.max_files, self.max_files))
 
     def returncode(self) -> int | None:
         assert self.proc is not None

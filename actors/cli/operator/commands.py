@@ -211,6 +211,9 @@ def register(sub: Any, open_store: StoreOpener) -> None:
     def command(name: str, help_text: str, fn: Command) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(
             name,
+            # No abbreviations: `--token VALUE` must not pass as `--token-file VALUE`
+            # (and the token be printed as a file that cannot be read).
+            allow_abbrev=False,
             help=help_text,
             description=f"{help_text}. {TIME_NOTE}",
             epilog=f"exit status{EXIT_CODES}",
@@ -338,6 +341,7 @@ def register(sub: Any, open_store: StoreOpener) -> None:
 
     rel = sub.add_parser(
         "reload",
+        allow_abbrev=False,
         help="make a running replica reread its config (SIGHUP) and report its verdict",
         description=(
             "Send SIGHUP to a replica (--pid, --pid-file), then wait for the verdict it "

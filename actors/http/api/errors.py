@@ -114,16 +114,22 @@ class JsonErrorServer(web.Server):
     cap = 0  # 0: no cap (set per instance by answer_parser_errors_as_json)
 
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
-        if self.cap and len(self._connections) >= self.cap:
-            for held, held_transport in self._connections.items():
-                # aiohttp's handler says whether a request is being handled (no public name).
-                if not getattr(held, "_request_in_progress", True):
-                    held_transport.close()
-                    break
-            else:
-                transport.close()
-            log.debug("http: connection cap reached", cap=self.cap)
         super().connection_made(handler, transport)
+        if not self.cap:
+            return
+        # Oldest first; a closed one stays listed until its handler's task ends.
+        held = [(h, t) for h, t in self._connections.items() if not t.is_closing()]
+        excess = len(held) - self.cap
+        if excess <= 0:
+            return
+        for old, old_transport in held:
+            # aiohttp's handler says whether a request is being handled (no public name).
+            if excess > 0 and not getattr(old, "_request_in_progress", True):
+                old_transport.close()
+                excess -= 1
+        if excess > 0:  # every one is busy answering: the new one waits its turn elsewhere
+            transport.close()
+        log.debug("http: connection cap reached", cap=self.cap)
 
     def __call__(self) -> RequestHandler:
         handler = super().__call__()
