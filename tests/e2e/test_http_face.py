@@ -139,10 +139,10 @@ async def test_a_flood_of_half_requests_at_a_1024_file_limit_leaves_healthz_and_
         try:
             await eventually(healthy, timeout=15, what="/healthz answering during the flood")
         except AssertionError as exc:
-            held = psutil.Process(replica.pid)
+            child = psutil.Process(replica.pid)
             raise AssertionError(
-                f"{exc}; the replica holds {len(held.net_connections(kind='tcp'))} TCP "
-                f"connections and {held.num_fds()} files; its stderr ends:\n"
+                f"{exc}; the replica holds {len(child.net_connections(kind='tcp'))} TCP "
+                f"connections and {child.num_fds()} files; its stderr ends:\n"
                 f"{replica.stderr()[-2000:]}"
             ) from None
         assert time.monotonic() - flood_began < HEADER_TIMEOUT_S  # not the timeout's doing
