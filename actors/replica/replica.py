@@ -215,7 +215,7 @@ class Replica:
         if store is None:
             return
         self.status.connected(store)
-        service = self.ports.operator(store)
+        service = await self.ports.open_operator(store) if self._api is not None else None
         if self._api is not None and service is not None:
             self._api.service = service
         try:
@@ -224,6 +224,9 @@ class Replica:
             self.status.connected(None)
             if self._api is not None:
                 self._api.service = cast(OperatorService, _UntilConnected())
+            if service is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(service.history.close(), EXIT_MARGIN_S)
             await store.close()
 
     async def _run_with(self, store: ReplicaStore) -> None:

@@ -12,6 +12,7 @@ from structlog.testing import capture_logs
 from actors.adapters.postgres import PostgresRunStore
 from actors.config import LoadedConfig
 from actors.replica import Replica
+from actors.replica.production import API_POOL_SIZE
 from tests.integration.helpers import eventually, running, succeeded_runs
 
 pytestmark = pytest.mark.integration
@@ -119,6 +120,11 @@ async def test_reads_need_a_token_of_their_scope_and_only_allowed_hosts_are_answ
                 return await succeeded_runs(store) > 0
 
             await eventually(succeeded)
+            # The API reads on a small pool of its own, not the scheduler's.
+            assert replica._api is not None
+            api_pool = replica._api.service.history._pool  # type: ignore[attr-defined]
+            assert api_pool.get_max_size() == API_POOL_SIZE
+            assert api_pool is not replica.status.store.pool  # type: ignore[union-attr]
             run_id = await store.pool.fetchval(
                 "SELECT id FROM job_runs WHERE state = 'succeeded' LIMIT 1"
             )
