@@ -22,7 +22,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from actors.http.openapi import OPERATIONS, Scope, scope_of
-from actors.observability import get_logger
+from actors.observability import HTTP_REFUSED, get_logger
 from actors.operator import Forbidden, Unauthorized
 
 log = get_logger("http")
@@ -159,6 +159,7 @@ class Guard:
         @web.middleware
         async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
             if not self.host_allowed(request):
+                HTTP_REFUSED.labels(reason="host").inc()
                 log.info(
                     "http: host refused",
                     host=_host_name(request.headers.get("Host", ""))[:100],
@@ -175,6 +176,7 @@ class Guard:
             try:
                 who = self.tokens.authorize(request, scope)
             except (Unauthorized, Forbidden) as exc:
+                HTTP_REFUSED.labels(reason="token" if exc.status == 401 else "scope").inc()
                 log.info(
                     "http: refused",
                     status=exc.status,

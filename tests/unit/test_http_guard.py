@@ -8,6 +8,7 @@ import resource
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from actors.config import parse_config
 from actors.http.guard import Guard, Tokens, _host_name, connection_cap
@@ -76,6 +77,12 @@ async def _no_jobs() -> list[dict[str, Any]]:
 async def test_half_requests_past_the_cap_close_the_oldest_and_healthz_answers() -> None:
     """50 connections that send half a request, at a cap of 8: at most 8 are held (the
     oldest idle ones are closed for the new), and a health check is answered at once."""
+
+    def closed_by_cap() -> float:
+        value = REGISTRY.get_sample_value("claimd_http_refused_total", {"reason": "connection_cap"})
+        return value or 0.0
+
+    before = closed_by_cap()
     guard = Guard(max_connections=8, header_timeout_s=60)
     runner, port = await serve(build_app(_ready, _no_jobs), "127.0.0.1", 0, guard)
     writers = []
@@ -92,6 +99,7 @@ async def test_half_requests_past_the_cap_close_the_oldest_and_healthz_answers()
         assert runner.server is not None
         held = [t for t in runner.server._connections.values() if not t.is_closing()]
         assert len(held) <= 8
+        assert closed_by_cap() - before >= 50 - 8  # claimd_http_refused_total{reason}
     finally:
         for writer in writers:
             writer.transport.abort()

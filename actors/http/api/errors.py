@@ -20,7 +20,7 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from actors.http.guard import SAFE_HEADERS, SERVER_NAME
-from actors.observability import get_logger
+from actors.observability import HTTP_REFUSED, get_logger
 from actors.operator import OperatorError, Unauthorized
 from actors.ports import StoreUnavailable
 
@@ -126,9 +126,11 @@ class JsonErrorServer(web.Server):
             # aiohttp's handler says whether a request is being handled (no public name).
             if excess > 0 and not getattr(old, "_request_in_progress", True):
                 old_transport.close()
+                HTTP_REFUSED.labels(reason="connection_cap").inc()
                 excess -= 1
         if excess > 0:  # every one is busy answering: the new one waits its turn elsewhere
             transport.close()
+            HTTP_REFUSED.labels(reason="connection_cap").inc()
         log.debug("http: connection cap reached", cap=self.cap)
 
     def __call__(self) -> RequestHandler:
