@@ -106,7 +106,8 @@ async def static_file(request: web.Request) -> web.FileResponse:
     return web.FileResponse(STATIC / name, headers={"Cache-Control": "no-cache"})
 
 
-METRICS_MAX_AGE_S = 1.0  # a page is rendered at most once a second, whoever scrapes
+METRICS_MAX_AGE_S = 1.0
+LINGER_S = 1.0  # a page is rendered at most once a second, whoever scrapes
 
 
 class _Render:
@@ -340,7 +341,11 @@ async def serve(
     not this host's).
     """
     guard = guard or Guard()
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=guard.header_timeout_s)
+    # An unread rest of a body (a 401 before it was read, a body past its timeout) is
+    # read and dropped for LINGER_S at most, not aiohttp's 10 s, before the close.
+    runner = web.AppRunner(
+        app, access_log=None, keepalive_timeout=guard.header_timeout_s, lingering_time=LINGER_S
+    )
     await runner.setup()
     answer_parser_errors_as_json(runner, connection_cap(guard.max_connections))
     site = web.TCPSite(runner, host, port)

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import resource
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import REGISTRY
 
 from actors.config import parse_config
+from actors.http.api import OperatorApi
 from actors.http.guard import Guard, Tokens, _host_name, connection_cap
-from actors.http.openapi import Scope
+from actors.http.openapi import Scope, document
 from actors.http.server import MetricsPage, build_app, serve
-from actors.operator import Unauthorized
+from actors.operator import OperatorService, Unauthorized
 
 READ = "r" * 24
 OPERATE = "o" * 40
@@ -129,3 +131,59 @@ async def test_scrapes_within_a_second_share_one_render() -> None:
     for task in (first_task, page._task):
         assert task is not None
         task.cancel()
+
+
+class _NoService:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the service was called ({name})")
+
+
+async def test_a_body_that_trickles_past_the_body_timeout_answers_408() -> None:
+    api = OperatorApi(cast(OperatorService, _NoService()), [("ops", OPERATE)])
+    guard = Guard(tokens=api.tokens, body_timeout_s=0.3)
+    runner, port = await serve(build_app(_ready, _no_jobs, api, guard=guard), "127.0.0.1", 0)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"POST /api/jobs/nightly/trigger HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Authorization: Bearer " + OPERATE.encode() + b"\r\n"
+            b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"at": '
+        )
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 408"), head
+        writer.transport.abort()
+    finally:
+        await runner.cleanup()
+
+
+async def test_metrics_token_guards_metrics_and_the_document_says_each_scope() -> None:
+    api = OperatorApi(
+        cast(OperatorService, _NoService()), [("viewer", READ, "read")], metrics_token=True
+    )
+    async with TestClient(TestServer(build_app(_ready, _no_jobs, api))) as client:
+        async with client.get("/metrics") as response:
+            assert response.status == 401
+        headers = {"Authorization": f"Bearer {READ}"}
+        async with client.get("/metrics", headers=headers) as response:
+            assert response.status == 200
+        async with client.get("/openapi.json") as response:  # always open
+            doc = await response.json()
+    operations = [op for path in doc["paths"].values() for op in path.values()]
+    assert all(op["x-claimd-scope"] in ("open", "read", "operate") for op in operations)
+    metrics = doc["paths"]["/metrics"]["get"]
+    assert (metrics["x-claimd-scope"], metrics["security"]) == ("read", [{"bearerAuth": []}])
+    assert "401" in metrics["responses"]
+    jobs = doc["paths"]["/api/jobs"]["get"]
+    assert "401" in jobs["responses"]
+    assert "403" not in jobs["responses"]
+    # Without tokens the reads are open, and the document says so; actions keep theirs.
+    open_doc = document(False, False)
+    assert "security" not in open_doc["paths"]["/api/jobs"]["get"]
+    assert "401" not in open_doc["paths"]["/api/jobs"]["get"]["responses"]
+    pause = open_doc["paths"]["/api/jobs/{name}/pause"]["post"]
+    assert (pause["x-claimd-scope"], set(pause["responses"]) >= {"401", "403"}) == (
+        "operate",
+        True,
+    )
+    healthz = doc["paths"]["/healthz"]["get"]
+    assert "security" not in healthz

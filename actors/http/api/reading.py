@@ -106,8 +106,7 @@ async def body_of(request: web.Request, model: type[Model], required: bool = Fal
         async with asyncio.timeout(limit):
             raw = await request.read()
     except TimeoutError:
-        if request.transport is not None:  # what is left of it is not read
-            request.transport.close()
+        # Answered; aiohttp then reads what is left for its lingering time at most.
         raise BodyTimeout(f"the body did not arrive within {limit:g}s") from None
     if not raw.strip():
         if required:
