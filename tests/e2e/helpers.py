@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import os
-import resource
 import shutil
 import signal
 import socket
@@ -102,14 +101,14 @@ class ClaimdProcess:
                 env=self.env,
                 cwd=self.workdir,
                 start_new_session=True,
-                preexec_fn=self._limits if self.max_files else None,
             )
+        if self.max_files:
+            # prlimit(2) on the child, as `prlimit --pid` does: Popen returns once the
+            # child has exec'd, before it opened more than its interpreter's files (no
+            # preexec_fn: not safe in a process with threads).
+            limit = (self.max_files, self.max_files)
+            psutil.Process(self.proc.pid).rlimit(psutil.RLIMIT_NOFILE, limit)
         return self
-
-    def _limits(self) -> None:
-        """In the child, before exec: its file limit."""
-        assert self.max_files is not None
-        resource.setrlimit(resource.RLIMIT_NOFILE, (self.max_files, self.max_files))
 
     def returncode(self) -> int | None:
         assert self.proc is not None
