@@ -23,7 +23,7 @@ from aiohttp.typedefs import Middleware
 
 from actors.http.openapi import OPERATIONS, Scope, scope_of
 from actors.observability import HTTP_REFUSED, get_logger
-from actors.operator import Forbidden, Unauthorized
+from actors.operator import Forbidden, OperatorError, Unauthorized
 
 log = get_logger("http")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -187,17 +187,24 @@ class Guard:
                 )
                 raise
             request[BODY_TIMEOUT_KEY] = self.body_timeout_s
-            response = await handler(request)
-            if who is not None:
-                log.info(
-                    "http: access",
-                    token=who[0],
-                    scope=who[1].value,
-                    method=request.method,
-                    route=route,
-                    status=response.status,
-                    remote=request.remote,
-                )
+            status: int | None = None  # None: it raised; json_errors answers (503, 500)
+            try:
+                response = await handler(request)
+                status = response.status
+            except (OperatorError, web.HTTPException) as exc:
+                status = exc.status
+                raise
+            finally:
+                if who is not None:  # a refusal (404, 409, 422) too: who asked for what
+                    log.info(
+                        "http: access",
+                        token=who[0],
+                        scope=who[1].value,
+                        method=request.method,
+                        route=route,
+                        status=status,
+                        remote=request.remote,
+                    )
             return response
 
         return guard
