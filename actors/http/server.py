@@ -117,7 +117,7 @@ class _Render:
         self.chunks: list[bytes] = []
         self.done = False
         self.error: BaseException | None = None
-        self.finished = 0.0
+        self.began = time.monotonic()
         self._more = asyncio.Event()
 
     def add(self, chunk: bytes) -> None:
@@ -125,7 +125,7 @@ class _Render:
         self._wake()
 
     def finish(self, error: BaseException | None) -> None:
-        self.done, self.error, self.finished = True, error, time.monotonic()
+        self.done, self.error = True, error
         self._wake()
 
     def _wake(self) -> None:
@@ -152,7 +152,7 @@ class MetricsPage:
 
     With thousands of jobs the text is MBs and a second or more of CPU: each
     scrape rendering its own would let a few clients (or one hostile one) keep
-    a core busy. A scrape during a render, or within ``max_age`` after it,
+    a core busy. A scrape during a render, or within ``max_age`` of its start,
     reads that render; the first is sent each chunk as it is made (the page is
     not held whole before it is sent), and the page is dropped ``max_age``
     after it was made. ``refresh`` (the cluster gauges) runs before each
@@ -173,7 +173,9 @@ class MetricsPage:
     def current(self) -> _Render:
         """The render a scrape now reads: the running one, a fresh one, or a new one."""
         render = self._render
-        if render is None or (render.done and time.monotonic() - render.finished >= self.max_age):
+        # Its age counts from its start: a render slowed by the probes of refresh (a
+        # server that does not answer) is not then served for another second.
+        if render is None or (render.done and time.monotonic() - render.began >= self.max_age):
             render = self._render = _Render()
             self.renders += 1
             self._task = asyncio.create_task(self._make(render))
