@@ -162,6 +162,14 @@ def _dev_in(args: argparse.Namespace, config: Path, data_dir: Path) -> int:
             else [f"  operate      claimd jobs --data-dir {data_dir}  (any operator command)"]
         )
 
+        # Whoever reaches the port reads everything unless a token is configured.
+        reads = (
+            "need a token (api_token_file / api_token_env)"
+            if loaded.settings.api_tokens
+            else "open to whoever reaches the port (no token configured; "
+            "docs/http-api.md, The HTTP face)"
+        )
+
         def banner(host: str | None, port: int | None) -> None:
             base = f"http://{host}:{port}" if host is not None else None
             print(
@@ -170,6 +178,7 @@ def _dev_in(args: argparse.Namespace, config: Path, data_dir: Path) -> int:
                         "claimd dev is starting",
                         f"  status page  {base}/" if base else "  http         off",
                         *([f"  metrics      {base}/metrics"] if base else []),
+                        *([f"  reads        {reads}"] if base else []),
                         f"  postgres     {redact(postgres.url)}",
                         f"  nats         {nats.url}",
                         f"  config       {config}",

@@ -96,6 +96,14 @@ DELIVERIES_SKIPPED = Counter(
     ["reason"],
 )
 REDELIVERIES = Counter("claimd_redeliveries_total", "Messages JetStream delivered more than once")
+# Why the HTTP face turned a client away (actors/http/guard.py).
+HTTP_REFUSAL_REASONS = ("connection_cap", "host", "token", "scope")
+HTTP_REFUSED = Counter(
+    "claimd_http_refused_total",
+    "HTTP connections closed by the connection cap, and requests refused for their Host "
+    "(421), a missing or wrong token (401) or a token's scope (403)",
+    ["reason"],
+)
 FENCED_COMPLETIONS = Counter(
     "claimd_fenced_completions_total",
     "Completions refused because the run's epoch moved on (a duplicate execution)",
@@ -347,6 +355,8 @@ def init_series() -> None:
         DELIVERIES_SKIPPED.labels(reason=reason)
     for reason in POISON_REASONS:
         POISON_MESSAGES.labels(reason=reason)
+    for reason in HTTP_REFUSAL_REASONS:
+        HTTP_REFUSED.labels(reason=reason)
     for transition in REAP_TRANSITIONS:
         RUNS_REAPED.labels(transition=transition)
     for actor in ACTORS:

@@ -13,6 +13,7 @@ from actors.domain import take
 from actors.domain.generations import SHORT, disagreement
 from actors.domain.history import (
     RangeTooLarge,
+    audit_instants,
     audit_range,
     zone_name,
     zone_of,
@@ -256,6 +257,9 @@ class OperatorReads:
         now = row["now"]
         first, last = parse_time(start, zone, now, "from"), parse_time(end, zone, now, "to")
         try:
+            # The range is checked before any history is read: a range of a million
+            # instants is refused at once, without reading its rows.
+            audit_instants(schedule, first, last)
             result = audit_range(
                 schedule,
                 first,

@@ -21,6 +21,7 @@ from typing import Any, cast
 from actors.config import LoadedConfig
 from actors.domain import Job
 from actors.http.api import OperatorApi
+from actors.http.guard import Guard
 from actors.http.server import build_app, serve
 from actors.observability import (
     get_logger,
@@ -183,14 +184,33 @@ class Replica:
         if settings.http_port < 0:
             return None
         # The operator API answers 503 until PostgreSQL is connected (see _run).
-        self._api = OperatorApi(cast(OperatorService, _UntilConnected()), settings.api_tokens)
-        status = self.status
-        runner, self.http_port = await serve(
-            build_app(status.ready, status.jobs_summary, self._api, refresh=status.refresh_metrics),
-            settings.http_host,
-            settings.http_port,
+        self._api = OperatorApi(
+            cast(OperatorService, _UntilConnected()),
+            settings.api_tokens,
+            metrics_token=settings.metrics_token,
         )
-        log.info("http serving", http=f"{settings.http_host}:{self.http_port}")
+        guard = Guard(
+            tokens=self._api.tokens,
+            allowed_hosts=frozenset(settings.allowed_hosts),
+            metrics_token=settings.metrics_token,
+            max_connections=settings.http_max_connections,
+            header_timeout_s=settings.http_header_timeout.total_seconds(),
+            body_timeout_s=settings.http_body_timeout.total_seconds(),
+        )
+        status = self.status
+        app = build_app(
+            status.ready,
+            status.jobs_summary,
+            self._api,
+            refresh=status.refresh_metrics,
+            guard=guard,
+        )
+        runner, self.http_port = await serve(app, settings.http_host, settings.http_port, guard)
+        log.info(
+            "http serving",
+            http=f"{settings.http_host}:{self.http_port}",
+            reads="token" if guard.tokens.configured else "open",
+        )
         if self.on_http is not None:
             self.on_http(settings.http_host, self.http_port)
         return runner
@@ -202,7 +222,7 @@ class Replica:
         if store is None:
             return
         self.status.connected(store)
-        service = self.ports.operator(store)
+        service = await self.ports.open_operator(store) if self._api is not None else None
         if self._api is not None and service is not None:
             self._api.service = service
         try:
@@ -211,6 +231,9 @@ class Replica:
             self.status.connected(None)
             if self._api is not None:
                 self._api.service = cast(OperatorService, _UntilConnected())
+            if service is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(service.history.close(), EXIT_MARGIN_S)
             await store.close()
 
     async def _run_with(self, store: ReplicaStore) -> None:

@@ -433,11 +433,12 @@ async def test_dev_runs_jobs_on_embedded_servers_and_stops_them(
     other = [line for line in dev.stderr().splitlines() if not line.startswith("{")]
     assert other[0] == "claimd dev is starting"
     assert any(line.startswith("  status page  http://127.0.0.1:") for line in other)
+    assert any(line.startswith("  reads        open to whoever reaches") for line in other)
     assert f"  data         {data_dir}  (server logs: {data_dir / 'servers.log'}" in "\n".join(
         other
     )
     assert any(line.startswith("  stop         Ctrl-C") for line in other)
-    assert len(other) <= 10, other
+    assert len(other) <= 11, other
 
 
 def _nats_servers_on(store: Path) -> list[int]:

@@ -308,3 +308,72 @@ async def _phone(browser: Any, base: str, shots: Path) -> None:
     await page.screenshot(path=str(phone_detail))
     print(f"screenshot (phone 390x844): {phone}\nscreenshot (phone, run detail): {phone_detail}")
     await context.close()
+
+
+READ_TOKEN = "a-read-token-for-the-page-0123456789"
+
+
+async def test_status_page_asks_for_a_read_token_then_works(
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
+    """Reads protected (a token configured): the page shows nothing but a token form,
+    refuses a wrong token, then renders with a read token, kept for the tab only
+    (sessionStorage: a reload keeps it, a new browser session asks again)."""
+    async_playwright, executable = _browser_or_skip()
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"viewer {READ_TOKEN} read\n")
+    replica = Replica(
+        tmp_path / "claimd.toml", make_config(JOBS, api_token_file=str(tokens), **FAST)
+    )
+    async with running(replica):
+
+        async def serving() -> bool:
+            return replica.http_port not in (None, 0)
+
+        await eventually(serving, what="the replica's HTTP server")
+        base = f"http://127.0.0.1:{replica.http_port}"
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(
+                executable_path=executable, args=["--no-sandbox", "--disable-dev-shm-usage"]
+            )
+            try:
+                context = await browser.new_context()
+                page = await context.new_page()
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                await page.goto(f"{base}/?refresh=1")
+                await page.wait_for_selector("#token-form:not([hidden])", timeout=DEADLINE_MS)
+                assert await page.eval_on_selector_all("#jobs tr.job-row", "rs => rs.length") == 0
+                await page.fill("#token-input", "not-the-token-" + "x" * 20)
+                await page.click("#token-submit")
+                await page.wait_for_function(
+                    "document.getElementById('token-why').textContent.includes('not accepted')",
+                    timeout=DEADLINE_MS,
+                )
+                assert await page.is_visible("#token-form")
+                await page.fill("#token-input", READ_TOKEN)
+                await page.click("#token-submit")
+                await page.wait_for_selector(
+                    "#jobs tr.job-row[data-job='heartbeat']", timeout=DEADLINE_MS
+                )
+                assert await page.is_hidden("#token-form")
+                kept = await page.evaluate(
+                    "[sessionStorage.getItem('claimd.token'), localStorage.length, document.cookie]"
+                )
+                assert kept == [READ_TOKEN, 0, ""], kept
+                # A reload in the same tab keeps it; the page refreshes on its own.
+                await page.reload()
+                await page.wait_for_selector(
+                    "#jobs tr.job-row[data-job='heartbeat']", timeout=DEADLINE_MS
+                )
+                assert await page.is_hidden("#token-form")
+                assert errors == [], errors
+                await context.close()
+                # Another browser session: asked again.
+                other = await browser.new_context()
+                fresh = await other.new_page()
+                await fresh.goto(base)
+                await fresh.wait_for_selector("#token-form:not([hidden])", timeout=DEADLINE_MS)
+                await other.close()
+            finally:
+                await browser.close()

@@ -41,6 +41,8 @@ from tests.unit.memory_world import until
 
 TOKEN = "s3cret-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+READ_TOKEN = "a-read-token-0123456789"
+READ = {"Authorization": f"Bearer {READ_TOKEN}"}
 Client = TestClient[web.Request, web.Application]
 
 
@@ -68,7 +70,10 @@ async def store() -> InMemoryRunStore:
 
 @pytest.fixture
 async def client(store: InMemoryRunStore) -> AsyncIterator[Client]:
-    api = OperatorApi(OperatorService(InMemoryOperatorStore(store)), [("alice", TOKEN)])
+    api = OperatorApi(
+        OperatorService(InMemoryOperatorStore(store)),
+        [("alice", TOKEN), ("viewer", READ_TOKEN, "read")],
+    )
 
     async def ready() -> dict[str, str]:
         return {"postgres": "ok", "nats": "ok"}
@@ -78,6 +83,8 @@ async def client(store: InMemoryRunStore) -> AsyncIterator[Client]:
 
 
 async def _json(client: Client, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+    """A request with the read token unless ``headers`` says otherwise."""
+    kwargs.setdefault("headers", READ)
     async with client.request(method, path, **kwargs) as response:
         return response.status, await response.json()
 
@@ -126,7 +133,14 @@ async def test_the_api_reads_jobs_runs_a_run_the_audit_and_the_grid(client: Clie
 async def test_the_api_acts_with_a_token_and_records_every_action(
     client: Client, store: InMemoryRunStore
 ) -> None:
-    assert (await _json(client, "POST", "/api/jobs/job/pause"))[0] == 401
+    assert (await _json(client, "POST", "/api/jobs/job/pause", headers={}))[0] == 401
+    # A read token reads and may not act.
+    status, refused = await _json(client, "POST", "/api/jobs/job/pause", headers=READ)
+    assert (status, refused["error"]) == (
+        403,
+        "the token 'viewer' has scope read; this needs scope operate",
+    )
+    assert not store.jobs["job"].paused
     status, paused = await _json(client, "POST", "/api/jobs/job/pause", headers=AUTH)
     assert status == 200
     assert paused["actor"] == "alice"
@@ -213,7 +227,7 @@ async def test_a_replica_on_memory_adapters_serves_its_operator_api(tmp_path: Pa
         await until(lambda: replica.http_port not in (None, 0) and "tick" in store.jobs, "synced")
         base = f"http://127.0.0.1:{replica.http_port}"
         async with aiohttp.ClientSession() as session:
-            async with session.get(base + "/api/jobs") as response:
+            async with session.get(base + "/api/jobs", headers=AUTH) as response:
                 status, jobs = response.status, await response.json()
             assert status == 200, jobs  # 503 when the API had no service in memory
             assert [j["name"] for j in jobs] == ["tick"]
@@ -360,3 +374,20 @@ async def test_a_trigger_of_a_forbid_job_with_a_run_active_says_so_through_the_a
     # Nothing was skipped for overlap: the queued run waits, pending.
     assert await store.skip_unrunnable(10) == []
     assert store.runs[queued["run_id"]].state is RunState.PENDING
+
+
+async def test_an_audit_range_too_large_is_refused_before_any_history_is_read(
+    store: InMemoryRunStore,
+) -> None:
+    """A range of a million instants answers 422 at once: the history is never read
+    (it was read, up to 200,000 rows, before the range was checked)."""
+    from actors.operator import Unprocessable
+
+    service = OperatorService(InMemoryOperatorStore(store))
+
+    async def never(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the history was read for a range refused anyway")
+
+    service.history.audit_records = never  # type: ignore[method-assign]
+    with pytest.raises(Unprocessable, match="more than 10000 instants"):
+        await service.audit("beat", "2000-01-01", "2026-01-01")

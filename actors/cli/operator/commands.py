@@ -269,8 +269,13 @@ def _connection(p: argparse.ArgumentParser, *, output: bool = True) -> None:
     g.add_argument("--config", help="read database_url from this config file")
     g.add_argument("--database-url", help="PostgreSQL URL (or CLAIMD_DATABASE_URL)")
     g.add_argument("--url", help="a replica's HTTP API, e.g. http://127.0.0.1:8780 (or CLAIMD_URL)")
-    g.add_argument("--token", help="bearer token for actions through --url (or CLAIMD_API_TOKEN)")
-    g.add_argument("--token-file", help="read the bearer token from this file")
+    # No --token VALUE: an argument is visible to every user of the host (ps).
+    g.add_argument(
+        "--token-file",
+        help="read the bearer token for --url from this file (or CLAIMD_API_TOKEN); "
+        "reads need one of scope read, actions one of scope operate, once the "
+        "replica has tokens configured",
+    )
     g.add_argument(
         "--actor",
         help="who is recorded as doing the action (default: your "
@@ -305,6 +310,9 @@ def register(sub: Any, open_store: StoreOpener) -> None:
     def command(name: str, help_text: str, fn: Command) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(
             name,
+            # No abbreviations: `--token VALUE` must not pass as `--token-file VALUE`
+            # (and the token be printed as a file that cannot be read).
+            allow_abbrev=False,
             help=help_text,
             description=f"{help_text}. {TIME_NOTE}",
             epilog=f"exit status{EXIT_CODES}",
@@ -473,6 +481,7 @@ def register(sub: Any, open_store: StoreOpener) -> None:
 
     rel = sub.add_parser(
         "reload",
+        allow_abbrev=False,
         help="make a running replica reread its config (SIGHUP) and report its verdict",
         description=(
             "Send SIGHUP to a replica (--pid, --pid-file), then wait for the verdict it "

@@ -75,6 +75,35 @@
 
   const $ = (id) => document.getElementById(id);
 
+  // Once a replica has tokens configured its reads need one (scope read): the
+  // page asks for it, keeps it for this tab only (sessionStorage, never a
+  // cookie or localStorage) and sends it as a bearer header.
+  const TOKEN_KEY = "claimd.token";
+  class NeedsToken extends Error {}
+
+  function storedToken() {
+    try { return sessionStorage.getItem(TOKEN_KEY) || ""; } catch (_) { return ""; }
+  }
+
+  function askForToken(refused) {
+    if (refused) { try { sessionStorage.removeItem(TOKEN_KEY); } catch (_) { /* private mode */ } }
+    setText($("token-why"), refused
+      ? "That token was not accepted. Give a token of scope read or operate."
+      : "This replica's reads need a bearer token (scope read or operate). It is kept for this tab only.");
+    $("token-form").hidden = false;
+    $("token-input").focus();
+  }
+
+  function onTokenSubmit(event) {
+    event.preventDefault();
+    const token = $("token-input").value.trim();
+    if (!token) return;
+    try { sessionStorage.setItem(TOKEN_KEY, token); } catch (_) { /* private mode */ }
+    $("token-input").value = "";
+    $("token-form").hidden = true;
+    refresh();
+  }
+
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
     for (const [key, value] of Object.entries(attrs || {})) {
@@ -123,9 +152,13 @@
   }
 
   async function getJson(path) {
-    const response = await fetch(path, { cache: "no-store", headers: { Accept: "application/json" } });
+    const headers = { Accept: "application/json" };
+    const token = storedToken();
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const response = await fetch(path, { cache: "no-store", headers });
     let body = null;
     try { body = await response.json(); } catch (_) { body = null; }
+    if (response.status === 401) throw new NeedsToken(token ? "refused" : "");
     if (!response.ok) {
       const reason = body && body.error ? body.error : `HTTP ${response.status}`;
       throw new Error(`${path}: ${reason}`);
@@ -587,11 +620,16 @@
         if (openRun && !TERMINAL.has(openRun.state)) await loadRun(openRun.id);
       } catch (error) {
         updated.className = "updated stale";
+        if (error instanceof NeedsToken) {
+          askForToken(error.message === "refused");
+          updated.textContent = "waiting for a token";
+          return;
+        }
         updated.textContent = `update failed: ${error.message}` +
           (lastGood ? ` · showing ${lastGood.at.toLocaleTimeString()}` : "");
       } finally {
         inFlight = null;
-        timer = setTimeout(tick, REFRESH_MS);
+        if ($("token-form").hidden) timer = setTimeout(tick, REFRESH_MS);
       }
     })();
     return inFlight;
@@ -743,6 +781,7 @@
     $("filter-text").addEventListener("input", (e) => { view.q = e.target.value.trim(); rerender(); });
     $("filter-state").addEventListener("change", (e) => { view.state = e.target.value; rerender(); });
     $("filters").addEventListener("submit", (e) => e.preventDefault());
+    $("token-form").addEventListener("submit", onTokenSubmit);
     $("jobs-table").addEventListener("click", onTableClick);
     $("summary").addEventListener("click", onSummaryClick);
     $("detail-close").addEventListener("click", closeDetail);
