@@ -377,3 +377,95 @@ async def test_status_page_asks_for_a_read_token_then_works(
                 await other.close()
             finally:
                 await browser.close()
+
+
+OPERATE_TOKEN = "an-operate-token-for-the-page-0123456789"
+
+
+async def test_the_page_offers_actions_to_an_operate_token_and_links_each_run(
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
+    """With a token the job's detail has buttons (run now, pause or resume): a read
+    token is told it may only read, an operate token's action is done and shown;
+    each run has a link that opens the page on it."""
+    async_playwright, executable = _browser_or_skip()
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"viewer {READ_TOKEN} read\nops {OPERATE_TOKEN} operate\n")
+    replica = Replica(
+        tmp_path / "claimd.toml", make_config(JOBS, api_token_file=str(tokens), **FAST)
+    )
+    async with running(replica):
+
+        async def serving() -> bool:
+            return replica.http_port not in (None, 0)
+
+        await eventually(serving, what="the replica's HTTP server")
+        base = f"http://127.0.0.1:{replica.http_port}"
+        detail = "article.job[data-job='heartbeat']"
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(
+                executable_path=executable, args=["--no-sandbox", "--disable-dev-shm-usage"]
+            )
+            try:
+                page = await (await browser.new_context()).new_page()
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                await page.goto(f"{base}/?refresh=1&job=heartbeat")
+                await page.wait_for_selector("#token-form:not([hidden])", timeout=DEADLINE_MS)
+                await page.fill("#token-input", READ_TOKEN)
+                await page.click("#token-submit")
+                await page.click(f"{detail} button[data-action='pause']", timeout=DEADLINE_MS)
+                await page.wait_for_function(
+                    "() => document.querySelector(\"[data-role='action-result']\")"
+                    ".textContent.includes('may only read')",
+                    timeout=DEADLINE_MS,
+                )
+                assert (
+                    await store.pool.fetchval("SELECT paused FROM jobs WHERE name = 'heartbeat'")
+                    is False
+                )
+                # The operate token: the action is done and the page follows it.
+                await page.evaluate(f"sessionStorage.setItem('claimd.token', '{OPERATE_TOKEN}')")
+                await page.reload()
+                await page.click(f"{detail} button[data-action='pause']", timeout=DEADLINE_MS)
+                await page.wait_for_selector(
+                    f"{detail} button[data-action='resume']", timeout=DEADLINE_MS
+                )
+                assert (
+                    await store.pool.fetchval("SELECT paused FROM jobs WHERE name = 'heartbeat'")
+                    is True
+                )
+                await page.click(f"{detail} button[data-action='resume']")
+                await page.wait_for_selector(
+                    f"{detail} button[data-action='pause']", timeout=DEADLINE_MS
+                )
+                await page.click(f"{detail} button[data-action='trigger']")
+                await page.wait_for_function(
+                    "() => document.querySelector(\"[data-role='action-result']\")"
+                    ".textContent.includes('heartbeat')",
+                    timeout=DEADLINE_MS,
+                )
+                assert (
+                    await store.pool.fetchval(
+                        "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id"
+                        " WHERE j.name = 'heartbeat' AND r.trigger = 'manual'"
+                    )
+                    == 1
+                )
+                # A link per run: it opens the page on that run.
+                run_id = await store.pool.fetchval(
+                    "SELECT r.id::text FROM job_runs r JOIN jobs j ON j.id = r.job_id"
+                    " WHERE j.name = 'heartbeat' AND r.state = 'succeeded' LIMIT 1"
+                )
+                await page.goto(f"{base}/?refresh=1&job=heartbeat&run={run_id}")
+                await page.wait_for_selector(
+                    "#detail:not([hidden]) [data-role='run-state']", timeout=DEADLINE_MS
+                )
+                link = await page.get_attribute("#detail [data-role='run-link']", "href")
+                assert link == f"?job=heartbeat&run={run_id}", link
+                body = await page.text_content("#detail-body")
+                assert body is not None
+                assert run_id in body, body
+                assert errors == [], errors
+            finally:
+                await browser.close()

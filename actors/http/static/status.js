@@ -168,6 +168,55 @@
     return body;
   }
 
+  // An operator's action (needs a token of scope operate): the API's answer or its error.
+  async function postJson(path, body) {
+    const headers = { Accept: "application/json", "Content-Type": "application/json" };
+    const token = storedToken();
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const response = await fetch(path, {
+      method: "POST", cache: "no-store", headers, body: JSON.stringify(body || {}),
+    });
+    let answer = null;
+    try { answer = await response.json(); } catch (_) { answer = null; }
+    if (response.status === 401) throw new NeedsToken("refused");
+    if (response.status === 403) throw new Error("this token may only read (an action needs scope operate)");
+    if (!response.ok) throw new Error(answer && answer.error ? answer.error : `HTTP ${response.status}`);
+    return answer;
+  }
+
+  // The actions a job offers on the page, shown once a token is held (without one
+  // the API refuses every action); each answers in the line below the buttons.
+  function jobActions(job) {
+    if (job.rejectedOnly || !job.enabled || !storedToken()) return null;
+    const said = el("p", { class: "action-result muted", "data-role": "action-result", "aria-live": "polite" });
+    const act = (label, path, body, role) => el("button", { type: "button", class: "action", "data-action": role },
+      label);
+    const buttons = [
+      act("Run now", "trigger", {}, "trigger"),
+      job.paused ? act("Resume (skip the paused instants)", "resume", {}, "resume")
+        : act("Pause", "pause", {}, "pause"),
+    ];
+    for (const button of buttons) {
+      button.addEventListener("click", async () => {
+        const role = button.dataset.action;
+        button.disabled = true;
+        try {
+          const answer = await postJson(`/api/jobs/${encodeURIComponent(job.name)}/${role}`, {});
+          said.className = "action-result";
+          said.textContent = answer && answer.message ? answer.message : `${role}: done`;
+          refresh();
+        } catch (error) {
+          if (error instanceof NeedsToken) { askForToken(true); return; }
+          said.className = "action-result error";
+          said.textContent = error.message;
+        } finally {
+          button.disabled = false;
+        }
+      });
+    }
+    return el("div", { class: "actions", "data-role": "job-actions" }, ...buttons, said);
+  }
+
   // --- the header: servers, counters, rejected jobs ----------------------------
 
   function renderHealth(status) {
@@ -496,6 +545,14 @@
       el("p", { class: "schedule", title: job.schedule || "" },
         job.schedule_words, job.timezone ? el("span", { class: "zone" }, job.timezone) : null));
     entry.facts.replaceChildren(...facts(job));
+    // The buttons are made once per state (a refresh must not take a click away).
+    const actionsKey = `${job.paused}:${job.enabled}:${Boolean(storedToken())}`;
+    if (entry.actionsKey !== actionsKey) {
+      entry.actionsKey = actionsKey;
+      if (entry.actions) entry.actions.remove();
+      entry.actions = jobActions(job);
+      if (entry.actions) entry.facts.after(entry.actions);
+    }
     renderGrid(entry, grids.get(job.name));
   }
 
@@ -705,7 +762,9 @@
         row("finished", run.finished_at ? `${wall(run.finished_at)} UTC` : "—"),
         row("lease", lease),
         row("exit code", run.exit_code === null ? "—" : String(run.exit_code)),
-        row("run id", el("code", {}, run.id))),
+        row("run id", el("code", {}, run.id)),
+        row("link", el("a", { href: runLink(run), "data-role": "run-link" }, "this run"))),
+      runActions(run),
       run.error ? el("h3", {}, "error") : null,
       run.error ? el("pre", { class: "error", "data-role": "run-error" }, run.error) : null,
       el("h3", {}, "output tail"),
@@ -713,6 +772,33 @@
         : el("p", { class: "muted" }, "no output recorded"),
       el("h3", {}, `attempts (${run.attempts.length})`),
       attemptsList(run));
+  }
+
+  // A link that opens this page on this run (its job's detail and the run panel).
+  function runLink(run) {
+    const next = new URLSearchParams();
+    next.set("job", run.job);
+    next.set("run", run.id);
+    return `?${next}`;
+  }
+
+  function runActions(run) {
+    if (!storedToken() || !["pending", "claimed", "running"].includes(run.state)) return null;
+    const said = el("p", { class: "action-result muted", "aria-live": "polite" });
+    const button = el("button", { type: "button", class: "action", "data-action": "cancel" }, "Cancel this run");
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      try {
+        const answer = await postJson(`/api/runs/${encodeURIComponent(run.id)}/cancel`, {});
+        said.textContent = answer && answer.message ? answer.message : "cancelled";
+        loadRun(run.id);
+      } catch (error) {
+        said.className = "action-result error";
+        said.textContent = error.message;
+        button.disabled = false;
+      }
+    });
+    return el("div", { class: "actions" }, button, said);
   }
 
   async function loadRun(runId) {
@@ -788,5 +874,11 @@
     document.addEventListener("keydown", (e) => { if (e.key === "Escape") closeDetail(); });
     document.addEventListener("visibilitychange", () => { if (!document.hidden) refresh(); });
     refresh();
+    // A link to one run (?job=NAME&run=ID): its panel opens with the page.
+    const linked = params.get("run");
+    if (linked) {
+      openCell = { job: params.get("job") || "", at: null };
+      loadRun(linked);
+    }
   });
 })();
