@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     Field,
@@ -39,6 +39,7 @@ from actors.domain import (
     parse_duration,
 )
 from actors.observability import redact
+from actors.observability.tracing import missing_for
 
 
 def _parse_duration(text: str, allow_zero: bool = False) -> timedelta:
@@ -76,6 +77,7 @@ ENV_OVERRIDES = {
     "nats_url": "CLAIMD_NATS_URL",
     "nats_tls_ca": "CLAIMD_NATS_TLS_CA",
     "http": "CLAIMD_HTTP",
+    "tracing": "CLAIMD_TRACING",
 }
 MIN_TOKEN_LENGTH = 16
 # job_histograms unset: the run histograms are by job for configs up to this many jobs.
@@ -141,6 +143,9 @@ class Settings(StrictModel):
     # Derived from the lease when not given (see actors.domain.lease.TimeoutBudget).
     statement_timeout: Duration | None = None
     publish_timeout: Duration | None = None
+    # OpenTelemetry traces of runs (docs/observability.md#traces): "otlp" exports
+    # them as the OTEL_* variables say (needs the claimd[otlp] extra); "none": off.
+    tracing: Literal["none", "otlp"] = "none"
     # (name, token) pairs read at load time; the name is who the API records as the actor.
     _api_tokens: tuple[tuple[str, str], ...] = PrivateAttr(default=())
 
@@ -187,6 +192,14 @@ class Settings(StrictModel):
                     f"{redact(url)!r} is not a NATS server URL (nats://host:port, tls://host:port)"
                 )
         return ",".join(urls)
+
+    @field_validator("tracing")
+    @classmethod
+    def _tracing_installed(cls, value: str) -> str:
+        extra = missing_for(value)
+        if extra is not None:
+            raise ValueError(f"tracing = {value!r} needs the {extra} extra: pip install '{extra}'")
+        return value
 
     @field_validator("http")
     @classmethod

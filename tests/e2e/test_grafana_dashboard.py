@@ -37,6 +37,8 @@ from tests.e2e.test_prometheus import prometheus
 
 __all__ = ["prometheus", "spawn"]  # fixtures
 
+pytestmark = pytest.mark.timeout(150)
+
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "docker" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "claimd.json"
