@@ -178,8 +178,12 @@ def configure(mode: str) -> Tracing:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES over this default.
-    provider = TracerProvider(resource=Resource.create({"service.name": "claimd"}))
+    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES as given (Resource.create reads
+    # them); the service is "claimd" where neither names one.
+    resource = Resource.create()
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": "claimd"}))
+    provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     chosen = OtelTracing(provider)
     install(chosen)

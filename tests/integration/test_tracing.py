@@ -80,7 +80,7 @@ async def test_one_runs_spans_across_two_replicas_share_one_trace(
                 set(spans) == whole for spans in by_run(exported.get_finished_spans()).values()
             )
 
-        await eventually(a_whole_run_traced)
+        await eventually(a_whole_run_traced, timeout=60, what="one run traced end to end")
     run_id, spans = next(
         (r, s) for r, s in by_run(exported.get_finished_spans()).items() if set(s) == whole
     )
