@@ -7,7 +7,8 @@ emptyDir, the ConfigMap's claimd.toml as the directory /etc/claimd, its
 environment with the Secret's values (the URLs pointed at the test servers,
 HTTP on a free loopback port of the host network). The container must answer
 the readiness and liveness probes' paths, run a shell job that writes to /tmp,
-and stop within the pod's terminationGracePeriodSeconds with exit code 0.
+reload its file on SIGHUP sent to PID 1, and stop within the pod's
+terminationGracePeriodSeconds with exit code 0.
 
 Seccomp is left to podman's default profile (the pod asks RuntimeDefault).
 """
@@ -163,6 +164,16 @@ async def test_the_image_runs_as_the_kubernetes_pod_does(
     denied = await _podman(podman, "exec", container_name, "/bin/sh", "-c", "touch /opt/x")
     assert denied.returncode != 0
     assert "Read-only file system" in denied.stderr
+
+    # A ConfigMap change reaches the replica by SIGHUP to PID 1 (tini forwards it),
+    # as docs/kubernetes.md says to send it.
+    hup = await _podman(podman, "exec", container_name, "/bin/sh", "-c", "kill -HUP 1")
+    assert hup.returncode == 0, hup.stderr
+
+    async def reloaded() -> bool:
+        return '"event": "reloaded"' in await logs()
+
+    await eventually(reloaded, timeout=30, what="the replica to reload on SIGHUP to PID 1")
 
     stopped = await _podman(podman, "stop", "--time", str(grace), container_name)
     assert stopped.returncode == 0, stopped.stderr
