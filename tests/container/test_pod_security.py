@@ -117,6 +117,7 @@ async def test_the_image_runs_as_the_kubernetes_pod_does(
         ref = var.get("valueFrom", {}).get("secretKeyRef")
         env[var["name"]] = secret["stringData"][ref["key"]] if ref else var["value"]
     env |= {
+        "CLAIMD_API_TOKEN": "0123456789abcdef0123456789abcdef",  # the template's is refused
         "CLAIMD_DATABASE_URL": schema_url,
         "CLAIMD_NATS_URL": nats_url,
         "CLAIMD_HTTP": f"127.0.0.1:{port}",  # the host network: a free port, not 8780

@@ -23,7 +23,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from actors.config import parse_config
+from actors.config import ConfigError, parse_config
 from actors.config.settings import ENV_OVERRIDES
 from actors.http.openapi.operations import BY_ID
 from actors.replica.lifecycle import stop_bound
@@ -148,17 +148,29 @@ def dockerfile_command() -> list[str]:
     return parsed
 
 
-def deployment_env(container: dict[str, Any], secret: dict[str, Any]) -> dict[str, str]:
-    """The container's environment with the Secret's (template) values filled in."""
+# What an operator puts in the Secret's api-token (the template's is refused).
+A_TOKEN = "0123456789abcdef0123456789abcdef"
+
+
+def deployment_env(container: dict[str, Any], secret: dict[str, str]) -> dict[str, str]:
+    """The container's environment with the Secret's values filled in."""
     env = {}
     for var in container["env"]:
         if "value" in var:
             env[var["name"]] = var["value"]
         else:
             ref = var["valueFrom"]["secretKeyRef"]
-            assert ref["name"] == secret["metadata"]["name"]
-            env[var["name"]] = secret["stringData"][ref["key"]]
+            env[var["name"]] = secret[ref["key"]]
     return env
+
+
+def test_the_secret_template_cannot_run_unfilled() -> None:
+    """Its placeholder token is refused, so an unedited template never serves a known token."""
+    kinds = production()
+    (container,) = kinds["Deployment"]["spec"]["template"]["spec"]["containers"]
+    env = deployment_env(container, kinds["Secret"]["stringData"])
+    with pytest.raises(ConfigError, match="shorter than 16 characters"):
+        parse_config(kinds["ConfigMap"]["data"]["claimd.toml"], "claimd.toml", env)
 
 
 def test_the_manifests_agree_with_what_claimd_serves_and_reads() -> None:
@@ -176,7 +188,11 @@ def test_the_manifests_agree_with_what_claimd_serves_and_reads() -> None:
     assert config_path.name in config_map["data"]
 
     # claimd's settings as the pod has them: the ConfigMap's file, the pod's environment.
-    env = deployment_env(container, secret)
+    refs = [v["valueFrom"]["secretKeyRef"] for v in container["env"] if "valueFrom" in v]
+    assert {r["name"] for r in refs} == {secret["metadata"]["name"]}
+    assert {r["key"] for r in refs} <= set(secret["stringData"])
+    filled = {**secret["stringData"], "api-token": A_TOKEN}
+    env = deployment_env(container, filled)
     loaded = parse_config(config_map["data"][config_path.name], str(config_path), env)
     assert loaded.errors == []
     settings = loaded.settings
@@ -186,7 +202,7 @@ def test_the_manifests_agree_with_what_claimd_serves_and_reads() -> None:
     assert set(env) - readable == set()
     assert settings.database_url == secret["stringData"]["database-url"]
     assert settings.nats_url == secret["stringData"]["nats-url"]
-    assert settings.api_tokens == (("api", secret["stringData"]["api-token"]),)
+    assert settings.api_tokens == (("api", A_TOKEN),)
 
     # The probes: claimd's own routes, on the port it listens on.
     (port,) = container["ports"]
