@@ -6,8 +6,9 @@ one error per invalid job; the caller decides (start-up runs the valid ones,
 reload refuses the whole file).
 
 Rooms: ``settings`` (the ``[claimd]`` table), ``jobs`` (the ``[jobs.NAME]``
-tables), ``errors`` (ConfigError and pydantic's errors in our words); this
-module reads the file and puts the two together.
+tables), ``declared`` (the jobs of ``@claimd.job`` in the ``modules`` named,
+and the import check of python targets), ``errors`` (ConfigError and pydantic's
+errors in our words); this module reads the file and puts them together.
 """
 
 from __future__ import annotations
@@ -21,6 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actors.config.declared import (
+    IN_PROCESS,
+    CodeImport,
+    add_python_jobs,
+    find_code,
+    python_targets,
+)
 from actors.config.errors import ConfigError, ConfigErrors
 from actors.config.jobs import JOB_NAME_PATTERN, JobReader, job_from_raw
 from actors.config.settings import ENV_OVERRIDES, Duration, Settings
@@ -29,6 +37,7 @@ from actors.domain import Job
 __all__ = [
     "ENV_OVERRIDES",
     "JOB_NAME_PATTERN",
+    "CodeImport",
     "ConfigError",
     "ConfigErrors",
     "Duration",
@@ -79,10 +88,28 @@ def parse_config(
     env: dict[str, str] | None = None,
     *,
     read_tokens: bool = True,
+    code: CodeImport | None = None,
+    folder: str | None = None,
 ) -> LoadedConfig:
-    """Parse config text. Settings errors raise; job errors are collected per job."""
+    """Parse config text. Settings errors raise; job errors are collected per job.
+
+    The python code the config names (its ``modules``, its jobs' targets) is
+    imported as ``code`` says, with ``folder`` (the file's) first on sys.path;
+    without ``code``, not at all (the text alone: no declared jobs, no check
+    that a target imports). :func:`load_config` imports it.
+    """
     with _collector_paused():
-        return _parse_config(text, path, env, read_tokens)
+        loaded = _parse_config(text, path, env, read_tokens)
+    if code is None:
+        return loaded
+    modules = loaded.settings.modules
+    targets = python_targets(loaded.jobs)
+    if modules or targets:
+        found = find_code(folder, modules, targets, code)
+        # Every job table of the file, valid or not (each error of a table names its job).
+        file_names = set(loaded.jobs) | {e.job for e in loaded.errors if e.job is not None}
+        add_python_jobs(path, modules, file_names, loaded.jobs, loaded.errors, found)
+    return loaded
 
 
 def _toml(text: str, path: str) -> dict[str, Any]:
@@ -135,11 +162,19 @@ def _read(p: Path) -> str:
 
 
 def load_config(
-    path: str | Path, env: dict[str, str] | None = None, *, read_tokens: bool = True
+    path: str | Path,
+    env: dict[str, str] | None = None,
+    *,
+    read_tokens: bool = True,
+    code: CodeImport = IN_PROCESS,
 ) -> LoadedConfig:
-    """Read and parse a config file (``read_tokens``: see Settings.from_table)."""
+    """Read and parse a config file (``read_tokens``: see Settings.from_table).
+
+    Its python code is imported as ``code`` says, the file's folder first on sys.path.
+    """
     p = Path(path)
-    return parse_config(_read(p), str(p), env, read_tokens=read_tokens)
+    folder = str(p.resolve().parent)
+    return parse_config(_read(p), str(p), env, read_tokens=read_tokens, code=code, folder=folder)
 
 
 def database_url_of(path: str | Path, env: dict[str, str] | None = None) -> str:

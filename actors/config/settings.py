@@ -11,6 +11,7 @@ budget) run once, after the fields.
 from __future__ import annotations
 
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
@@ -83,6 +84,7 @@ MIN_TOKEN_LENGTH = 16
 # job_histograms unset: the run histograms are by job for configs up to this many jobs.
 JOB_HISTOGRAMS_UP_TO = 1_000
 _NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+MODULE_NAME = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
 
 
 class Settings(StrictModel):
@@ -127,6 +129,16 @@ class Settings(StrictModel):
     shutdown_grace: Duration = parse_duration("30s")
     duplicate_window: Duration = parse_duration("2m")
     history_retention: Duration = parse_duration("30d")
+    # How often the replica looks at its config file: a changed file (its
+    # content, read through the path, so a ConfigMap's symlink swap counts) is
+    # reloaded as SIGHUP reloads it; "0s": never (SIGHUP only). The replica
+    # reports its file's digest to the database at the same pace (at least
+    # every 5s): docs/rollout.md.
+    config_poll: DurationOrZero = parse_duration("2s")
+    # The config's own version number, if the deployment keeps one: a file with
+    # a lower one than the generation in force is refused, a higher one is a
+    # rollout forward even to jobs seen before (docs/rollout.md).
+    config_version: int | None = Field(default=None, ge=0, le=2**62)
     # claimd_start_lag_seconds and claimd_run_duration_seconds by job (34 series
     # a job); false: one series each for all jobs, without the claimd_job label
     # (for thousands of jobs: /metrics is then about a quarter of the size).
@@ -146,6 +158,9 @@ class Settings(StrictModel):
     # OpenTelemetry traces of runs (docs/observability.md#traces): "otlp" exports
     # them as the OTEL_* variables say (needs the claimd[otlp] extra); "none": off.
     tracing: Literal["none", "otlp"] = "none"
+    # Python modules whose @claimd.job functions are jobs (docs/python-jobs.md):
+    # imported at load, again at a reload (jobs, not settings: a reload applies them).
+    modules: list[str] = Field(default_factory=list)
     # (name, token) pairs read at load time; the name is who the API records as the actor.
     _api_tokens: tuple[tuple[str, str], ...] = PrivateAttr(default=())
 
@@ -200,6 +215,14 @@ class Settings(StrictModel):
         if extra is not None:
             raise ValueError(f"tracing = {value!r} needs the {extra} extra: pip install '{extra}'")
         return value
+
+    @field_validator("modules")
+    @classmethod
+    def _module_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.fullmatch(MODULE_NAME, name):
+                raise ValueError(f"{name!r} is not a module name (such as billing.jobs)")
+        return list(dict.fromkeys(value))
 
     @field_validator("http")
     @classmethod

@@ -69,6 +69,17 @@ def counters() -> dict[str, Any]:
     }
 
 
+async def _config_rollout(api: OperatorApi | None) -> dict[str, Any] | None:
+    """The config generations and the replicas' files; None while it cannot say."""
+    if api is None:
+        return None
+    try:
+        return await api.service.config_rollout()
+    except Exception as exc:  # noqa: BLE001 - the status answers whatever the database does
+        log.debug("status: config generations unknown", error=repr(exc))
+        return None
+
+
 async def _rejected_jobs(api: OperatorApi | None) -> list[dict[str, Any]] | None:
     """The jobs the config file rejected (the operator's record); None while it cannot say."""
     if api is None:
@@ -173,10 +184,17 @@ def build_app(
         return web.json_response(rows)
 
     async def status_json(_: web.Request) -> web.Response:
-        checks, config_rejected = await asyncio.gather(ready(), _rejected_jobs(api))
+        checks, config_rejected, config = await asyncio.gather(
+            ready(), _rejected_jobs(api), _config_rollout(api)
+        )
         return answer(
             BY_ID["getStatus"].answer,
-            {"checks": checks, "counters": counters(), "config_rejected": config_rejected},
+            {
+                "checks": checks,
+                "counters": counters(),
+                "config_rejected": config_rejected,
+                "config": config,
+            },
         )
 
     # Every failure of every route, the status page's files included, as JSON.

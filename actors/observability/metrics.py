@@ -125,6 +125,28 @@ CONFIG_JOB_REJECTED = Gauge(
     "(start or reload); a rejected edit of a running job leaves its old definition running",
     [JOB_LABEL],
 )
+# The rollout rule (docs/rollout.md): what this replica's file is, what is in
+# force, and (from the database) how many file digests the replicas report.
+CONFIG_STALE = Gauge(
+    "claimd_config_stale",
+    "1 while this replica's config file is refused as older than the generation in force "
+    "(it runs the jobs in force; `claimd reload --force` rolls back)",
+)
+CONFIG_FILE_INFO = Gauge(
+    "claimd_config_file_info",
+    "1 for the digest of this replica's config file (its jobs; first 12 hex characters)",
+    ["digest"],
+)
+CONFIG_IN_FORCE_INFO = Gauge(
+    "claimd_config_in_force_info",
+    "1 for the digest of the config generation in force, as this replica last read it",
+    ["digest"],
+)
+CONFIG_DIGESTS = Gauge(
+    "claimd_config_digests",
+    "Distinct config file digests among the replicas reporting now (cluster-wide, from the "
+    "database); above 1 the replicas disagree",
+)
 RUNS_IN_FLIGHT = Gauge("claimd_worker_runs_in_flight", "Runs executing on this worker")
 CLOCK_SKEW = Gauge(
     "claimd_clock_skew_seconds",

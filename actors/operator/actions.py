@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from actors.domain.backfill import BACKFILL_MAX_RUNS, BackfillProgress, BackfillTooLarge
-from actors.domain.pause import PausedInstants
+from actors.domain.pause import DEFAULT_PAUSED_INSTANTS, PausedInstants
 from actors.domain.trigger import TriggerRefused, judge_backfill, judge_trigger
 from actors.observability import get_logger
 from actors.operator.errors import (
@@ -55,12 +55,12 @@ class OperatorService(OperatorReads):
     ) -> dict[str, Any]:
         """Undo pause; ``paused_instants`` says what becomes of the instants due meanwhile.
 
-        ``run`` (the default): the job's catch-up policy decides, as after a
-        downtime (with catchup = all they all run at once); ``skip``: none runs,
-        each recorded as skipped or as a gap with the reason "paused ..." (see
-        actors.domain.pause).
+        ``skip`` (the default): none runs, each recorded as skipped or as a gap
+        with the reason "paused ..."; ``run``: the job's catch-up policy decides,
+        as after a downtime (with catchup = all they all run at once). See
+        actors.domain.pause.
         """
-        choice = paused_instants or PausedInstants.RUN.value
+        choice = paused_instants or DEFAULT_PAUSED_INSTANTS.value
         arguments = {"paused_instants": choice}
         if choice not in {c.value for c in PausedInstants}:
             error = BadInput(f"paused_instants must be run or skip, got {choice!r}")

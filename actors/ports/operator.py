@@ -24,6 +24,7 @@ from typing import Any, Protocol, TypedDict
 from actors.domain.backfill import BackfillProgress
 from actors.domain.history import Gap, RunRecord
 from actors.domain.pause import PausedInstants
+from actors.ports.messages import ConfigRollout
 
 # A job's rows and recorded gaps over a range, as the audit judges them.
 Records = tuple[list[RunRecord], list[Gap]]
@@ -254,6 +255,10 @@ class HistoryReader(Protocol):
         ...
 
     async def rejected_jobs(self) -> list[RejectedRecord]: ...
+    async def config_rollout(self, generations: int = 10) -> ConfigRollout:
+        """The latest config generations, newest first, and the replicas reporting now."""
+        ...
+
     async def last_action_id(self) -> int:
         """The newest action's id (0: none)."""
         ...

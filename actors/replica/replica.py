@@ -31,6 +31,7 @@ from actors.observability import (
 )
 from actors.operator import OperatorService, Unavailable
 from actors.ports import Outage, ReplicaStore
+from actors.replica.config_watch import ConfigWatch
 from actors.replica.lifecycle import (
     EXIT_MARGIN_S,
     STOP_MARGIN_S,
@@ -101,9 +102,15 @@ class Replica:
     def jobs(self) -> dict[str, Job]:
         return self._jobs.jobs
 
-    async def reload(self, store: ReplicaStore) -> bool:
-        """Reread the config file; a file with any error changes nothing."""
-        ok = await self._jobs.reload(store, self.replica_id)
+    async def reload(
+        self, store: ReplicaStore, *, force: bool = False, trigger: str = "sighup"
+    ) -> bool:
+        """Reread the config file; a file with any error changes nothing.
+
+        ``force``: the operator's rollback (SIGUSR1, `claimd reload --force`):
+        applied even when older than the config generation in force.
+        """
+        ok = await self._jobs.reload(store, self.replica_id, force=force, trigger=trigger)
         self.config = self._jobs.loaded
         return ok
 
@@ -242,12 +249,20 @@ class Replica:
             if not task.cancelled() and task.exception() is not None:
                 log.error("reload failed", error=repr(task.exception()))
 
-        def on_hup() -> None:
-            task = asyncio.ensure_future(self.reload(ports.store))
+        def start_reload(force: bool, trigger: str) -> None:
+            task = asyncio.ensure_future(self.reload(ports.store, force=force, trigger=trigger))
             reload_tasks.add(task)
             task.add_done_callback(reload_done)
 
-        on_signals((signal.SIGHUP,), on_hup)
+        on_signals((signal.SIGHUP,), lambda: start_reload(False, "sighup"))
+        on_signals((signal.SIGUSR1,), lambda: start_reload(True, "forced"))
+        watch = ConfigWatch(
+            self._jobs,
+            self.replica_id,
+            settings.config_poll,
+            lambda: self.reload(ports.store, trigger="file changed"),
+        )
+        watching = asyncio.create_task(watch.run(ports.store, self.stop_requested))
         log.info(
             "replica started",
             replica=self.replica_id,
@@ -257,12 +272,19 @@ class Replica:
             database=redact(settings.database_url),
             nats=redact(settings.nats_url),
         )
-        await run_actors(
-            ports,
-            settings,
-            self.role,
-            self.replica_id,
-            self.stop_requested,
-            config_jobs=lambda: self._jobs.jobs,
-        )
+        try:
+            await run_actors(
+                ports,
+                settings,
+                self.role,
+                self.replica_id,
+                self.stop_requested,
+                config_jobs=lambda: self._jobs.jobs,
+            )
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
+            with contextlib.suppress(Exception):  # its report expires anyway
+                await asyncio.wait_for(ports.store.forget_config_replica(self.replica_id), 2)
         log.info("replica stopped", replica=self.replica_id)

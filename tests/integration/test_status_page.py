@@ -242,6 +242,22 @@ async def _desktop(browser: Any, base: str, shots: Path) -> None:
     assert FAILING in output, output
     attempts = await page.eval_on_selector_all("#detail li.attempt", "rs => rs.length")
     assert attempts == 1
+    # A run with no error: the panel's absent parts are left out, never written as "null".
+    await page.click("article.job[data-job='heartbeat'] button.cell[data-status='succeeded']")
+    await page.wait_for_function(
+        "() => document.querySelector('#detail [data-role=\"run-state\"]')"
+        "?.textContent === 'succeeded'",
+        timeout=DEADLINE_MS,
+    )
+    panel = await page.text_content("#detail-body")
+    assert panel is not None
+    assert "null" not in panel, panel
+    await page.click(f"{failing} button.cell[data-status='failed']")
+    await page.wait_for_function(
+        "() => document.querySelector('#detail [data-role=\"run-state\"]')"
+        "?.textContent === 'failed'",
+        timeout=DEADLINE_MS,
+    )
     assert await page.evaluate("window.pwned === undefined"), "markup from the data ran"
     assert await page.eval_on_selector_all("img", "is => is.length") == 0
     desktop = shots / "status-desktop.png"
@@ -255,26 +271,39 @@ async def _desktop(browser: Any, base: str, shots: Path) -> None:
     await page.close()
 
 
+# A phone's width; with is_mobile the page's innerWidth grows to whatever the
+# content needs (a phone zooms out), so the width is checked against this.
+PHONE_WIDTH = 390
+
+
 async def _phone(browser: Any, base: str, shots: Path) -> None:
     context = await browser.new_context(
-        viewport={"width": 390, "height": 844},
+        viewport={"width": PHONE_WIDTH, "height": 844},
         device_scale_factor=2,
         is_mobile=True,
         has_touch=True,
     )
     page = await context.new_page()
+    # The whole list first: a job's last outcome (a badge with a date) must wrap
+    # inside its column, not widen the page.
+    await page.goto(f"{base}/?refresh=1")
+    await page.wait_for_selector(
+        "tr.job-row .badge[class*='look-']:not([hidden])", timeout=DEADLINE_MS
+    )
+    width = await page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= PHONE_WIDTH, f"the job list overflows sideways at 390 px: {width}"
     await page.goto(f"{base}/?refresh=1&job=nightly-export")
     await page.wait_for_selector(
         "article.job[data-job='nightly-export'] button.cell", timeout=DEADLINE_MS
     )
     width = await page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
-    assert width[0] <= width[1], f"the page overflows sideways at 390 px: {width}"
+    assert width[0] <= PHONE_WIDTH, f"the page overflows sideways at 390 px: {width}"
     phone = shots / "status-phone.png"
     await page.screenshot(path=str(phone), full_page=True)
     await page.tap("article.job[data-job='nightly-export'] button.cell[data-status='failed']")
     await page.wait_for_selector("#detail:not([hidden]) li.attempt", timeout=DEADLINE_MS)
     width = await page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
-    assert width[0] <= width[1], f"the run detail overflows sideways at 390 px: {width}"
+    assert width[0] <= PHONE_WIDTH, f"the run detail overflows sideways at 390 px: {width}"
     phone_detail = shots / "status-phone-detail.png"
     await page.screenshot(path=str(phone_detail))
     print(f"screenshot (phone 390x844): {phone}\nscreenshot (phone, run detail): {phone_detail}")

@@ -364,6 +364,20 @@ CASES: list[tuple[str, str, str | None, str | None, str]] = [
         "claimd.http",
         "expected host:port",
     ),
+    (
+        "bad-config-poll",
+        '[claimd]\nconfig_poll = "often"\n',
+        None,
+        "claimd.config_poll",
+        "often",
+    ),
+    (
+        "negative-config-version",
+        "[claimd]\nconfig_version = -1\n",
+        None,
+        "claimd.config_version",
+        "greater than or equal to 0",
+    ),
 ]
 
 

@@ -7,11 +7,13 @@ import contextlib
 import importlib
 import inspect
 import queue
+import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
+from types import ModuleType
 from typing import Any
 
 from actors.adapters.executors.common import OUTPUT_TAIL_BYTES, elapsed
@@ -99,7 +101,7 @@ def runs_on_the_loop(target: str) -> bool:
         return False
 
 
-_RESOLVED: dict[str, tuple[Callable[..., Any], bool]] = {}
+_RESOLVED: dict[str, tuple[Callable[..., Any], bool, ModuleType, str]] = {}
 _RESOLVED_KEPT = 1024
 
 
@@ -107,16 +109,19 @@ def _resolved(target: str) -> tuple[Callable[..., Any], bool]:
     """The target's callable and whether it is a coroutine function, looked up once.
 
     Only what resolved is kept: a target that failed to import is tried again
-    on its next run (the module may have been installed meanwhile).
+    on its next run (the module may have been installed meanwhile). What is
+    kept stands while its module still holds it: a reload that imported the
+    module again (a changed ``@claimd.job`` module) gives the new function.
     """
     found = _RESOLVED.get(target)
-    if found is None:
+    if found is None or getattr(found[2], found[3], None) is not found[0]:
+        module_name, _, attr = target.partition(":")
         func = resolve_callable(target)
-        found = (func, inspect.iscoroutinefunction(func))
+        found = (func, inspect.iscoroutinefunction(func), sys.modules[module_name], attr)
         if len(_RESOLVED) >= _RESOLVED_KEPT:
             _RESOLVED.clear()
         _RESOLVED[target] = found
-    return found
+    return found[0], found[1]
 
 
 async def run_python(spec: PythonSpec, context: RunContext, timeout: timedelta) -> ExecutionResult:

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fnmatch
 import json
 import os
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
@@ -28,8 +30,9 @@ from actors.cli.operator import render
 from actors.cli.operator.connect import Backend, StoreOpener, open_backend
 from actors.cli.operator.reload import cmd_reload
 from actors.domain.backfill import BACKFILL_CHUNK, BACKFILL_MAX_RUNS
+from actors.domain.pause import DEFAULT_PAUSED_INSTANTS, PausedInstants
 from actors.domain.trigger import EARLIEST_TRIGGER
-from actors.operator import OperatorError, Unavailable
+from actors.operator import BadInput, NotFound, OperatorError, Unavailable
 from actors.ports import SchemaMissing, StoreRefused, StoreUnavailable
 
 EXIT_CODES = __doc__.split("Exit status", 1)[1] if __doc__ else ""
@@ -100,10 +103,23 @@ def _command(command: Command) -> Callable[[argparse.Namespace], int]:
 async def jobs(backend: Backend, args: argparse.Namespace) -> Result:
     rows = await backend.get("jobs")
     rows = rows if args.all else [j for j in rows if j["enabled"]]
+    if args.pattern:
+        rows = [j for j in rows if _name_matches(j["name"], args.pattern)]
     # `--json` prints the API's job list as it is; the table adds the jobs the
     # config file rejected (GET /api/config/rejected), new ones included.
     rejected = [] if args.json else await backend.get("rejected_jobs")
-    return rows, render.jobs(rows, rejected), 0
+    if args.pattern:
+        rejected = [r for r in rejected if _name_matches(r["job"], args.pattern)]
+    # And the config generation in force, and whether the replicas disagree (docs/rollout.md).
+    config = None if args.json else await backend.get("config_rollout")
+    return rows, render.jobs(rows, rejected, config, wide=args.wide), 0
+
+
+def _name_matches(name: str, pattern: str) -> bool:
+    """A glob (``billing-*``) when it has one of ``*?[``, else a part of the name."""
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(name, pattern)
+    return pattern in name
 
 
 async def runs(backend: Backend, args: argparse.Namespace) -> Result:
@@ -121,13 +137,36 @@ async def runs(backend: Backend, args: argparse.Namespace) -> Result:
     return page, render.runs(page), 0
 
 
+def _is_run_id(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
 async def show(backend: Backend, args: argparse.Namespace) -> Result:
-    found = await backend.get("run", run_id=args.run_id)
+    """One run by its id, or a job's latest run (what `claimd show JOB` asks: why did it fail)."""
+    run_id = args.run_id
+    if not _is_run_id(run_id):
+        page = await backend.get("runs", job=run_id, limit=1)
+        if not page["runs"]:
+            raise NotFound(
+                f"job {run_id!r} has no run yet (claimd runs {run_id} --ahead lists "
+                "the ones written ahead)"
+            )
+        run_id = page["runs"][0]["id"]
+    found = await backend.get("run", run_id=run_id)
     return found, render.run(found), 0
 
 
 async def audit(backend: Backend, args: argparse.Namespace) -> Result:
-    result = await backend.get("audit", job=args.job, start=args.start, end=args.end)
+    if args.at and (args.start or args.end):
+        raise BadInput("give --at, or --from and --to, not both")
+    if not args.at and not (args.start and args.end):
+        raise BadInput("give --from and --to (a range), or --at (one instant)")
+    start, end = (args.at, args.at) if args.at else (args.start, args.end)
+    result = await backend.get("audit", job=args.job, start=start, end=end)
     return (result, render.audit(result, args.problems), 0 if result["summary"]["complete"] else 1)
 
 
@@ -148,6 +187,24 @@ def _action(name: str, *fields: str) -> Command:
         return result, result["message"], 3 if nothing else 0
 
     return act
+
+
+async def _resume(backend: Backend, args: argparse.Namespace) -> Result:
+    """Resume, saying first what becomes of the paused instants (the answer says how many).
+
+    The notice is for a person at a terminal; a script reads the answer (and an
+    error stays one line)."""
+    if not getattr(args, "json", False) and sys.stderr.isatty():
+        if args.paused_instants == PausedInstants.SKIP.value:
+            plan = "none runs, each is recorded as paused (--paused-instants run to run them)"
+        else:
+            plan = "they run as its catch-up policy says"
+        print(
+            f"resuming {render.terminal_safe(args.job)}: of the instants that came due "
+            f"while it was paused, {plan}",
+            file=sys.stderr,
+        )
+    return await _action("resume", "job", "paused_instants")(backend, args)
 
 
 # --- arguments ------------------------------------------------------------------------
@@ -220,7 +277,17 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         "every job: schedule, zone, next fire, last outcome, last success, overdue backlog, paused",
         jobs,
     )
+    p.add_argument(
+        "pattern",
+        nargs="?",
+        help="only the jobs whose name matches: a glob (billing-*) or a part of the name",
+    )
     p.add_argument("--all", action="store_true", help="include jobs removed from the config")
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="every column (UTC times, last success, runs written ahead) and whole errors",
+    )
     p = command("runs", "runs that have happened (scheduled at or before now), newest first", runs)
     p.add_argument("job", nargs="?", help="only this job's runs")
     p.add_argument(
@@ -240,8 +307,15 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         help="include the runs written ahead of time, not yet due (default: what has happened, "
         "scheduled at or before now)",
     )
-    p = command("show", "one run: attempts and verdicts, errors, output tail, lease, epoch", show)
-    p.add_argument("run_id")
+    p = command(
+        "show",
+        "one run (by RUN_ID, or JOB's latest): attempts and verdicts, errors, output tail, "
+        "lease, epoch",
+        show,
+    )
+    p.add_argument(
+        "run_id", metavar="RUN_ID|JOB", help="a run's id, or a job's name: its latest run"
+    )
     p = command(
         "audit",
         "did every due instant of JOB in a range run? each instant with "
@@ -249,8 +323,9 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         audit,
     )
     p.add_argument("job")
-    p.add_argument("--from", dest="start", required=True, help="first instant (job's zone)")
-    p.add_argument("--to", dest="end", required=True, help="last instant, inclusive")
+    p.add_argument("--from", dest="start", help="first instant (job's zone)")
+    p.add_argument("--to", dest="end", help="last instant, inclusive")
+    p.add_argument("--at", help="one instant (job's zone): the same as --from AT --to AT")
     p.add_argument(
         "--problems",
         action="store_true",
@@ -265,24 +340,25 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         "stop materializing and claiming a job's runs (claimed, unstarted ones go back to pending)",
         _action("pause", "job"),
     ).add_argument("job")
-    p = command("resume", "undo pause", _action("resume", "job", "paused_instants"))
+    p = command("resume", "undo pause", _resume)
     p.description = (
         "Undo pause. --paused-instants says what becomes of the instants that came due "
-        "while JOB was paused: 'run' (the default) leaves them to the job's catch-up "
-        'policy, as after a downtime: with catchup = "all" (the default) every one of '
-        'them within catchup_window runs, all at once, on resume; "latest" runs the '
-        "newest; \"none\" only those still within its starting deadline. 'skip' runs "
-        "none: the runs written ahead for them become skipped and the instants not "
-        "written yet are recorded as a gap, both with the "
-        'reason "paused ..." (claimd audit lists them as paused, not missing), and '
-        "the schedule goes on from now. Runs added by trigger or backfill run either way."
+        "while JOB was paused: 'skip' (the default) runs none of them: the runs written "
+        "ahead for them become skipped and the instants not written yet are recorded as "
+        'a gap, both with the reason "paused ..." (claimd audit lists them as paused, '
+        "not missing), and the schedule goes on from now. 'run' leaves them to the "
+        'job\'s catch-up policy, as after a downtime: with catchup = "all" (the default) '
+        "every one of them within catchup_window runs, all at once, on resume; "
+        '"latest" runs the newest; "none" only those still within its starting '
+        "deadline. Runs added by trigger or backfill run either way."
     )
     p.add_argument("job")
     p.add_argument(
         "--paused-instants",
         choices=["run", "skip"],
-        default="run",
-        help="run (default): as the job's catch-up policy says; skip: none of them runs",
+        default=DEFAULT_PAUSED_INSTANTS.value,
+        help="skip (default): none of them runs, each recorded as paused; "
+        "run: as the job's catch-up policy says",
     )
     p = command(
         "trigger",
@@ -351,6 +427,15 @@ def register(sub: Any, open_store: StoreOpener) -> None:
     target = rel.add_mutually_exclusive_group(required=True)
     target.add_argument("--pid", type=int)
     target.add_argument("--pid-file")
+    rel.add_argument(
+        "--force",
+        action="store_true",
+        help=(
+            "roll back: apply the replica's file even when it is older than the config "
+            "generation in force (SIGUSR1 instead of SIGHUP; recorded in the action log; "
+            "docs/rollout.md)"
+        ),
+    )
     rel.add_argument(
         "--wait",
         type=float,

@@ -192,6 +192,7 @@ _READS = {
     "audit": "auditJob",
     "actions": "listActions",
     "rejected_jobs": "listRejectedJobs",
+    "config_rollout": "getConfig",
 }
 _ACTIONS = {
     "pause": "pauseJob",

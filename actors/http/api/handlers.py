@@ -50,6 +50,7 @@ class OperatorApi:
             "openapi": self.openapi,
             "listJobs": self.jobs,
             "listRejectedJobs": self.rejected_jobs,
+            "getConfig": self.config,
             "getJob": self.job,
             "auditJob": self.audit,
             "listRuns": self.runs,
@@ -100,6 +101,9 @@ class OperatorApi:
 
     async def rejected_jobs(self, request: web.Request) -> web.Response:
         return _ok("listRejectedJobs", await self.service.rejected_jobs())
+
+    async def config(self, request: web.Request) -> web.Response:
+        return _ok("getConfig", await self.service.config_rollout())
 
     async def job(self, request: web.Request) -> web.Response:
         name = path_of(request, rq.JobPath).name

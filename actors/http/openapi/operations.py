@@ -149,6 +149,16 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=(503,),
     ),
     Operation(
+        "getConfig",
+        "get",
+        "/api/config",
+        "The config generations (the one in force first) and each replica's config file: "
+        "which digest it reports, whether it was refused as older than the one in force, "
+        "and whether the replicas disagree (docs/rollout.md)",
+        rs.ConfigRollout,
+        errors=(503,),
+    ),
+    Operation(
         "pauseJob",
         "post",
         "/api/jobs/{name}/pause",

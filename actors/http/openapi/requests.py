@@ -109,8 +109,8 @@ class ResumeBody(_Body):
 
     paused_instants: Literal["run", "skip"] | None = Field(
         None,
-        description="run (default): as the job's catch-up policy says (catchup = all runs "
-        'them all at once); skip: none runs, each recorded with the reason "paused"',
+        description='skip (default): none runs, each recorded with the reason "paused"; '
+        "run: as the job's catch-up policy says (catchup = all runs them all at once)",
     )
 
 

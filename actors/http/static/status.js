@@ -318,7 +318,8 @@
         `${last.state} ${wall(last.scheduled_local)}`,
         `${ago(last.finished_at || last.scheduled_at)}${manual}`, last.error || null);
     } else {
-      setLine(cells.last, "", "none yet", null, null);
+      // The first run of a long job is running: not "none yet".
+      setLine(cells.last, "", job.running > 0 ? "running, none finished yet" : "none yet", null, null);
     }
     const oldest = job.backlog > 0 && job.oldest_due ? `oldest due ${ago(job.oldest_due)}` : null;
     setLine(cells.overdue, job.backlog > 0 ? "num warn" : "num", String(job.backlog), null, oldest);
@@ -403,7 +404,7 @@
 
   function lastOutcome(job) {
     const last = job.last_outcome;
-    if (!last) return fact("last outcome", "none yet");
+    if (!last) return fact("last outcome", job.running > 0 ? "running, none finished yet" : "none yet");
     const look = STATE_LOOK[last.state] || last.state;
     const value = el("span", {},
       el("span", { class: `badge look-${look}` }, last.state),
@@ -610,7 +611,8 @@
   function showPanel(title, ...content) {
     const panel = $("detail");
     $("detail-title").textContent = title;
-    $("detail-body").replaceChildren(...content);
+    // replaceChildren writes a null as the text "null": leave the absent parts out.
+    $("detail-body").replaceChildren(...content.filter((c) => c !== null && c !== undefined));
     if (panel.hidden) {
       panel.hidden = false;
       panel.focus();
