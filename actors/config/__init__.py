@@ -32,7 +32,8 @@ from actors.config.declared import (
 from actors.config.errors import ConfigError, ConfigErrors
 from actors.config.jobs import JOB_NAME_PATTERN, JobReader, job_from_raw
 from actors.config.settings import ENV_OVERRIDES, Duration, Settings
-from actors.domain import Job
+from actors.domain import HttpSpec, Job, ShellSpec
+from actors.observability.secrets import MASKER, url_secrets
 
 __all__ = [
     "ENV_OVERRIDES",
@@ -117,6 +118,12 @@ def _toml(text: str, path: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, f"not valid TOML: {exc}") from None
+    except RecursionError:
+        # tomllib parses nested arrays and inline tables recursively: thousands
+        # of "[" exhaust the interpreter's stack. One line, as for any bad TOML.
+        raise ConfigError(
+            path, "not valid TOML: arrays or tables nested too deeply to read"
+        ) from None
 
 
 def _parse_config(
@@ -135,6 +142,7 @@ def _parse_config(
     if not isinstance(settings_raw, dict):
         raise ConfigError(path, "must be a table", field_name="claimd")
     settings = Settings.from_table(path, settings_raw, env, read_tokens=read_tokens)
+    MASKER.add(_settings_secrets(settings))
     jobs_raw = raw.get("jobs", {})
     if not isinstance(jobs_raw, dict):
         raise ConfigError(path, "must be a table of jobs", field_name="jobs")
@@ -149,7 +157,34 @@ def _parse_config(
             jobs[name] = reader.job(name, job_raw)
         except ConfigError as exc:
             errors.append(exc)
+    MASKER.add(_job_secrets(jobs.values(), env))
+    # The jobs' secrets are known only now: the errors are masked again with them.
+    errors = [e.masked() for e in errors]
     return LoadedConfig(path=path, settings=settings, jobs=jobs, errors=errors)
+
+
+def _settings_secrets(settings: Settings) -> list[str]:
+    """The credentials of the settings: API tokens, the database and NATS passwords."""
+    return [
+        *(entry[1] for entry in settings.api_tokens),
+        *url_secrets(settings.database_url),
+        *url_secrets(settings.nats_url),
+    ]
+
+
+def _job_secrets(jobs: Any, env: dict[str, str]) -> Iterator[str]:
+    """The values of every job's ``secret_env`` and ``secret_headers``, as set now."""
+    sources: set[str] = set()
+    for job in jobs:
+        spec = job.executor
+        if isinstance(spec, ShellSpec):
+            sources.update(spec.secret_env.values())
+        elif isinstance(spec, HttpSpec):
+            sources.update(spec.secret_headers.values())
+    for source in sources:
+        value = env.get(source)
+        if value:
+            yield value
 
 
 def _read(p: Path) -> str:

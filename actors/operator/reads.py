@@ -48,7 +48,7 @@ class OperatorReads:
     # --- reads --------------------------------------------------------------------
 
     async def _job_row(self, name: str) -> JobRecord:
-        if not re.match(JOB_NAME_PATTERN, name):  # never a job: not worth a query
+        if not re.fullmatch(JOB_NAME_PATTERN, name):  # never a job: not worth a query
             raise NotFound(f"no job named {name!r}")
         row = await self.history.job(name)
         if row is None:
@@ -281,7 +281,7 @@ class OperatorReads:
     ) -> list[dict[str, Any]]:
         """Operator actions, newest first: who, when, what, with what, and the result."""
         limit = check_limit(limit)
-        if job is not None and not re.match(JOB_NAME_PATTERN, job):
+        if job is not None and not re.fullmatch(JOB_NAME_PATTERN, job):
             return []  # no job has such a name, so no action names it
         rows = await self.history.actions(job=job, before=before, limit=limit)
         return [{**r, "at": iso(r["at"]), "arguments": json.loads(r["arguments"])} for r in rows]

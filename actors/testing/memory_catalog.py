@@ -13,6 +13,7 @@ from typing import Any
 from actors.domain import (
     DecodedJobs,
     Job,
+    Overlap,
     Plan,
     RunState,
     SkipReason,
@@ -88,9 +89,17 @@ class InMemoryJobCatalog:
         *,
         due_at: datetime | None = None,
         trigger: str = "schedule",
+        overlap: Overlap | None = None,
     ) -> RunRow:
         """A pending run, as the materializer, a trigger or a backfill writes it."""
-        run = RunRow(str(uuid.uuid4()), job, scheduled_at, due_at or scheduled_at, trigger=trigger)
+        run = RunRow(
+            str(uuid.uuid4()),
+            job,
+            scheduled_at,
+            due_at or scheduled_at,
+            trigger=trigger,
+            overlap=overlap,
+        )
         self.runs[run.id] = run
         return run
 

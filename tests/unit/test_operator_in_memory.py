@@ -26,7 +26,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from actors.cli.operator import OneLineParser, register
 from actors.config import parse_config
-from actors.domain import ExecutionResult, ExecutorSpec, Outcome, RunContext, RunState
+from actors.domain import ExecutionResult, ExecutorSpec, Outcome, Overlap, RunContext, RunState
 from actors.http.api import OperatorApi
 from actors.http.server import build_app
 from actors.operator import OperatorService
@@ -310,3 +310,53 @@ async def test_the_commands_http_client_reaches_every_route_it_names_through_the
         assert resumed["paused_instants"] == "skip"
     finally:
         await backend.close()
+
+
+async def test_a_trigger_of_a_forbid_job_with_a_run_active_says_so_through_the_api() -> None:
+    """The answer names the run the new one waits for (overlap queue, the default); asked
+    for forbid it is refused (422) rather than added to be skipped; a backfill records
+    its runs' mode."""
+    clock = ManualClock()
+    store = InMemoryRunStore(clock)
+    await store.sync_jobs([job("single", overlap=Overlap.FORBID), job("free")])
+    store.add_run("single", clock.now() - timedelta(minutes=5))
+    [busy] = await store.claim_due_runs("c", 10, LEASE, 100)
+    await store.start_runs("w", [message(busy)], LEASE)
+    api = OperatorApi(OperatorService(InMemoryOperatorStore(store)), [("alice", TOKEN)])
+
+    async def ready() -> dict[str, str]:
+        return {"postgres": "ok", "nats": "ok"}
+
+    async with TestClient(TestServer(build_app(ready, store.jobs_summary, api))) as client:
+        path = "/api/jobs/single/trigger"
+        status, refused = await _json(
+            client, "POST", path, headers=AUTH, json={"overlap": "forbid"}
+        )
+        assert status == 422
+        assert f"single has run {busy.run_id} running and overlap forbid" in refused["error"]
+        assert "nothing added" in refused["error"]
+        status, queued = await _json(client, "POST", path, headers=AUTH)
+        assert status == 200
+        assert (queued["overlap"], queued["waits_for"]) == ("queue", busy.run_id)
+        assert queued["message"].endswith(
+            f"; overlap queue: it waits its turn, single's run {busy.run_id} is running"
+        )
+        assert store.runs[queued["run_id"]].overlap is Overlap.QUEUE
+        status, wrong = await _json(
+            client, "POST", "/api/jobs/free/trigger", headers=AUTH, json={"overlap": "queue"}
+        )
+        assert status == 422
+        assert "does not apply to free, whose overlap is allow" in wrong["error"]
+        status, backfilled = await _json(
+            client,
+            "POST",
+            "/api/jobs/single/backfill",
+            headers=AUTH,
+            json={"from": "2025-01-01T00:00Z", "to": "2025-01-01T00:00Z", "overlap": "allow"},
+        )
+        assert status == 200
+        assert (backfilled["overlap"], backfilled["added"]) == ("allow", 1)
+        assert backfilled["message"].endswith("; overlap allow: they may run at once")
+    # Nothing was skipped for overlap: the queued run waits, pending.
+    assert await store.skip_unrunnable(10) == []
+    assert store.runs[queued["run_id"]].state is RunState.PENDING

@@ -220,6 +220,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _overlap_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--overlap",
+        choices=["queue", "allow", "forbid"],
+        help="the new runs' own overlap mode, for a job with overlap = forbid or queue "
+        "(default queue: wait while another run of the job is active); a job with "
+        "overlap = allow takes only allow",
+    )
+
+
 def _connection(p: argparse.ArgumentParser, *, output: bool = True) -> None:
     g = p.add_argument_group(
         "reaching claimd (default: a running `claimd dev` of this directory, or of --data-dir)"
@@ -363,7 +373,7 @@ def register(sub: Any, open_store: StoreOpener) -> None:
     p = command(
         "trigger",
         "a run now, for now or a past instant (one run per instant still)",
-        _action("trigger", "job", "at"),
+        _action("trigger", "job", "at", "overlap"),
     )
     p.description = (
         "Add a run of JOB for one instant, due now: --at (default: now on the database's "
@@ -372,20 +382,25 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         f"exit 2, as is an instant before {EARLIEST_TRIGGER.date().isoformat()}). The "
         "answer says whether the schedule names the instant: if it does, this run is that "
         "instant's run and the schedule adds no other; if not, it is an extra run. An "
-        "instant that already has a run is left alone (exit 3). " + TIME_NOTE
+        "instant that already has a run is left alone (exit 3). For a job with overlap = "
+        "forbid or queue the run waits its turn while another run of the job is active "
+        "(--overlap queue, the default; the answer names that run); --overlap forbid is "
+        "refused then (exit 2: the run would be skipped), --overlap allow runs it beside. "
+        + TIME_NOTE
     )
     p.add_argument("job")
     p.add_argument(
         "--at",
         help="the instant, at or before now; in the job's zone without an offset (default: now)",
     )
+    _overlap_option(p)
     command("cancel", "cancel a pending or running run", _action("cancel", "run_id")).add_argument(
         "run_id"
     )
     p = command(
         "backfill",
         "one run per missed instant in a range (idempotent)",
-        _action("backfill", "job", "start", "end", "max_runs"),
+        _action("backfill", "job", "start", "end", "max_runs", "overlap"),
     )
     p.description = (
         "Add one run for each instant of JOB's schedule from --from to --to (both "
@@ -395,7 +410,11 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         "running it again. Refused before anything is written (exit 2) past --max-runs, "
         "and for a range that ends after now (a backfilled run runs now: an instant still "
         "ahead would be used up and its scheduled run never happen; end it with --to now) "
-        f"or begins before {EARLIEST_TRIGGER.date().isoformat()}, as a trigger is. " + TIME_NOTE
+        f"or begins before {EARLIEST_TRIGGER.date().isoformat()}, as a trigger is. Every "
+        "instant added runs: for a job with overlap = forbid or queue, one after another "
+        "(--overlap queue, the default: each waits while a run of the job is active), at "
+        "once (--overlap allow), or as the job's own runs (--overlap forbid, a forbid job's "
+        "only: skipped if a run is active when due). " + TIME_NOTE
     )
     p.add_argument("job")
     p.add_argument("--from", dest="start", required=True, help="first instant (job's zone)")
@@ -406,6 +425,7 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         default=BACKFILL_MAX_RUNS,
         help=f"refuse a range of more instants than this (default {BACKFILL_MAX_RUNS:,})",
     )
+    _overlap_option(p)
 
     rel = sub.add_parser(
         "reload",

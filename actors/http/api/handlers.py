@@ -171,14 +171,15 @@ class OperatorApi:
         actor = self._actor(request)
         name = path_of(request, rq.JobPath).name
         body = await body_of(request, rq.TriggerBody)
-        return self._done("triggerJob", await self.service.trigger(actor, name, body.at))
+        done = await self.service.trigger(actor, name, body.at, body.overlap)
+        return self._done("triggerJob", done)
 
     async def backfill(self, request: web.Request) -> web.Response:
         actor = self._actor(request)
         name = path_of(request, rq.JobPath).name
         body = await body_of(request, rq.BackfillBody, required=True)
         done = await self.service.backfill(
-            actor, name, body.start, body.end, max_runs=body.max_runs
+            actor, name, body.start, body.end, max_runs=body.max_runs, overlap=body.overlap
         )
         return self._done("backfillJob", done)
 

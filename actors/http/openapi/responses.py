@@ -307,12 +307,23 @@ class TriggerResult(ActionResult):
     run_id: Uuid
     scheduled_at: UtcTime
     scheduled_instant: bool = Field(description="whether the job's schedule names the instant")
+    overlap: Literal["queue", "allow", "forbid"] = Field(
+        description="the run's own overlap mode, as written on it"
+    )
+    waits_for: Uuid | None = Field(
+        None,
+        description="overlap queue: the job's run claimed or running when this one was "
+        "added, which it waits for (null: none)",
+    )
 
 
 class BackfillResult(ActionResult):
     added: int
     existing: int
     instants: int
+    overlap: Literal["queue", "allow", "forbid"] = Field(
+        description="the runs' own overlap mode, as written on each"
+    )
 
 
 # --- the replica's own routes ----------------------------------------------------------
