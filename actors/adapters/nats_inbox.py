@@ -13,11 +13,13 @@ broker recreated without its data has lost the stream and the consumer.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, Protocol
 
 from nats.aio.msg import Msg
 
 from actors.adapters.nats import PoisonMessage, decode, delivery_count
+from actors.adapters.nats.codec import trace_context_of
 from actors.observability import POISON_MESSAGES, get_logger
 from actors.pacing import Probe
 from actors.ports import DispatchMessage, InboxSilent
@@ -126,7 +128,11 @@ class JetStreamInbox:
 
     async def _decoded(self, msg: Msg) -> JetStreamDelivery | None:
         try:
-            return JetStreamDelivery(msg, decode(msg.data, self.deployment))
+            message = decode(msg.data, self.deployment)
+            trace = trace_context_of(msg)
+            if trace:
+                message = replace(message, trace_context=trace)
+            return JetStreamDelivery(msg, message)
         except ValueError as exc:
             reason = exc.reason if isinstance(exc, PoisonMessage) else "invalid"
             POISON_MESSAGES.labels(reason=reason).inc()

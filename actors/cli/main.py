@@ -30,6 +30,7 @@ from actors.config import CodeImport, ConfigError, LoadedConfig, load_config
 from actors.domain import CronSchedule, decode_job, encode_job, take
 from actors.http.server import PortUnavailable, listen_problem
 from actors.observability import LOG_FORMATS, configure_logging, get_logger, redact
+from actors.observability.tracing import configure as configure_tracing
 from actors.operator import OperatorError
 from actors.operator_root import open_operator_store
 from actors.replica import Replica, Role
@@ -63,6 +64,14 @@ def run_replica(replica: Replica) -> int:
     harness's broken builds, on adapters of its own) stops and exits exactly
     as `claimd run` does.
     """
+    tracer = configure_tracing(replica.config.settings.tracing)
+    try:
+        return _run_to_end(replica)
+    finally:
+        tracer.shutdown()  # the spans still buffered are exported
+
+
+def _run_to_end(replica: Replica) -> int:
     try:
         asyncio.run(replica.run())
     except StreamSettingsRefused as exc:

@@ -14,7 +14,7 @@ import os
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     Field,
@@ -40,6 +40,7 @@ from actors.domain import (
     parse_duration,
 )
 from actors.observability import redact
+from actors.observability.tracing import missing_for
 
 
 def _parse_duration(text: str, allow_zero: bool = False) -> timedelta:
@@ -78,6 +79,7 @@ ENV_OVERRIDES = {
     "nats_tls_ca": "CLAIMD_NATS_TLS_CA",
     "http": "CLAIMD_HTTP",
     "allowed_hosts": "CLAIMD_ALLOWED_HOSTS",
+    "tracing": "CLAIMD_TRACING",
 }
 MIN_TOKEN_LENGTH = 16
 # What a token allows: "read" every read of the API, the page's data and the
@@ -175,6 +177,9 @@ class Settings(StrictModel):
     # Derived from the lease when not given (see actors.domain.lease.TimeoutBudget).
     statement_timeout: Duration | None = None
     publish_timeout: Duration | None = None
+    # OpenTelemetry traces of runs (docs/observability.md#traces): "otlp" exports
+    # them as the OTEL_* variables say (needs the claimd[otlp] extra); "none": off.
+    tracing: Literal["none", "otlp"] = "none"
     # Python modules whose @claimd.job functions are jobs (docs/python-jobs.md):
     # imported at load, again at a reload (jobs, not settings: a reload applies them).
     modules: list[str] = Field(default_factory=list)
@@ -224,6 +229,14 @@ class Settings(StrictModel):
                     f"{redact(url)!r} is not a NATS server URL (nats://host:port, tls://host:port)"
                 )
         return ",".join(urls)
+
+    @field_validator("tracing")
+    @classmethod
+    def _tracing_installed(cls, value: str) -> str:
+        extra = missing_for(value)
+        if extra is not None:
+            raise ValueError(f"tracing = {value!r} needs the {extra} extra: pip install '{extra}'")
+        return value
 
     @field_validator("modules")
     @classmethod

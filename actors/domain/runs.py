@@ -102,16 +102,26 @@ class RunContext:
     scheduled_at: datetime
     attempt: int
     fencing_token: int
+    # The W3C trace context of this execution ("traceparent", "tracestate"),
+    # when tracing is on: a job's own spans are children of claimd's.
+    trace_context: tuple[tuple[str, str], ...] = ()
+
+    def trace_headers(self) -> dict[str, str]:
+        """The trace context as a carrier for opentelemetry's ``propagate.extract``."""
+        return dict(self.trace_context)
 
     def env(self) -> dict[str, str]:
         """The environment a shell execution receives."""
-        return {
+        env = {
             "CLAIMD_RUN_ID": self.run_id,
             "CLAIMD_JOB": self.job,
             "CLAIMD_SCHEDULED_AT": self.scheduled_at.isoformat(),
             "CLAIMD_ATTEMPT": str(self.attempt),
             "CLAIMD_FENCING_TOKEN": str(self.fencing_token),
         }
+        for name, value in self.trace_context:
+            env[name.upper()] = value  # TRACEPARENT, TRACESTATE
+        return env
 
     def headers(self) -> dict[str, str]:
         """The headers an HTTP execution sends."""
@@ -121,6 +131,7 @@ class RunContext:
             "Claimd-Scheduled-At": self.scheduled_at.isoformat(),
             "Claimd-Attempt": str(self.attempt),
             "Claimd-Fencing-Token": str(self.fencing_token),
+            **dict(self.trace_context),
         }
 
     def template_values(self) -> dict[str, str]:

@@ -76,6 +76,9 @@ class DispatchMessage:
     # The kind of work ("python:<target>", "shell", "http"): an async python
     # callable runs without a process slot. None (older build): a slot.
     executor: str | None = None
+    # The W3C trace context of the dispatch span (tracing on): carried in the
+    # message's NATS headers, never in its body.
+    trace_context: tuple[tuple[str, str], ...] = ()
 
     @property
     def msg_id(self) -> str:
@@ -99,6 +102,8 @@ class StartedRun:
     retry: RetryPolicy  # the job's, as stored
     trigger: str = "schedule"  # schedule | manual | backfill
     due_at: datetime | None = None  # when it became due (instant + jitter, or retry time)
+    # The dispatch message's trace context (tracing on): the run's span is its child.
+    trace_context: tuple[tuple[str, str], ...] = ()
 
     def context(self) -> RunContext:
         return RunContext(

@@ -13,6 +13,7 @@ import asyncio
 
 from actors.domain import ClaimedRun
 from actors.observability import PUBLISH_FAILED, PUBLISHED, get_logger
+from actors.observability.tracing import Span, run_attributes, tracing
 from actors.pacing import BrokerGate, ClaimedBatch
 from actors.ports import Broker, DispatchMessage
 
@@ -36,7 +37,9 @@ class Dispatcher:
         self.compensate = compensate
         self.gate = gate
 
-    def message(self, run: ClaimedRun) -> DispatchMessage:
+    def message(
+        self, run: ClaimedRun, trace_context: tuple[tuple[str, str], ...] = ()
+    ) -> DispatchMessage:
         return DispatchMessage(
             run_id=run.run_id,
             epoch=run.epoch,
@@ -46,6 +49,7 @@ class Dispatcher:
             deployment=self.deployment,
             due_at=run.due_at,
             executor=run.executor,
+            trace_context=trace_context,
         )
 
     async def dispatch(self, batch: ClaimedBatch) -> list[ClaimedRun]:
@@ -64,10 +68,22 @@ class Dispatcher:
             )
             await self.compensate.put(tuple(runs))
             return list(runs)
+        tracer = tracing()
+        spans: list[Span] = []
+        if tracer.enabled:
+            spans = [tracer.start("claimd.dispatch", _attributes(r)) for r in runs]
+            messages = [
+                self.message(r, tuple(tracer.context_of(s).items()))
+                for r, s in zip(runs, spans, strict=True)
+            ]
+        else:
+            messages = [self.message(r) for r in runs]
         try:
-            results = await self.broker.publish_many([self.message(r) for r in runs])
+            results = await self.broker.publish_many(messages)
         except Exception as exc:  # noqa: BLE001 - whatever broke, every run is accounted for
             results = [exc] * len(runs)
+        for span, result in zip(spans, results, strict=False):
+            tracer.end(span, None if result is None else repr(result))
         failed = [(run, error) for run, error in zip(runs, results, strict=True) if error]
         PUBLISHED.inc(len(runs) - len(failed))
         if not failed:
@@ -94,3 +110,10 @@ class Dispatcher:
         """Until the claimer's end-of-stream (None): every batch is published or released."""
         while (batch := await self.inbox.get()) is not None:
             await self.dispatch(batch)
+
+
+def _attributes(run: ClaimedRun) -> dict[str, object]:
+    attributes = run_attributes(run.run_id, run.job, run.scheduled_at, run.epoch, run.attempt)
+    if run.due_at is not None:
+        attributes["claimd.due_at"] = run.due_at.isoformat()
+    return attributes

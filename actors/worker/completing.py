@@ -18,6 +18,7 @@ from actors.observability import (
     RUNS_FAILED_FINALLY,
     get_logger,
 )
+from actors.observability.tracing import tracing
 from actors.pacing import Backoff
 from actors.ports import Outage, RecordRejected, WorkerStore
 from actors.worker.heartbeat import COMPLETIONS, Keeping
@@ -177,6 +178,7 @@ class Completer:
         entry = self.holding.in_flight.get((c.run_id, c.epoch))
         if entry is not None:
             self.holding.forget(entry)  # stop heartbeating it, so its lease can expire
+        tracing().end(pending.span, f"completion not recorded: {exc!r}")
         await quietly(pending.delivery.term())
 
     async def _settle(self, batch: list[Pending], recorded: set[Key]) -> None:
@@ -196,6 +198,12 @@ class Completer:
                     run_id=c.run_id,
                     job=pending.job,
                     epoch=c.epoch,
+                )
+            if pending.span is not None:
+                tracing().end(
+                    pending.span,
+                    None if key in recorded else "completion fenced: the run moved on",
+                    **{"claimd.recorded": key in recorded},
                 )
             await quietly(pending.delivery.ack())
             entry = self.holding.in_flight.get(key)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime
 from logging import INFO
 from typing import Any
 
-from actors.domain import ExecutionResult, Outcome, RunState, decide_attempt
+from actors.domain import ExecutionResult, Outcome, RunContext, RunState, decide_attempt
 from actors.observability import RUN_DURATION, RUNS_STARTED, SCHEDULE_LAG, get_logger, logs_at
 from actors.observability.secrets import MASKER
+from actors.observability.tracing import Span, Tracing, run_attributes, tracing
 from actors.ports import Clock, Completion, Executor, StartedRun
 from actors.worker.heartbeat import InFlight
 from actors.worker.holding import Holding, Pending, quietly
@@ -39,9 +41,16 @@ class Execution:
         ids = {"run_id": run.run_id, "job": run.job, "attempt": run.attempt, "epoch": run.epoch}
         if logs_at(INFO):  # no logger bound per run when the line is dropped anyway
             log.info("run started", **ids)
+        tracer = tracing()
+        context = run.context()
+        span = execute_span = None
+        if tracer.enabled:
+            span, execute_span, context = _traced(tracer, run, context)
         try:
-            result = await self.executor.execute(run.executor, run.context(), run.timeout)
+            result = await self.executor.execute(run.executor, context, run.timeout)
         except asyncio.CancelledError:
+            tracer.end(execute_span, "cancelled")
+            tracer.end(span, "cancelled: lease lost" if entry.lease_lost else "cancelled")
             if entry.lease_lost:
                 # Another attempt may own the run now; record nothing, settle the message.
                 self.holding.forget(entry)
@@ -62,6 +71,13 @@ class Execution:
             policy=run.retry,
             run_id=run.run_id,
         )
+        if execute_span is not None:
+            failed = result.outcome is not Outcome.SUCCEEDED
+            tracer.end(
+                execute_span,
+                (result.error or result.outcome.value) if failed else None,
+                **{"claimd.outcome": result.outcome.value},
+            )
         RUN_DURATION.labels(run.job).observe(result.duration.total_seconds())
         fields: dict[str, Any] = {
             "outcome": result.outcome.value,
@@ -90,4 +106,13 @@ class Execution:
                 max_attempts=run.max_attempts,
             )
         completion = Completion(run.run_id, run.epoch, result, verdict, self.worker_id)
-        await self.holding.completions.put(Pending(completion, entry.message, run.job))
+        await self.holding.completions.put(Pending(completion, entry.message, run.job, span))
+
+
+def _traced(tracer: Tracing, run: StartedRun, context: RunContext) -> tuple[Span, Span, RunContext]:
+    """The run's span (child of the dispatch's), its execution's, and the job's context."""
+    attributes = run_attributes(run.run_id, run.job, run.scheduled_at, run.epoch, run.attempt)
+    span = tracer.start("claimd.run", attributes, parent=dict(run.trace_context))
+    execute_span = tracer.start("claimd.execute", attributes, parent_span=span)
+    trace = tuple(tracer.context_of(execute_span).items())
+    return span, execute_span, replace(context, trace_context=trace)

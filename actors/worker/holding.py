@@ -8,6 +8,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from actors.observability import RUNS_IN_FLIGHT, get_logger
+from actors.observability.tracing import Span
 from actors.ports import Completion
 from actors.worker.heartbeat import InFlight, Settle
 
@@ -23,6 +24,8 @@ class Pending:
     completion: Completion
     delivery: Settle
     job: str
+    # The run's trace span (tracing on), ended once the verdict is recorded.
+    span: Span = None
 
 
 class Holding:

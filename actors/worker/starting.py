@@ -12,6 +12,7 @@ import asyncio
 import functools
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -221,6 +222,9 @@ class Starter:
         inline = {(m.run_id, m.epoch): self.inline(m) for m, _ in batch}
         for run in started:
             key = (run.run_id, run.epoch)
+            trace = messages[key].trace_context
+            if trace:  # tracing on at the claimer: the run's span is the dispatch's child
+                run = replace(run, trace_context=trace)
             entry = InFlight(run.run_id, run.epoch, run.job, by_key[key])
             self.holding.hold(entry)
             entry.task = group.create_task(self.execute(run, entry))

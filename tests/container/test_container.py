@@ -256,6 +256,7 @@ def test_compose_file_is_valid_and_least_privileged() -> None:
         "POSTGRES_PASSWORD": "su-pw",
         "CLAIMD_DB_PASSWORD": "db-pw",
         "NATS_PASSWORD": "n-pw",
+        "GRAFANA_ADMIN_PASSWORD": "g-pw",
     }
     checked = _run(command, env={**bare, **passwords})
     assert checked.returncode == 0, checked.stderr

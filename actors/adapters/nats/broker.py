@@ -328,7 +328,11 @@ class JetStreamBroker:
             self.subject,
             encode(message),
             stream=self.stream,
-            headers={"Nats-Msg-Id": message.msg_id},
+            headers=(
+                {"Nats-Msg-Id": message.msg_id, **dict(message.trace_context)}
+                if message.trace_context
+                else {"Nats-Msg-Id": message.msg_id}
+            ),
         )
 
     async def _within_window(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import uuid
 from datetime import datetime
 from typing import Any, cast
@@ -92,6 +93,28 @@ def decode(data: bytes, deployment: str) -> DispatchMessage:
     if message.deployment != deployment:
         raise PoisonMessage("other_deployment", message.deployment[:64])
     return message
+
+
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+MAX_TRACESTATE = 512
+
+
+def trace_context_of(msg: Msg) -> tuple[tuple[str, str], ...]:
+    """The W3C trace context a dispatch message's headers carry (tracing on), else ().
+
+    A malformed ``traceparent`` is dropped (the run is not refused: the
+    context is a courtesy), and ``tracestate`` travels only beside a valid one.
+    """
+    headers = getattr(msg, "headers", None)
+    if not headers:
+        return ()
+    parent = headers.get("traceparent")
+    if not isinstance(parent, str) or not _TRACEPARENT.fullmatch(parent):
+        return ()
+    state = headers.get("tracestate")
+    if isinstance(state, str) and state and len(state) <= MAX_TRACESTATE and state.isprintable():
+        return (("traceparent", parent), ("tracestate", state))
+    return (("traceparent", parent),)
 
 
 def _optional_instant(body: dict[str, Any], key: str) -> datetime | None:
