@@ -202,7 +202,7 @@ def test_the_manifests_agree_with_what_claimd_serves_and_reads() -> None:
     assert set(env) - readable == set()
     assert settings.database_url == secret["stringData"]["database-url"]
     assert settings.nats_url == secret["stringData"]["nats-url"]
-    assert settings.api_tokens == (("api", A_TOKEN),)
+    assert settings.api_tokens == (("api", A_TOKEN, "operate"),)
 
     # The probes: claimd's own routes, on the port it listens on.
     (port,) = container["ports"]
