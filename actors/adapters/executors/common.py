@@ -76,3 +76,29 @@ def scrub(result: ExecutionResult, secrets: Iterable[str]) -> ExecutionResult:
     return dataclasses.replace(
         result, error=clean(result.error), output_tail=clean(result.output_tail)
     )
+
+
+# claimd's own settings travel in CLAIMD_* variables (the database URL among
+# them); a job is told its run in CLAIMD_* variables too, set afresh per run.
+CLAIMD_PREFIX = "CLAIMD_"
+
+
+def withheld(name: str, also: Iterable[str] = ()) -> bool:
+    """Whether a variable of claimd's environment is kept from a job's."""
+    return name.startswith(CLAIMD_PREFIX) or name in also
+
+
+def job_environment(also_withheld: Iterable[str] = ()) -> dict[str, str]:
+    """claimd's environment without its own settings and secrets: what a job starts from.
+
+    ``also_withheld`` names more variables to keep out (the API token's, which
+    the settings name).
+    """
+    extra = frozenset(also_withheld)
+    return {k: v for k, v in os.environ.items() if not withheld(k, extra)}
+
+
+def withheld_values(also_withheld: Iterable[str] = ()) -> list[str]:
+    """The values of the variables kept from jobs: scrubbed from any output kept."""
+    extra = frozenset(also_withheld)
+    return [v for k, v in os.environ.items() if withheld(k, extra) and len(v) >= 8]
