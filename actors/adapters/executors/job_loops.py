@@ -33,6 +33,7 @@ log = get_logger("executor")
 JOB_LOOPS = 4
 BLOCKED_AFTER = 1.0  # seconds a job loop may go without coming round
 BEAT = 0.1
+AVOID_AFTER = 0.3  # a loop this late is not given new runs
 WATCH_EVERY = 0.25
 
 _CAPTURE: contextvars.ContextVar[Tail | None] = contextvars.ContextVar(
@@ -139,9 +140,16 @@ class JobLoops:
             return self._loops
 
     def loop_for(self, job: str) -> _JobLoop:
-        """A job always runs on the same loop: one that blocks holds its own loop's jobs."""
+        """The job's own loop (by its name), unless that loop has stopped coming round.
+
+        A run is not placed on a loop a job is blocking: it goes to the loop
+        that came round last. What already waits on the blocked loop waits.
+        """
         loops = self._started()
-        return loops[zlib.crc32(job.encode()) % len(loops)]
+        chosen = loops[zlib.crc32(job.encode()) % len(loops)]
+        if time.monotonic() - chosen.beat > AVOID_AFTER:
+            chosen = max(loops, key=lambda candidate: candidate.beat)
+        return chosen
 
     async def run(
         self,
