@@ -24,7 +24,6 @@ import pytest
 from actors.adapters.executors.job_loops import JOB_LOOPS
 from actors.adapters.postgres import PostgresRunStore
 from actors.config import LoadedConfig
-from tests.e2e.python_jobs import EFFECTS_ENV, SLEEP_ENV
 from tests.integration.helpers import Replicas, claimd_command, eventually, free_port, scrape
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -82,7 +81,7 @@ async def test_a_sync_job_past_its_timeout_is_dead_before_its_next_attempt_start
     replicas = Replicas(tmp_path)
     try:
         await replicas.start(
-            tmp_path / "claimd.toml", "r1", **{EFFECTS_ENV: str(effects), SLEEP_ENV: "3"}
+            tmp_path / "claimd.toml", "r1", PYJOBS_EFFECTS=str(effects), PYJOBS_SLEEP_S="3"
         )
         await _job_known(store, "overstay")
         run_id = await _insert_run(store, "overstay")
@@ -148,7 +147,7 @@ async def test_an_async_job_that_blocks_its_loop_delays_no_other_job(
     replicas = Replicas(tmp_path)
     try:
         await replicas.start(
-            tmp_path / "claimd.toml", "r1", **{EFFECTS_ENV: str(effects), SLEEP_ENV: "8"}
+            tmp_path / "claimd.toml", "r1", PYJOBS_EFFECTS=str(effects), PYJOBS_SLEEP_S="8"
         )
 
         async def ticking(count: int) -> bool:
