@@ -35,6 +35,9 @@ from actors.observability import PYTHON_CHILDREN_STARTED, get_logger
 log = get_logger("executor")
 
 MESSAGE_LIMIT = 1 << 20
+# A cold fork server (an interpreter, claimd's domain, the job's module) may take
+# this long on a loaded host before it forks the first child; not the job's time.
+SERVER_START_S = 30.0
 
 
 class ForkServerLost(RuntimeError):
@@ -116,10 +119,15 @@ class ForkServer:
         """The server is gone (it kills its children as it goes): fail what waited on it."""
         if self._sock is not sock:
             sock.close()
-            return  # an old server's (closed on purpose)
-        self._sock = None
+            return  # an old server's (replaced on purpose)
         log.warning("python fork server ended; the next sync python run starts another")
-        sock.close()
+        self._abandon(self._proc)
+
+    def _abandon(self, proc: asyncio.subprocess.Process | None) -> None:
+        """Forget the server: its children are killed, what waited on them fails."""
+        if self._sock is not None:
+            self._sock.close()
+        self._sock = None
         for child in self._children.values():
             # A server killed outright leaves its children running: end them from here.
             if child.pid.done() and not child.pid.cancelled() and child.pid.exception() is None:
@@ -128,9 +136,10 @@ class ForkServer:
             for future in (child.pid, child.exited):
                 if not future.done():
                     future.set_exception(ForkServerLost("the python fork server ended"))
-        if self._proc is not None:
+                    future.exception()  # retrieved: not every waiter is still there
+        if proc is not None:
             with contextlib.suppress(ProcessLookupError):
-                self._proc.kill()
+                proc.kill()
 
     async def _send(self, sock: socket.socket, message: tuple[Any, ...], fds: list[int]) -> None:
         data = pickle.dumps(message)
@@ -176,6 +185,24 @@ class ForkServer:
             PYTHON_CHILDREN_STARTED.inc()
             pumping = asyncio.ensure_future(_pump(out_r, tail))
             out_r = -1  # the pump owns it now
+            # The timeout is the job's: it starts at the fork, not while a cold
+            # server starts or imports the job's module. That phase has a bound
+            # of its own (the timeout, plus a cold server's start): a module
+            # whose import hangs would hold the server, which is replaced.
+            try:
+                async with asyncio.timeout(timeout.total_seconds() + SERVER_START_S):
+                    await asyncio.shield(child.pid)
+            except TimeoutError:
+                self._replace("it did not start a job within the job's timeout")
+                return (
+                    ExecutionResult(
+                        Outcome.TIMED_OUT,
+                        error=f"timed out after {timeout} before the job's process started "
+                        "(its module's import?); the python fork server was replaced",
+                        duration=elapsed(start),
+                    ),
+                    tail.text(),
+                )
             try:
                 async with asyncio.timeout(timeout.total_seconds()):
                     status = await asyncio.shield(child.exited)
@@ -231,6 +258,22 @@ class ForkServer:
             await self._send(sock, ("kill", key, signal.SIGKILL), [])
         with contextlib.suppress(ForkServerLost):
             await asyncio.shield(child.exited)
+
+    def _replace(self, why: str) -> None:
+        """End a server that stopped answering (SIGTERM: it kills its children's groups)."""
+        log.warning("replacing the python fork server", reason=why)
+        proc = self._proc
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()  # its SIGTERM handler kills its children's groups
+        self._abandon(None)  # the next run starts another server at once
+
+        def kill() -> None:
+            with contextlib.suppress(ProcessLookupError):
+                if proc is not None:
+                    proc.kill()
+
+        asyncio.get_running_loop().call_later(KILL_GRACE, kill)
 
     async def close(self) -> None:
         """End the server (it kills the children it still has)."""

@@ -122,6 +122,7 @@ class ForkServer:
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the worker's to handle
+        signal.signal(signal.SIGTERM, self._terminated)
         self.selector.register(self.sock, selectors.EVENT_READ)
         self.selector.register(self.wake_r, selectors.EVENT_READ)
         while True:
@@ -188,6 +189,11 @@ class ForkServer:
             if run_key is not None:
                 self.pids.pop(run_key, None)
                 self.send(("exit", run_key, status))
+
+    def _terminated(self, *_: object) -> None:
+        """SIGTERM (the worker replaces this server): no child outlives it."""
+        self.kill_all()
+        os._exit(0)
 
     def kill_all(self) -> None:
         for pid in list(self.children):
