@@ -356,3 +356,18 @@ async def test_local_executor_dispatches_on_the_spec() -> None:
     python = await executor.execute(PythonSpec("tests.unit.jobfuncs:async_job"), CTX, TIMEOUT)
     assert python.outcome is Outcome.SUCCEEDED
     assert list(jobfuncs.SEEN) == [("async", CTX)]
+
+
+async def test_a_herd_of_sync_python_runs_all_get_their_verdict() -> None:
+    """More requests at once than the fork server's socket buffers: each is sent in
+    turn, none is stranded waiting for a buffer that drained for another."""
+    executor = LocalExecutor()
+
+    async def one(i: int) -> Outcome:
+        context = RunContext(f"run-{i}", "herd", CTX.scheduled_at, 1, 1)
+        result = await executor.execute(PythonSpec("bench.common:noop"), context, TIMEOUT)
+        return result.outcome
+
+    async with asyncio.timeout(120):
+        outcomes = await asyncio.gather(*(one(i) for i in range(300)))
+    assert set(outcomes) == {Outcome.SUCCEEDED}

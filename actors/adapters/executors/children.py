@@ -62,6 +62,7 @@ class ForkServer:
         self._children: dict[str, _Child] = {}
         self._starting: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._sending: asyncio.Lock | None = None
         self._serial = 0
 
     async def _ensure(self) -> socket.socket:
@@ -73,6 +74,7 @@ class ForkServer:
                 self._sock.close()
             self._sock, self._proc, self._reader, self._children = None, None, None, {}
             self._starting, self._loop = asyncio.Lock(), loop
+            self._sending = asyncio.Lock()
         assert self._starting is not None
         async with self._starting:
             if self._sock is not None:
@@ -142,19 +144,24 @@ class ForkServer:
                 proc.kill()
 
     async def _send(self, sock: socket.socket, message: tuple[Any, ...], fds: list[int]) -> None:
+        """One request. Senders take turns: when the socket's buffer is full (a herd of
+        runs at one instant), one of them waits for it to drain; a second add_writer on
+        the descriptor would replace the first waiter's callback and strand it."""
         data = pickle.dumps(message)
         loop = asyncio.get_running_loop()
-        while True:
-            try:
-                socket.send_fds(sock, [data], fds)
-                return
-            except BlockingIOError:
-                writable = loop.create_future()
-                loop.add_writer(sock.fileno(), writable.set_result, None)
+        assert self._sending is not None
+        async with self._sending:
+            while True:
                 try:
-                    await writable
-                finally:
-                    loop.remove_writer(sock.fileno())
+                    socket.send_fds(sock, [data], fds)
+                    return
+                except BlockingIOError:
+                    writable = loop.create_future()
+                    loop.add_writer(sock.fileno(), writable.set_result, None)
+                    try:
+                        await writable
+                    finally:
+                        loop.remove_writer(sock.fileno())
 
     async def run(
         self,
@@ -177,21 +184,28 @@ class ForkServer:
         tail = Tail()
         pumping: asyncio.Future[None] | None = None
         try:
-            try:
-                await self._send(sock, ("run", key, target, context, env, None), [out_w, verdict_w])
-            finally:
-                os.close(out_w)  # the child holds its own copies
-                os.close(verdict_w)
-            PYTHON_CHILDREN_STARTED.inc()
             pumping = asyncio.ensure_future(_pump(out_r, tail))
             out_r = -1  # the pump owns it now
             # The timeout is the job's: it starts at the fork, not while a cold
-            # server starts or imports the job's module. That phase has a bound
-            # of its own (the timeout, plus a cold server's start): a module
-            # whose import hangs would hold the server, which is replaced.
+            # server starts, a herd's requests queue or the job's module is
+            # imported. That phase has a bound of its own (the timeout, plus a
+            # cold server's start): a module whose import hangs would hold the
+            # server, which is then replaced (killing what it started).
             try:
                 async with asyncio.timeout(timeout.total_seconds() + SERVER_START_S):
+                    try:
+                        await self._send(
+                            sock, ("run", key, target, context, env, None), [out_w, verdict_w]
+                        )
+                    finally:
+                        os.close(out_w)  # the child holds its own copies
+                        os.close(verdict_w)
+                    PYTHON_CHILDREN_STARTED.inc()
                     await asyncio.shield(child.pid)
+            except asyncio.CancelledError:
+                # The request may be out: its child must not run on unwatched.
+                await asyncio.shield(self._end(sock, key, child, kill_grace))
+                raise
             except TimeoutError:
                 self._replace("it did not start a job within the job's timeout")
                 return (
@@ -241,8 +255,14 @@ class ForkServer:
         The verdict waits for the death: the attempt after this one must not
         start while this one still runs.
         """
-        with contextlib.suppress(ForkServerLost):
-            await child.pid  # the server answers a run with its pid before anything else
+        try:
+            # The server answers a run with its pid before anything else.
+            await asyncio.wait_for(asyncio.shield(child.pid), SERVER_START_S)
+        except ForkServerLost:
+            return
+        except TimeoutError:
+            self._replace("it did not answer a run it was sent")
+            return
         if child.exited.done():
             return
         with contextlib.suppress(OSError):
