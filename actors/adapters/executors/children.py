@@ -109,6 +109,12 @@ class ForkServer:
                 child = self._children.get(key)
                 if child is None:
                     continue
+                if kind == "failed":
+                    for future in (child.pid, child.exited):
+                        if not future.done():
+                            future.set_exception(ForkServerLost(value))
+                            future.exception()  # retrieved: the waiter may have gone
+                    continue
                 target = child.pid if kind == "pid" else child.exited
                 if not target.done():
                     target.set_result(value)

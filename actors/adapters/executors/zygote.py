@@ -9,6 +9,7 @@ requests on a SEQPACKET socket and answers with events:
   of its own; answer ``("pid", id, pid)``.
 - ``("kill", id, signal)``: signal the child's process group while it is not
   yet reaped (a reaped child's pid is never signalled: it may be reused).
+- A fork that fails answers ``("failed", id, why)``: that run fails.
 - When a child ends: sweep its group with SIGKILL (nothing it left behind
   lingers), answer ``("exit", id, wait status)``.
 
@@ -161,7 +162,13 @@ class ForkServer:
         run_key = request[1]
         out_fd, verdict_fd = fds
         _preload(request[2])
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # no process to be had (a limit): this run fails, not the server
+            os.close(out_fd)
+            os.close(verdict_fd)
+            self.send(("failed", run_key, f"cannot fork the job's process: {exc}"))
+            return
         if pid == 0:
             _child(
                 request,
