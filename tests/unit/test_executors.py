@@ -371,3 +371,39 @@ async def test_a_herd_of_sync_python_runs_all_get_their_verdict() -> None:
     async with asyncio.timeout(120):
         outcomes = await asyncio.gather(*(one(i) for i in range(300)))
     assert set(outcomes) == {Outcome.SUCCEEDED}
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for whoever reaps orphans here)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def test_a_fork_server_killed_mid_run_takes_its_child_along_and_is_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run fails (it does not hang), its child does not run on, the next run works."""
+    monkeypatch.setenv("JOBFUNCS_PID_FILE", str(tmp_path / "pid"))
+    executor = LocalExecutor()
+    running = asyncio.ensure_future(
+        executor.execute(PythonSpec("tests.unit.jobfuncs:sleeping_job"), CTX, TIMEOUT)
+    )
+    child = await _read_pid(tmp_path / "pid")
+    server = executor.python.children._proc
+    assert server is not None
+    os.kill(server.pid, signal.SIGKILL)
+    async with asyncio.timeout(30):
+        result = await running
+    assert result.outcome is Outcome.FAILED
+    assert result.error is not None
+    assert "fork server ended" in result.error
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 15
+    while _running(child) and loop.time() < end:
+        await asyncio.sleep(0.05)
+    assert not _running(child)
+    async with asyncio.timeout(60):
+        again = await executor.execute(PythonSpec("tests.unit.jobfuncs:sync_job"), CTX, TIMEOUT)
+    assert again.outcome is Outcome.SUCCEEDED, again

@@ -162,12 +162,15 @@ class ForkServer:
                     socket.send_fds(sock, [data], fds)
                     return
                 except BlockingIOError:
-                    writable = loop.create_future()
-                    loop.add_writer(sock.fileno(), writable.set_result, None)
-                    try:
-                        await writable
-                    finally:
-                        loop.remove_writer(sock.fileno())
+                    pass
+                except OSError as exc:  # closed: the server died (or was replaced)
+                    raise ForkServerLost(f"the python fork server ended: {exc}") from None
+                writable = loop.create_future()
+                loop.add_writer(sock.fileno(), writable.set_result, None)
+                try:
+                    await writable
+                finally:
+                    loop.remove_writer(sock.fileno())
 
     async def run(
         self,
