@@ -72,7 +72,7 @@ async def test_a_sync_job_past_its_timeout_is_dead_before_its_next_attempt_start
         timeout = "2s"
         max_attempts = 3
         backoff = {{ initial = "100ms", max = "200ms" }}
-        run = {{ python = "tests.e2e.python_jobs:sleeps_past_its_timeout" }}
+        run = {{ python = "tests.e2e.python_exec_jobs:sleeps_past_its_timeout" }}
         """,
         claim_interval="50ms",
         materialize_interval="200ms",
@@ -133,11 +133,11 @@ async def test_an_async_job_that_blocks_its_loop_delays_no_other_job(
         [jobs.blocker]
         cron = "{RARE_CRON}"
         timeout = "30s"
-        run = {{ python = "tests.e2e.python_jobs:blocks_its_loop" }}
+        run = {{ python = "tests.e2e.python_exec_jobs:blocks_its_loop" }}
 
         [jobs.ticker]
         every = "1s"
-        run = {{ python = "tests.e2e.python_jobs:ticks" }}
+        run = {{ python = "tests.e2e.python_exec_jobs:ticks" }}
         """,
         claim_interval="50ms",
         materialize_interval="200ms",
@@ -216,7 +216,7 @@ async def test_a_python_jobs_output_is_listed_per_attempt(
         cron = "{RARE_CRON}"
         max_attempts = 3
         backoff = {{ initial = "100ms", max = "200ms" }}
-        run = {{ python = "tests.e2e.python_jobs:talks_then_fails_twice" }}
+        run = {{ python = "tests.e2e.python_exec_jobs:talks_then_fails_twice" }}
         """,
         claim_interval="50ms",
         materialize_interval="200ms",
