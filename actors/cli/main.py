@@ -15,7 +15,9 @@ from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
 from actors.adapters.embedded import (
+    DataDirBusy,
     EmbeddedUnavailable,
+    lock_data_dir,
     require_embedded,
     start_nats,
     start_postgres,
@@ -24,7 +26,7 @@ from actors.adapters.nats import StreamSettingsRefused
 from actors.adapters.postgres import PostgresRunStore
 from actors.adapters.resources import config_dir
 from actors.cli import operator as operator_cli
-from actors.config import ConfigError, LoadedConfig, load_config
+from actors.config import CodeImport, ConfigError, LoadedConfig, load_config
 from actors.domain import CronSchedule, decode_job, encode_job, take
 from actors.http.server import PortUnavailable, listen_problem
 from actors.observability import LOG_FORMATS, configure_logging, get_logger, redact
@@ -121,6 +123,20 @@ def cmd_dev(args: argparse.Namespace) -> int:
         return 2
     data_dir = Path(args.data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    # The data folder is this process's alone while it lives; a dead owner's
+    # servers (a SIGKILLed claimd dev) are found and stopped or reused below.
+    try:
+        hold = lock_data_dir(data_dir)
+    except DataDirBusy as exc:
+        print(f"claimd dev: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return _dev_in(args, config, data_dir)
+    finally:
+        hold.release()
+
+
+def _dev_in(args: argparse.Namespace, config: Path, data_dir: Path) -> int:
     _write_pid_file(args.pid_file)
     # The embedded servers' set-up chatter (initdb, pg_ctl) goes to a file, not
     # the terminal; nats-server writes its own log beside its data.
@@ -146,6 +162,14 @@ def cmd_dev(args: argparse.Namespace) -> int:
             else [f"  operate      claimd jobs --data-dir {data_dir}  (any operator command)"]
         )
 
+        # Whoever reaches the port reads everything unless a token is configured.
+        reads = (
+            "need a token (api_token_file / api_token_env)"
+            if loaded.settings.api_tokens
+            else "open to whoever reaches the port (no token configured; "
+            "docs/http-api.md, The HTTP face)"
+        )
+
         def banner(host: str | None, port: int | None) -> None:
             base = f"http://{host}:{port}" if host is not None else None
             print(
@@ -154,6 +178,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
                         "claimd dev is starting",
                         f"  status page  {base}/" if base else "  http         off",
                         *([f"  metrics      {base}/metrics"] if base else []),
+                        *([f"  reads        {reads}"] if base else []),
                         f"  postgres     {redact(postgres.url)}",
                         f"  nats         {nats.url}",
                         f"  config       {config}",
@@ -263,7 +288,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     does), so the instants printed come from the code that writes the rows.
     """
     try:
-        loaded = load_config(args.file)
+        # The python code it names is imported in a child process with a deadline:
+        # a module's side effects or a hang stay there.
+        loaded = load_config(args.file, code=CodeImport(in_child=True, timeout=args.import_timeout))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -293,10 +320,17 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+DESCRIPTION = """claimd: a distributed cron scheduler (PostgreSQL claims, NATS JetStream dispatch).
+
+Process commands: dev (embedded servers, for trying claimd), run (a replica),
+migrate, check-config. Operator commands: jobs, runs, show, audit, actions,
+pause, resume, trigger, cancel, backfill, reload. `claimd COMMAND --help` for one."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = operator_cli.OneLineParser(
         prog="claimd",
-        description=__doc__,
+        description=DESCRIPTION,
         formatter_class=argparse.RawTextHelpFormatter,
         epilog=f"exit status of the operator's commands{operator_cli.EXIT_CODES}",
     )
@@ -332,6 +366,12 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("file")
     chk.add_argument("--from", dest="from_time", help="ISO 8601 start (default now)")
     chk.add_argument("--count", type=int, default=5)
+    chk.add_argument(
+        "--import-timeout",
+        type=float,
+        default=30.0,
+        help="seconds the import of the python code it names may take (default 30)",
+    )
     chk.set_defaults(func=cmd_check_config)
     # The logging options are accepted after the subcommand too (`claimd run
     # --log-format console`); there they only override what was given before it.

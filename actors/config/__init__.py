@@ -6,8 +6,9 @@ one error per invalid job; the caller decides (start-up runs the valid ones,
 reload refuses the whole file).
 
 Rooms: ``settings`` (the ``[claimd]`` table), ``jobs`` (the ``[jobs.NAME]``
-tables), ``errors`` (ConfigError and pydantic's errors in our words); this
-module reads the file and puts the two together.
+tables), ``declared`` (the jobs of ``@claimd.job`` in the ``modules`` named,
+and the import check of python targets), ``errors`` (ConfigError and pydantic's
+errors in our words); this module reads the file and puts them together.
 """
 
 from __future__ import annotations
@@ -21,14 +22,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actors.config.declared import (
+    IN_PROCESS,
+    CodeImport,
+    add_python_jobs,
+    find_code,
+    python_targets,
+)
 from actors.config.errors import ConfigError, ConfigErrors
 from actors.config.jobs import JOB_NAME_PATTERN, JobReader, job_from_raw
 from actors.config.settings import ENV_OVERRIDES, Duration, Settings
-from actors.domain import Job
+from actors.domain import HttpSpec, Job, ShellSpec
+from actors.observability.secrets import MASKER, url_secrets
 
 __all__ = [
     "ENV_OVERRIDES",
     "JOB_NAME_PATTERN",
+    "CodeImport",
     "ConfigError",
     "ConfigErrors",
     "Duration",
@@ -79,10 +89,28 @@ def parse_config(
     env: dict[str, str] | None = None,
     *,
     read_tokens: bool = True,
+    code: CodeImport | None = None,
+    folder: str | None = None,
 ) -> LoadedConfig:
-    """Parse config text. Settings errors raise; job errors are collected per job."""
+    """Parse config text. Settings errors raise; job errors are collected per job.
+
+    The python code the config names (its ``modules``, its jobs' targets) is
+    imported as ``code`` says, with ``folder`` (the file's) first on sys.path;
+    without ``code``, not at all (the text alone: no declared jobs, no check
+    that a target imports). :func:`load_config` imports it.
+    """
     with _collector_paused():
-        return _parse_config(text, path, env, read_tokens)
+        loaded = _parse_config(text, path, env, read_tokens)
+    if code is None:
+        return loaded
+    modules = loaded.settings.modules
+    targets = python_targets(loaded.jobs)
+    if modules or targets:
+        found = find_code(folder, modules, targets, code)
+        # Every job table of the file, valid or not (each error of a table names its job).
+        file_names = set(loaded.jobs) | {e.job for e in loaded.errors if e.job is not None}
+        add_python_jobs(path, modules, file_names, loaded.jobs, loaded.errors, found)
+    return loaded
 
 
 def _toml(text: str, path: str) -> dict[str, Any]:
@@ -90,6 +118,12 @@ def _toml(text: str, path: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, f"not valid TOML: {exc}") from None
+    except RecursionError:
+        # tomllib parses nested arrays and inline tables recursively: thousands
+        # of "[" exhaust the interpreter's stack. One line, as for any bad TOML.
+        raise ConfigError(
+            path, "not valid TOML: arrays or tables nested too deeply to read"
+        ) from None
 
 
 def _parse_config(
@@ -108,6 +142,7 @@ def _parse_config(
     if not isinstance(settings_raw, dict):
         raise ConfigError(path, "must be a table", field_name="claimd")
     settings = Settings.from_table(path, settings_raw, env, read_tokens=read_tokens)
+    MASKER.add(_settings_secrets(settings))
     jobs_raw = raw.get("jobs", {})
     if not isinstance(jobs_raw, dict):
         raise ConfigError(path, "must be a table of jobs", field_name="jobs")
@@ -122,7 +157,34 @@ def _parse_config(
             jobs[name] = reader.job(name, job_raw)
         except ConfigError as exc:
             errors.append(exc)
+    MASKER.add(_job_secrets(jobs.values(), env))
+    # The jobs' secrets are known only now: the errors are masked again with them.
+    errors = [e.masked() for e in errors]
     return LoadedConfig(path=path, settings=settings, jobs=jobs, errors=errors)
+
+
+def _settings_secrets(settings: Settings) -> list[str]:
+    """The credentials of the settings: API tokens, the database and NATS passwords."""
+    return [
+        *(entry[1] for entry in settings.api_tokens),
+        *url_secrets(settings.database_url),
+        *url_secrets(settings.nats_url),
+    ]
+
+
+def _job_secrets(jobs: Any, env: dict[str, str]) -> Iterator[str]:
+    """The values of every job's ``secret_env`` and ``secret_headers``, as set now."""
+    sources: set[str] = set()
+    for job in jobs:
+        spec = job.executor
+        if isinstance(spec, ShellSpec):
+            sources.update(spec.secret_env.values())
+        elif isinstance(spec, HttpSpec):
+            sources.update(spec.secret_headers.values())
+    for source in sources:
+        value = env.get(source)
+        if value:
+            yield value
 
 
 def _read(p: Path) -> str:
@@ -135,11 +197,19 @@ def _read(p: Path) -> str:
 
 
 def load_config(
-    path: str | Path, env: dict[str, str] | None = None, *, read_tokens: bool = True
+    path: str | Path,
+    env: dict[str, str] | None = None,
+    *,
+    read_tokens: bool = True,
+    code: CodeImport = IN_PROCESS,
 ) -> LoadedConfig:
-    """Read and parse a config file (``read_tokens``: see Settings.from_table)."""
+    """Read and parse a config file (``read_tokens``: see Settings.from_table).
+
+    Its python code is imported as ``code`` says, the file's folder first on sys.path.
+    """
     p = Path(path)
-    return parse_config(_read(p), str(p), env, read_tokens=read_tokens)
+    folder = str(p.resolve().parent)
+    return parse_config(_read(p), str(p), env, read_tokens=read_tokens, code=code, folder=folder)
 
 
 def database_url_of(path: str | Path, env: dict[str, str] | None = None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from actors.domain import ClaimdError
+from actors.observability.secrets import MASKER
 
 
 class ConfigError(ClaimdError):
@@ -16,13 +17,18 @@ class ConfigError(ClaimdError):
         self.path = path
         self.job = job
         self.field_name = field_name
-        self.message = message
+        # Every secret the replica knows is masked, wherever the text came from.
+        self.message = message = MASKER.mask(message)
         where = path
         if job is not None:
             where += f": job {job!r}"
         if field_name is not None:
             where += f": field {field_name!r}"
         super().__init__(f"{where}: {message}")
+
+    def masked(self) -> ConfigError:
+        """The same error, masked again (with the secrets known since it was made)."""
+        return ConfigError(self.path, self.message, job=self.job, field_name=self.field_name)
 
 
 class ConfigErrors(ClaimdError):
@@ -50,10 +56,19 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+_VARIABLE_MAPS = ("secret_env", "secret_headers", "inherit_env")
+
+
 def first_error_field(exc: ValidationError) -> tuple[str | None, str]:
     """The first error of a validation: the dotted field it names and our words for it."""
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or None
+    parts = [str(p) for p in err["loc"]]
+    for key in _VARIABLE_MAPS:
+        # A key of these tables may be a secret pasted in the wrong place:
+        # the error names the table, never the key.
+        if key in parts:
+            parts = parts[: parts.index(key) + 1]
+    loc = ".".join(parts) or None
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
         msg = "unknown key (a typo?); remove it or check the spelling"

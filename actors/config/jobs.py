@@ -33,6 +33,7 @@ from actors.domain import (
     parse_duration,
     shared,
 )
+from actors.observability.secrets import looks_like_secret
 
 JOB_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -64,6 +65,9 @@ class RunModel(StrictModel):
     use_shell: bool = False
     env: dict[str, str] = Field(default_factory=dict)
     secret_env: dict[str, str] = Field(default_factory=dict)
+    # Variables of claimd's own environment the job receives as they are; a
+    # job gets no other host variable (PATH, HOME, LANG and TZ aside).
+    inherit_env: list[str] = Field(default_factory=list)
     cwd: str | None = None
     python: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     http: HttpRunModel | None = None
@@ -110,30 +114,25 @@ def _executor_from(run: RunModel) -> ExecutorSpec:
             if not run.shell:
                 raise ValueError("shell needs at least the program to run")
             argv = tuple(run.shell)
-        for name, source in run.secret_env.items():
-            if not re.match(ENV_NAME, name) or not re.match(ENV_NAME, source):
-                raise ValueError(
-                    f"secret_env maps variable names to variable names; "
-                    f"{name!r} = {source!r} is not one"
-                )
+        for position, (name, source) in enumerate(run.secret_env.items(), 1):
+            _check_variable_names("secret_env", position, name, source)
+        for position, name in enumerate(run.inherit_env, 1):
+            _check_variable_names("inherit_env", position, name)
         return ShellSpec(
             argv=argv,
             env=dict(run.env),
             cwd=run.cwd,
             use_shell=run.use_shell,
             secret_env=dict(run.secret_env),
+            inherit_env=tuple(dict.fromkeys(run.inherit_env)),
         )
-    if run.use_shell or run.env or run.cwd or run.secret_env:
-        raise ValueError("use_shell, env, secret_env and cwd apply only to shell jobs")
+    if run.use_shell or run.env or run.cwd or run.secret_env or run.inherit_env:
+        raise ValueError("use_shell, env, secret_env, inherit_env and cwd apply only to shell jobs")
     if run.python is not None:
         return PythonSpec(target=run.python)
     assert run.http is not None
-    for header, source in run.http.secret_headers.items():
-        if not re.match(ENV_NAME, source):
-            raise ValueError(
-                f"secret_headers maps a header to an environment variable "
-                f"name; {header!r} = {source!r} is not one"
-            )
+    for position, source in enumerate(run.http.secret_headers.values(), 1):
+        _check_variable_names("secret_headers", position, source)
     return HttpSpec(
         url=run.http.url,
         method=run.http.method,
@@ -142,6 +141,27 @@ def _executor_from(run: RunModel) -> ExecutorSpec:
         expect_status=tuple(run.http.expect_status),
         secret_headers=dict(run.http.secret_headers),
     )
+
+
+def _check_variable_names(key: str, position: int, *names: str) -> None:
+    """Each of ``names`` is a variable name; the error quotes none of them.
+
+    A name that is not one is often the value itself pasted where its
+    variable's name belongs (``secret_env = { TOKEN = "sk_live_..." }``): the
+    error names the entry's position and never repeats what was written.
+    """
+    for name in names:
+        if looks_like_secret(name):
+            raise ValueError(
+                f"{key}: entry {position} holds a value that looks like a secret where a "
+                "variable name belongs; give the NAME of the environment variable that "
+                "holds it (the value is not repeated here)"
+            )
+        if not re.fullmatch(ENV_NAME, name):
+            raise ValueError(
+                f"{key}: entry {position} is not a variable name (letters, digits and '_', "
+                "not starting with a digit; what was written is not repeated here)"
+            )
 
 
 def _schedule_from(path: str, name: str, model: JobModel) -> CronSchedule | IntervalSchedule:
@@ -168,7 +188,7 @@ def _schedule_from(path: str, name: str, model: JobModel) -> CronSchedule | Inte
 
 def job_from_raw(path: str, name: str, raw: Any) -> Job:
     """One job table -> a domain Job, or ConfigError naming the job and field."""
-    if not re.match(JOB_NAME_PATTERN, name):
+    if not re.fullmatch(JOB_NAME_PATTERN, name):
         raise ConfigError(path, "a job name is 1-100 letters, digits, '_', '.', '-'", job=name)
     if not isinstance(raw, dict):
         raise ConfigError(path, "a job must be a table ([jobs.NAME])", job=name)
@@ -240,7 +260,7 @@ class JobReader:
         self._read: dict[str, Job] = {}
 
     def job(self, name: str, raw: Any) -> Job:
-        if not re.match(JOB_NAME_PATTERN, name):
+        if not re.fullmatch(JOB_NAME_PATTERN, name):
             return job_from_raw(self.path, name, raw)  # the name's error
         # The table's repr is the key: a TOML table holds only str, int, float,
         # bool, dates and times, arrays and tables, whose reprs differ whenever

@@ -11,6 +11,7 @@ budget) run once, after the fields.
 from __future__ import annotations
 
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Self
@@ -76,11 +77,16 @@ ENV_OVERRIDES = {
     "nats_url": "CLAIMD_NATS_URL",
     "nats_tls_ca": "CLAIMD_NATS_TLS_CA",
     "http": "CLAIMD_HTTP",
+    "allowed_hosts": "CLAIMD_ALLOWED_HOSTS",
 }
 MIN_TOKEN_LENGTH = 16
+# What a token allows: "read" every read of the API, the page's data and the
+# run output; "operate" those and the actions (trigger, pause, ...).
+TOKEN_SCOPES = ("read", "operate")
 # job_histograms unset: the run histograms are by job for configs up to this many jobs.
 JOB_HISTOGRAMS_UP_TO = 1_000
 _NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+MODULE_NAME = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*"
 
 
 class Settings(StrictModel):
@@ -125,24 +131,55 @@ class Settings(StrictModel):
     shutdown_grace: Duration = parse_duration("30s")
     duplicate_window: Duration = parse_duration("2m")
     history_retention: Duration = parse_duration("30d")
+    # How often the replica looks at its config file: a changed file (its
+    # content, read through the path, so a ConfigMap's symlink swap counts) is
+    # reloaded as SIGHUP reloads it; "0s": never (SIGHUP only). The replica
+    # reports its file's digest to the database at the same pace (at least
+    # every 5s): docs/rollout.md.
+    config_poll: DurationOrZero = parse_duration("2s")
+    # The config's own version number, if the deployment keeps one: a file with
+    # a lower one than the generation in force is refused, a higher one is a
+    # rollout forward even to jobs seen before (docs/rollout.md).
+    config_version: int | None = Field(default=None, ge=0, le=2**62)
     # claimd_start_lag_seconds and claimd_run_duration_seconds by job (34 series
     # a job); false: one series each for all jobs, without the claimd_job label
     # (for thousands of jobs: /metrics is then about a quarter of the size).
     # Unset: by job up to JOB_HISTOGRAMS_UP_TO jobs, one series above (see
     # histograms_by_job).
     job_histograms: bool | None = None
-    # Bearer tokens for the API's actions: a file of lines "NAME TOKEN" (or one
-    # bare token), and/or the name of an environment variable holding one.
-    # Without either the API is read-only.
+    # Bearer tokens (docs/http-api.md, "The HTTP face"): a file of lines
+    # "NAME TOKEN [SCOPE]" (scope read or operate, default operate; or one bare
+    # token), the name of an environment variable holding an operate token
+    # (named "api") and one holding a read token (named "read"). Once any is
+    # configured every read needs a token too; without any, reads are open and
+    # the API is read-only.
     api_token_file: str | None = None
     api_token_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    api_read_token_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    # /metrics asks for a read token too (once tokens are configured); false:
+    # open to whoever reaches the port, as /healthz and /readyz always are.
+    metrics_token: bool = False
+    # Host header names HTTP answers besides the loopback ones (localhost,
+    # 127.0.0.1, [::1]) and the address a connection arrived on; others get
+    # 421 (DNS rebinding). A list, or names separated by commas.
+    allowed_hosts: list[str] = Field(default_factory=list)
+    # Connections served at once: at most a quarter of the file limit
+    # (RLIMIT_NOFILE); past it the oldest connection still sending its request
+    # headers is closed. A request's headers must arrive within
+    # http_header_timeout, its body within http_body_timeout.
+    http_max_connections: int = Field(default=512, ge=8, le=100_000)
+    http_header_timeout: Duration = parse_duration("10s")
+    http_body_timeout: Duration = parse_duration("30s")
     # The stream's copies in a JetStream cluster: 1 for one server, 3 for a cluster.
     stream_replicas: int = Field(default=1, ge=1, le=5)
     # Derived from the lease when not given (see actors.domain.lease.TimeoutBudget).
     statement_timeout: Duration | None = None
     publish_timeout: Duration | None = None
+    # Python modules whose @claimd.job functions are jobs (docs/python-jobs.md):
+    # imported at load, again at a reload (jobs, not settings: a reload applies them).
+    modules: list[str] = Field(default_factory=list)
     # (name, token) pairs read at load time; the name is who the API records as the actor.
-    _api_tokens: tuple[tuple[str, str], ...] = PrivateAttr(default=())
+    _api_tokens: tuple[tuple[str, str, str], ...] = PrivateAttr(default=())
 
     @classmethod
     def from_table(
@@ -188,6 +225,28 @@ class Settings(StrictModel):
                 )
         return ",".join(urls)
 
+    @field_validator("modules")
+    @classmethod
+    def _module_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.fullmatch(MODULE_NAME, name):
+                raise ValueError(f"{name!r} is not a module name (such as billing.jobs)")
+        return list(dict.fromkeys(value))
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _host_names(cls, value: Any) -> Any:
+        """Names separated by commas (CLAIMD_ALLOWED_HOSTS) or a list; lowercase, no port."""
+        if isinstance(value, str):
+            value = value.split(",")
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError("expected a list of host names, or names separated by commas")
+        names = [v.strip().lower() for v in value if v.strip()]
+        for name in names:
+            if not re.fullmatch(r"\*|\[[0-9a-f:.]+\]|[a-z0-9_.-]+", name):
+                raise ValueError(f"{name!r} is not a host name (no port, no scheme)")
+        return names
+
     @field_validator("http")
     @classmethod
     def _host_port(cls, value: str) -> str:
@@ -219,8 +278,8 @@ class Settings(StrictModel):
         return -1 if self.http == "off" else int(self.http.rpartition(":")[2])
 
     @property
-    def api_tokens(self) -> tuple[tuple[str, str], ...]:
-        """(name, token) pairs; the name is who the API records as the actor."""
+    def api_tokens(self) -> tuple[tuple[str, str, str], ...]:
+        """(name, token, scope); the name is who the API records as the actor."""
         return self._api_tokens
 
     def histograms_by_job(self, jobs: int) -> bool:
@@ -282,11 +341,11 @@ class Settings(StrictModel):
         return f"claimd.{self.deployment}.runs"
 
 
-def _read_api_tokens(settings: Settings, env: Any) -> tuple[tuple[str, str], ...]:
+def _read_api_tokens(settings: Settings, env: Any) -> tuple[tuple[str, str, str], ...]:
     """The API tokens the settings name, read now so that a bad one stops the load."""
-    tokens: list[tuple[str, str]] = []
+    tokens: list[tuple[str, str, str]] = []
 
-    def add(name: str, token: str, field_name: str) -> None:
+    def add(name: str, token: str, field_name: str, scope: str = "operate") -> None:
         if len(token) < MIN_TOKEN_LENGTH:
             # The message names the token's name, never the token.
             raise FieldProblem(
@@ -295,7 +354,7 @@ def _read_api_tokens(settings: Settings, env: Any) -> tuple[tuple[str, str], ...
                 f"{MIN_TOKEN_LENGTH} characters (make one with "
                 "`openssl rand -hex 32`)",
             )
-        tokens.append((name, token))
+        tokens.append((name, token, scope))
 
     token_file = settings.api_token_file
     if token_file:
@@ -313,19 +372,25 @@ def _read_api_tokens(settings: Settings, env: Any) -> tuple[tuple[str, str], ...
         for number, parts in enumerate(lines, 1):
             if len(parts) == 1 and len(lines) == 1:
                 parts = ["api", parts[0]]
-            if len(parts) != 2:
+            if len(parts) == 2:
+                parts.append("operate")
+            if len(parts) != 3 or parts[2] not in TOKEN_SCOPES:
                 raise FieldProblem(
                     field_name,
-                    f"{token_file} line {number}: expected "
-                    "NAME TOKEN (or a file holding one bare token)",
+                    f"{token_file} line {number}: expected NAME TOKEN [read|operate] "
+                    "(or a file holding one bare token)",
                 )
-            add(parts[0], parts[1], field_name)
-    if settings.api_token_env:
-        value = env.get(settings.api_token_env, "").strip()
-        if not value:
-            raise FieldProblem(
-                "api_token_env",
-                f"the environment variable {settings.api_token_env} is not set or empty",
-            )
-        add("api", value, "api_token_env")
+            add(parts[0], parts[1], field_name, parts[2])
+    for field_name, name, scope in (
+        ("api_token_env", "api", "operate"),
+        ("api_read_token_env", "read", "read"),
+    ):
+        variable = getattr(settings, field_name)
+        if variable:
+            value = env.get(variable, "").strip()
+            if not value:
+                raise FieldProblem(
+                    field_name, f"the environment variable {variable} is not set or empty"
+                )
+            add(name, value, field_name, scope)
     return tuple(tokens)

@@ -10,7 +10,10 @@ than guessed at.
 A field a stored definition lacks reads as its default, the one the config
 file and the domain have (actors.domain.defaults). Every claimd build has
 written every field but the secret ones (``secret_env``, ``secret_headers``:
-absent means none), so this matters only for a row written by other means;
+absent means none) and ``inherit_env`` (written only when not empty, so the
+fingerprints of the jobs without it did not change when it came; absent
+means none; a build before it ignores it and passes its whole environment),
+so this matters only for a row written by other means;
 before the defaults were declared once, such a row without ``expect_status``
 read as ``(200,)`` where the config's default was 200, 201, 202 and 204, and
 now reads as the latter too.
@@ -120,6 +123,7 @@ def decode_executor(data: Mapping[str, Any]) -> ExecutorSpec:
             cwd=data.get("cwd"),
             use_shell=bool(data.get("use_shell")),
             secret_env=dict(data.get("secret_env") or {}),
+            inherit_env=tuple(data.get("inherit_env") or ()),
         )
     if kind == "python":
         return PythonSpec(target=str(data["target"]))

@@ -154,6 +154,26 @@ def parse_instant(text: str, zone: tzinfo, now: datetime) -> datetime:
         raise ValueError(f"{text!r} is outside the years 1 to 9999 in UTC") from None
 
 
+def audit_instants(
+    schedule: CronSchedule | IntervalSchedule, start: datetime, end: datetime
+) -> list[datetime]:
+    """The instants of ``schedule`` in ``[start, end]``: ValueError for a reversed range,
+    RangeTooLarge past MAX_AUDIT_INSTANTS (checked before any history is read)."""
+    if end < start:
+        raise ValueError(
+            f"the range ends ({end.isoformat()}) before it starts ({start.isoformat()})"
+        )
+    instants = take(
+        schedule.fire_times(start - timedelta(microseconds=1), end), MAX_AUDIT_INSTANTS + 1
+    )
+    if len(instants) > MAX_AUDIT_INSTANTS:
+        raise RangeTooLarge(
+            f"the range holds more than {MAX_AUDIT_INSTANTS} instants of "
+            "the schedule; audit a shorter range"
+        )
+    return instants
+
+
 def audit_range(
     schedule: CronSchedule | IntervalSchedule,
     start: datetime,
@@ -179,18 +199,7 @@ def audit_range(
     job's rows up to there); only otherwise ``missing``. A range that names no
     instant of the schedule says which are nearest before and after it.
     """
-    if end < start:
-        raise ValueError(
-            f"the range ends ({end.isoformat()}) before it starts ({start.isoformat()})"
-        )
-    instants = take(
-        schedule.fire_times(start - timedelta(microseconds=1), end), MAX_AUDIT_INSTANTS + 1
-    )
-    if len(instants) > MAX_AUDIT_INSTANTS:
-        raise RangeTooLarge(
-            f"the range holds more than {MAX_AUDIT_INSTANTS} instants of "
-            "the schedule; audit a shorter range"
-        )
+    instants = audit_instants(schedule, start, end)
     due = [t for t in instants if t <= now and (due_since is None or t >= due_since)]
     by_instant = {r.scheduled_at: r for r in runs}
     ordered_gaps = sorted(gaps, key=lambda g: g.first)

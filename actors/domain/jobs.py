@@ -47,6 +47,10 @@ class ShellSpec:
     # holds the value. Read by the worker at run time: never stored, never
     # logged, and scrubbed from the output kept on the run.
     secret_env: Mapping[str, str] = field(default_factory=dict)
+    # Names of claimd's own variables the job receives as they are. A job's
+    # environment is a small base (PATH, HOME, LANG, TZ), the run's CLAIMD_*
+    # values, ``env``, ``secret_env`` and these: nothing else of claimd's.
+    inherit_env: tuple[str, ...] = ()
     kind: str = "shell"
 
 
@@ -86,6 +90,9 @@ def executor_to_dict(spec: ExecutorSpec) -> dict[str, Any]:
             "cwd": spec.cwd,
             "use_shell": spec.use_shell,
             "secret_env": dict(spec.secret_env),
+            # Written only when given: the definitions (and fingerprints) of
+            # the jobs that inherit nothing stay what they were.
+            **({"inherit_env": list(spec.inherit_env)} if spec.inherit_env else {}),
         }
     if isinstance(spec, PythonSpec):
         return {"kind": "python", "target": spec.target}

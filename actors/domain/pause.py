@@ -3,15 +3,16 @@
 An operator chooses on resume (``claimd resume JOB --paused-instants run|skip``,
 the API's ``paused_instants``):
 
-- ``run`` (the default, as before): the job's catch-up policy decides, as after
-  a downtime. With ``catchup = "all"`` every paused instant within
-  ``catchup_window`` runs, all of them at once; ``latest`` runs the newest;
-  ``none`` runs none.
-- ``skip``: none of them runs, and each is accounted for: a run the
+- ``skip`` (the default, :data:`DEFAULT_PAUSED_INSTANTS`, as Kubernetes'
+  ``suspend``): none of them runs, and each is accounted for: a run the
   materializer had written ahead becomes ``skipped`` with the reason, and the
   instants not written yet are recorded as a gap with the reason; the job's
   plan goes on from the resume. Both reasons begin with ``paused``, so the
-  audit lists them as paused, never as missing.
+  audit lists them as paused, never as missing. A job paused for an incident
+  (a mail job during an SMTP outage) does not send fifty mails at once on resume.
+- ``run``: the job's catch-up policy decides, as after a downtime. With
+  ``catchup = "all"`` every paused instant within ``catchup_window`` runs, all
+  of them at once; ``latest`` runs the newest; ``none`` runs none.
 
 Pure: the caller passes the pause's moment, the resume's ``now`` (the
 database's clock) and the job's high-water mark.
@@ -32,8 +33,11 @@ _TICK = timedelta(microseconds=1)
 class PausedInstants(enum.StrEnum):
     """What a resume does with the instants that came due while the job was paused."""
 
-    RUN = "run"  # as the job's catch-up policy says (the default)
-    SKIP = "skip"  # none runs; each is recorded as skipped (a row) or a gap
+    RUN = "run"  # as the job's catch-up policy says
+    SKIP = "skip"  # none runs; each is recorded as skipped (a row) or a gap (the default)
+
+
+DEFAULT_PAUSED_INSTANTS = PausedInstants.SKIP
 
 
 def skipped_reason(since: datetime | None, now: datetime, actor: str) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from actors.domain.jobs import Overlap
 from actors.domain.schedule import Schedule
 
 # Documented in docs/operations.md and in `claimd trigger --help`.
@@ -72,3 +73,40 @@ def judge_backfill(job: str, first: datetime, last: datetime, now: datetime) -> 
             f"from {_utc(first)} is before {EARLIEST_TRIGGER.date().isoformat()}, the "
             "earliest instant a backfill accepts (a mistyped year?); nothing added"
         )
+
+
+# What an operator's run (a trigger, a backfill) of a job may carry as its own
+# overlap mode, by the job's overlap; the first is the default. A job whose
+# runs may overlap has nothing to refine (its claim never reads a run's mode);
+# a queue job's runs never are skipped for overlap (the skip pass reads only
+# forbid jobs), so forbid is not offered there.
+RUN_OVERLAP_CHOICES: dict[Overlap, tuple[Overlap, ...]] = {
+    Overlap.ALLOW: (Overlap.ALLOW,),
+    Overlap.FORBID: (Overlap.QUEUE, Overlap.FORBID, Overlap.ALLOW),
+    Overlap.QUEUE: (Overlap.QUEUE, Overlap.ALLOW),
+}
+
+
+def run_overlap(job: str, job_overlap: Overlap, asked: str | None) -> Overlap:
+    """The overlap mode an operator's new run of ``job`` is written with.
+
+    By default, ``queue`` for a job with overlap = forbid or queue: a backfill
+    of 24 instants runs 24 times, one after another, each waiting while an
+    earlier run of the job is active (the job's own forbid would skip all but
+    the first). ``forbid`` keeps the job's rule (skipped if a run is active when
+    it is due); ``allow`` runs beside the others. TriggerRefused for a mode the
+    job does not offer (see RUN_OVERLAP_CHOICES) or a word that is none.
+    """
+    choices = RUN_OVERLAP_CHOICES[job_overlap]
+    if asked is None:
+        return choices[0]
+    words = ", ".join(c.value for c in choices)
+    if asked not in {o.value for o in Overlap}:
+        raise TriggerRefused(f"overlap must be one of {words} for {job}, got {asked!r}")
+    chosen = Overlap(asked)
+    if chosen not in choices:
+        raise TriggerRefused(
+            f"overlap {chosen.value} does not apply to {job}, whose overlap is "
+            f"{job_overlap.value}: choose {words}"
+        )
+    return chosen

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from prometheus_client.registry import Collector
 
 from actors.http.api import OperatorApi, answer_parser_errors_as_json, json_errors
 from actors.http.api.reading import answer
+from actors.http.guard import Guard, Tokens, connection_cap, safe_headers
 from actors.http.openapi import BY_ID
 from actors.observability import DELIVERIES_SKIPPED, FENCED_COMPLETIONS, REDELIVERIES, get_logger
 from actors.observability.exposition import render_chunks
@@ -69,6 +71,17 @@ def counters() -> dict[str, Any]:
     }
 
 
+async def _config_rollout(api: OperatorApi | None) -> dict[str, Any] | None:
+    """The config generations and the replicas' files; None while it cannot say."""
+    if api is None:
+        return None
+    try:
+        return await api.service.config_rollout()
+    except Exception as exc:  # noqa: BLE001 - the status answers whatever the database does
+        log.debug("status: config generations unknown", error=repr(exc))
+        return None
+
+
 async def _rejected_jobs(api: OperatorApi | None) -> list[dict[str, Any]] | None:
     """The jobs the config file rejected (the operator's record); None while it cannot say."""
     if api is None:
@@ -104,30 +117,121 @@ async def static_file(request: web.Request) -> web.FileResponse:
     return web.FileResponse(STATIC / name, headers={"Cache-Control": "no-cache"})
 
 
-async def stream_metrics(request: web.Request, headers: dict[str, str]) -> web.StreamResponse:
-    """The /metrics page, rendered off the event loop a chunk at a time and sent as made.
+METRICS_MAX_AGE_S = 1.0
+LINGER_S = 1.0  # a page is rendered at most once a second, whoever scrapes
 
-    With thousands of jobs the text is tens of MB and seconds of Python, which
-    would hold up every actor on the loop; each chunk is sent before the next is
-    made, so the page is never held whole (chunked transfer, no Content-Length).
+
+class _Render:
+    """One rendering of the page: its chunks as they are made, read by every scrape."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.done = False
+        self.error: BaseException | None = None
+        self.began = time.monotonic()
+        self._more = asyncio.Event()
+
+    def add(self, chunk: bytes) -> None:
+        self.chunks.append(chunk)
+        self._wake()
+
+    def finish(self, error: BaseException | None) -> None:
+        self.done, self.error = True, error
+        self._wake()
+
+    def _wake(self) -> None:
+        more, self._more = self._more, asyncio.Event()
+        more.set()
+
+    async def read(self) -> AsyncIterator[bytes]:
+        """Each chunk, as soon as it is made."""
+        sent = 0
+        while True:
+            if sent < len(self.chunks):
+                sent += 1
+                yield self.chunks[sent - 1]
+            elif self.done:
+                if self.error is not None:
+                    raise RuntimeError("the metrics page failed to render") from self.error
+                return
+            else:
+                await self._more.wait()
+
+
+class MetricsPage:
+    """The /metrics page, rendered off the event loop at most once every ``max_age`` seconds.
+
+    With thousands of jobs the text is MBs and a second or more of CPU: each
+    scrape rendering its own would let a few clients (or one hostile one) keep
+    a core busy. A scrape during a render, or within ``max_age`` of its start,
+    reads that render; the first is sent each chunk as it is made (the page is
+    not held whole before it is sent), and the page is dropped ``max_age``
+    after it was made. ``refresh`` (the cluster gauges) runs before each
+    render and must not raise.
     """
-    chunks = render_chunks()
+
+    def __init__(
+        self,
+        refresh: Callable[[], Awaitable[None]] | None = None,
+        max_age: float = METRICS_MAX_AGE_S,
+    ) -> None:
+        self.refresh = refresh
+        self.max_age = max_age
+        self.renders = 0
+        self._render: _Render | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def current(self) -> _Render:
+        """The render a scrape now reads: the running one, a fresh one, or a new one."""
+        render = self._render
+        # Its age counts from its start: a render slowed by the probes of refresh (a
+        # server that does not answer) is not then served for another second.
+        if render is None or (render.done and time.monotonic() - render.began >= self.max_age):
+            render = self._render = _Render()
+            self.renders += 1
+            self._task = asyncio.create_task(self._make(render))
+        return render
+
+    async def _make(self, render: _Render) -> None:
+        error: BaseException | None = None
+        chunks = render_chunks()
+        try:
+            if self.refresh is not None:
+                await self.refresh()
+            while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+                render.add(chunk)
+        except Exception as exc:  # every scrape reading it answers 500
+            log.exception("metrics: the page failed to render")
+            error = exc
+        finally:
+            chunks.close()
+            render.finish(error)
+        await asyncio.sleep(self.max_age)
+        if self._render is render:
+            self._render = None
+        if sum(map(len, render.chunks)) >= TRIM_AFTER_BYTES:
+            render.chunks.clear()
+            # The page's chunks were freed into the heap: give them back.
+            await asyncio.to_thread(trim_heap)
+
+
+METRICS_PAGE = web.AppKey("claimd.metrics_page", MetricsPage)
+
+
+async def stream_metrics(
+    request: web.Request, headers: dict[str, str], page: MetricsPage
+) -> web.StreamResponse:
+    """The /metrics page, sent a chunk at a time (chunked transfer, no Content-Length)."""
+    render = page.current()
     response = web.StreamResponse(headers=headers)
-    sent = 0
     try:
         await response.prepare(request)
-        while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
-            sent += len(chunk)
+        async for chunk in render.read():
             await response.write(chunk)
         await response.write_eof()
     except ConnectionError:
         # The scraper gave up (its timeout) or went away: nothing to report.
         log.debug("metrics scrape: client went away mid-response")
-    finally:
-        chunks.close()
-        if sent >= TRIM_AFTER_BYTES:
-            # The page's chunks were freed into the heap: give them back.
-            await asyncio.to_thread(trim_heap)
     return response
 
 
@@ -137,19 +241,26 @@ def build_app(
     api: OperatorApi | None = None,
     *,
     refresh: Callable[[], Awaitable[None]] | None = None,
+    guard: Guard | None = None,
 ) -> web.Application:
     """The replica's HTTP surface; with ``api``, the operator API and /openapi.json too.
 
     ``refresh`` runs before each /metrics render (the cluster gauges; it must not raise).
+    ``guard``: the Host allow-list and the tokens (default: the API's tokens, loopback
+    names only).
     """
+    if guard is None:
+        guard = Guard(
+            tokens=api.tokens if api is not None else Tokens(),
+            metrics_token=api.metrics_token if api is not None else False,
+        )
+    page = MetricsPage(refresh)
 
     async def metrics(request: web.Request) -> web.StreamResponse:
         headers = {"Content-Type": CONTENT_TYPE_LATEST}
         if request.method == "HEAD":  # a streamed body is not held back for HEAD
             return web.Response(headers=headers)
-        if refresh is not None:
-            await refresh()
-        return await stream_metrics(request, headers)
+        return await stream_metrics(request, headers, page)
 
     async def healthz(_: web.Request) -> web.Response:
         return answer(BY_ID["healthz"].answer, {"status": "ok"})
@@ -173,14 +284,24 @@ def build_app(
         return web.json_response(rows)
 
     async def status_json(_: web.Request) -> web.Response:
-        checks, config_rejected = await asyncio.gather(ready(), _rejected_jobs(api))
+        checks, config_rejected, config = await asyncio.gather(
+            ready(), _rejected_jobs(api), _config_rollout(api)
+        )
         return answer(
             BY_ID["getStatus"].answer,
-            {"checks": checks, "counters": counters(), "config_rejected": config_rejected},
+            {
+                "checks": checks,
+                "counters": counters(),
+                "config_rejected": config_rejected,
+                "config": config,
+            },
         )
 
-    # Every failure of every route, the status page's files included, as JSON.
-    app = web.Application(middlewares=[json_errors])
+    # Every failure of every route, the status page's files included, as JSON; the
+    # guard (Host, token) inside it, so that its refusals are JSON too.
+    app = web.Application(middlewares=[json_errors, guard.middleware()])
+    app.on_response_prepare.append(safe_headers)
+    app[METRICS_PAGE] = page
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -228,14 +349,25 @@ def _why(host: str, port: int, exc: OSError) -> str:
     return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
 
 
-async def serve(app: web.Application, host: str, port: int) -> tuple[web.AppRunner, int]:
+async def serve(
+    app: web.Application, host: str, port: int, guard: Guard | None = None
+) -> tuple[web.AppRunner, int]:
     """Start serving; returns the runner and the bound port (port 0 picks one).
 
-    PortUnavailable when the port is taken (or not this host's).
+    With ``guard``: at most its connection cap held at once (a quarter of the
+    file limit at most), a request's headers within its header timeout (aiohttp
+    closes a connection that has sent no whole request by then, and an idle one
+    as long after its last answer). PortUnavailable when the port is taken (or
+    not this host's).
     """
-    runner = web.AppRunner(app, access_log=None)
+    guard = guard or Guard()
+    # An unread rest of a body (a 401 before it was read, a body past its timeout) is
+    # read and dropped for LINGER_S at most, not aiohttp's 10 s, before the close.
+    runner = web.AppRunner(
+        app, access_log=None, keepalive_timeout=guard.header_timeout_s, lingering_time=LINGER_S
+    )
     await runner.setup()
-    answer_parser_errors_as_json(runner)
+    answer_parser_errors_as_json(runner, connection_cap(guard.max_connections))
     site = web.TCPSite(runner, host, port)
     try:
         await site.start()

@@ -10,6 +10,8 @@ from typing import Any
 
 import structlog
 
+from actors.observability.secrets import MASKER
+
 # --- redaction -----------------------------------------------------------------
 
 # scheme://user:password@host (any scheme: postgresql, nats, tls, http...).
@@ -39,6 +41,7 @@ def redact(text: str) -> str:
     ``nats://***@h``; ``?password=x`` / ``&token=x`` / ``password='x y'`` (a
     key-value DSN) -> ``password=***``; ``Bearer abc...`` -> ``Bearer ***``.
     """
+    text = MASKER.mask(text)  # every secret this replica knows, wherever it stands
     if "@" not in text and "=" not in text:
         # The URL and key=value forms need one of those: most fields (run ids,
         # job names, event names) skip three of the four scans (a per-run

@@ -96,6 +96,14 @@ DELIVERIES_SKIPPED = Counter(
     ["reason"],
 )
 REDELIVERIES = Counter("claimd_redeliveries_total", "Messages JetStream delivered more than once")
+# Why the HTTP face turned a client away (actors/http/guard.py).
+HTTP_REFUSAL_REASONS = ("connection_cap", "host", "token", "scope")
+HTTP_REFUSED = Counter(
+    "claimd_http_refused_total",
+    "HTTP connections closed by the connection cap, and requests refused for their Host "
+    "(421), a missing or wrong token (401) or a token's scope (403)",
+    ["reason"],
+)
 FENCED_COMPLETIONS = Counter(
     "claimd_fenced_completions_total",
     "Completions refused because the run's epoch moved on (a duplicate execution)",
@@ -124,6 +132,28 @@ CONFIG_JOB_REJECTED = Gauge(
     "1 for each job the config file declares and this replica refused at its last load "
     "(start or reload); a rejected edit of a running job leaves its old definition running",
     [JOB_LABEL],
+)
+# The rollout rule (docs/rollout.md): what this replica's file is, what is in
+# force, and (from the database) how many file digests the replicas report.
+CONFIG_STALE = Gauge(
+    "claimd_config_stale",
+    "1 while this replica's config file is refused as older than the generation in force "
+    "(it runs the jobs in force; `claimd reload --force` rolls back)",
+)
+CONFIG_FILE_INFO = Gauge(
+    "claimd_config_file_info",
+    "1 for the digest of this replica's config file (its jobs; first 12 hex characters)",
+    ["digest"],
+)
+CONFIG_IN_FORCE_INFO = Gauge(
+    "claimd_config_in_force_info",
+    "1 for the digest of the config generation in force, as this replica last read it",
+    ["digest"],
+)
+CONFIG_DIGESTS = Gauge(
+    "claimd_config_digests",
+    "Distinct config file digests among the replicas reporting now (cluster-wide, from the "
+    "database); above 1 the replicas disagree",
 )
 RUNS_IN_FLIGHT = Gauge("claimd_worker_runs_in_flight", "Runs executing on this worker")
 CLOCK_SKEW = Gauge(
@@ -338,6 +368,8 @@ def init_series() -> None:
         DELIVERIES_SKIPPED.labels(reason=reason)
     for reason in POISON_REASONS:
         POISON_MESSAGES.labels(reason=reason)
+    for reason in HTTP_REFUSAL_REASONS:
+        HTTP_REFUSED.labels(reason=reason)
     for transition in REAP_TRANSITIONS:
         RUNS_REAPED.labels(transition=transition)
     for actor in ACTORS:

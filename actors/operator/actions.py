@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from actors.domain import Overlap, decode_job
 from actors.domain.backfill import BACKFILL_MAX_RUNS, BackfillProgress, BackfillTooLarge
-from actors.domain.pause import PausedInstants
-from actors.domain.trigger import TriggerRefused, judge_backfill, judge_trigger
+from actors.domain.pause import DEFAULT_PAUSED_INSTANTS, PausedInstants
+from actors.domain.trigger import TriggerRefused, judge_backfill, judge_trigger, run_overlap
 from actors.observability import get_logger
 from actors.operator.errors import (
     BadInput,
@@ -30,7 +31,7 @@ from actors.operator.shapes import (
     schedule_of,
     zone_named,
 )
-from actors.ports import Caller, Recorded, Unchanged, UnknownJob
+from actors.ports import ActiveRun, Caller, Recorded, Unchanged, UnknownJob
 
 log = get_logger("operator")
 
@@ -55,12 +56,12 @@ class OperatorService(OperatorReads):
     ) -> dict[str, Any]:
         """Undo pause; ``paused_instants`` says what becomes of the instants due meanwhile.
 
-        ``run`` (the default): the job's catch-up policy decides, as after a
-        downtime (with catchup = all they all run at once); ``skip``: none runs,
-        each recorded as skipped or as a gap with the reason "paused ..." (see
-        actors.domain.pause).
+        ``skip`` (the default): none runs, each recorded as skipped or as a gap
+        with the reason "paused ..."; ``run``: the job's catch-up policy decides,
+        as after a downtime (with catchup = all they all run at once). See
+        actors.domain.pause.
         """
-        choice = paused_instants or PausedInstants.RUN.value
+        choice = paused_instants or DEFAULT_PAUSED_INSTANTS.value
         arguments = {"paused_instants": choice}
         if choice not in {c.value for c in PausedInstants}:
             error = BadInput(f"paused_instants must be run or skip, got {choice!r}")
@@ -96,14 +97,32 @@ class OperatorService(OperatorReads):
         await self._record_refusal(actor, action, error, job=job, arguments=arguments)
         raise error
 
-    async def trigger(self, actor: Caller, job: str, at: str | None = None) -> dict[str, Any]:
+    @staticmethod
+    def _run_overlap(job: str, definition: str, asked: str | None) -> Overlap:
+        """The overlap mode an operator's new runs of ``job`` carry (Unprocessable: a mode
+        the job does not offer)."""
+        try:
+            return run_overlap(job, decode_job(job, definition).overlap, asked)
+        except TriggerRefused as refused:
+            raise Unprocessable(str(refused)) from None
+
+    async def trigger(
+        self, actor: Caller, job: str, at: str | None = None, overlap: str | None = None
+    ) -> dict[str, Any]:
         """A run of ``job`` for the instant ``at`` (default: the database's now), due now.
 
         Only an instant at or before now on the database's clock, and not before
         EARLIEST_TRIGGER: a future instant's row would run today and take the
         place of that instant's scheduled run (see actors.domain.trigger). The
         answer says whether the schedule names the instant.
+
+        ``overlap`` (a job with overlap = forbid or queue): the run's own mode,
+        ``queue`` by default (it waits while another run of the job is active,
+        and the answer names that run), ``allow``, or ``forbid``, refused while
+        a run of the job is active (it would be skipped) instead of skipped
+        silently.
         """
+        arguments: dict[str, Any] = {"at": at, "overlap": overlap}
         try:
             row = await self._job_row(job)
             now = row["now"]
@@ -112,10 +131,19 @@ class OperatorService(OperatorReads):
                 scheduled = judge_trigger(job, schedule_of(row["definition"], job), instant, now)
             except TriggerRefused as refused:
                 raise Unprocessable(f"at {refused}") from None
+            chosen = self._run_overlap(job, row["definition"], overlap)
+            active = None if chosen is Overlap.ALLOW else await self.history.active_run(job)
+            if chosen is Overlap.FORBID and active is not None:
+                raise Unprocessable(
+                    f"{job} has run {active.run_id} {active.state} and overlap forbid: a run "
+                    "triggered now would be skipped; nothing added (overlap queue runs it "
+                    "after that run, allow beside it)"
+                )
         except OperatorError as bad:
-            await self._record_refusal(actor, "trigger", bad, job=job, arguments={"at": at})
+            await self._record_refusal(actor, "trigger", bad, job=job, arguments=arguments)
             raise
-        arguments = {"at": at, "instant": iso(instant)}
+        arguments.update({"instant": iso(instant), "overlap": chosen.value})
+        waits = _waits(job, chosen, active)
         what = (
             f"a scheduled instant of {job}" if scheduled else f"not an instant of {job}'s schedule"
         )
@@ -129,12 +157,12 @@ class OperatorService(OperatorReads):
         )
 
         def message(run_id: str) -> str:
-            return f"triggered {job}: run {run_id} at {iso(instant)} ({what}: {effect})"
+            return f"triggered {job}: run {run_id} at {iso(instant)} ({what}: {effect}){waits}"
 
         error: OperatorError
         try:
             done = await self.history.trigger(
-                actor, job, instant, arguments=arguments, result=message
+                actor, job, instant, arguments=arguments, result=message, overlap=chosen
             )
         except UnknownJob:
             done, error = None, NotFound(f"no enabled job named {job!r}")
@@ -151,7 +179,12 @@ class OperatorService(OperatorReads):
                 message(run_id),
                 job=job,
                 run_id=run_id,
-                extra={"scheduled_at": iso(instant), "scheduled_instant": scheduled},
+                extra={
+                    "scheduled_at": iso(instant),
+                    "scheduled_instant": scheduled,
+                    "overlap": chosen.value,
+                    "waits_for": active.run_id if active and chosen is Overlap.QUEUE else None,
+                },
             )
         await self._record_refusal(actor, "trigger", error, job=job, arguments=arguments)
         raise error
@@ -165,6 +198,7 @@ class OperatorService(OperatorReads):
         *,
         max_runs: int = BACKFILL_MAX_RUNS,
         progress: Callable[[BackfillProgress], None] | None = None,
+        overlap: str | None = None,
     ) -> dict[str, Any]:
         """One run per instant of the schedule in ``[start, end]`` that has no row yet.
 
@@ -172,12 +206,25 @@ class OperatorService(OperatorReads):
         still done (running it again is how an interrupted backfill finishes).
         Written in chunks that commit one by one, so the action is recorded
         when the last one has.
+
+        Every instant added runs. ``overlap`` (a job with overlap = forbid or
+        queue) is the runs' own mode, written on each row: ``queue`` by default
+        (one after another, each waiting while a run of the job is active),
+        ``allow`` (at once), or ``forbid`` (as the job's own runs: skipped if a
+        run is active when due).
         """
-        arguments: dict[str, Any] = {"from": start, "to": end, "max_runs": max_runs}
+        arguments: dict[str, Any] = {
+            "from": start,
+            "to": end,
+            "max_runs": max_runs,
+            "overlap": overlap,
+        }
         try:
             if max_runs < 1:
                 raise BadInput(f"max_runs must be a positive whole number, got {max_runs}")
             row = await self._job_row(job)
+            chosen = self._run_overlap(job, row["definition"], overlap)
+            arguments["overlap"] = chosen.value
             zone = zone_named(row["timezone"])
             first, last = (
                 parse_time(start, zone, row["now"], "from"),
@@ -190,7 +237,7 @@ class OperatorService(OperatorReads):
             arguments.update({"from_instant": iso(first), "to_instant": iso(last)})
             try:
                 done = await self.history.backfill(
-                    job, first, last, max_runs=max_runs, progress=progress
+                    job, first, last, max_runs=max_runs, progress=progress, overlap=chosen
                 )
             except UnknownJob:
                 raise NotFound(f"no enabled job named {job!r}") from None
@@ -206,7 +253,7 @@ class OperatorService(OperatorReads):
         message = (
             f"backfilled {job}: {done.instants:,} instants from {iso(first)} to "
             f"{iso(last)}: {done.added:,} runs added, {done.existing:,} already had "
-            "a run"
+            f"a run{_backfill_words(job, row['definition'], chosen)}"
         )
         recorded = await self.history.record_action(
             actor, "backfill", job=job, arguments=arguments, ok=True, result=message
@@ -217,7 +264,12 @@ class OperatorService(OperatorReads):
             "backfill",
             message,
             job=job,
-            extra={"added": done.added, "existing": done.existing, "instants": done.instants},
+            extra={
+                "added": done.added,
+                "existing": done.existing,
+                "instants": done.instants,
+                "overlap": chosen.value,
+            },
         )
 
     async def cancel(self, actor: Caller, run_id: str) -> dict[str, Any]:
@@ -278,3 +330,23 @@ class OperatorService(OperatorReads):
             "actor": actor.name,
             **(extra or {}),
         }
+
+
+def _waits(job: str, chosen: Overlap, active: ActiveRun | None) -> str:
+    """What a triggered run of an exclusive job does about the run active now, in words."""
+    if active is None:
+        return "" if chosen is Overlap.ALLOW else f"; overlap {chosen.value}"
+    if chosen is Overlap.QUEUE:
+        return f"; overlap queue: it waits its turn, {job}'s run {active.run_id} is {active.state}"
+    return f"; overlap {chosen.value}"
+
+
+def _backfill_words(job: str, definition: str, chosen: Overlap) -> str:
+    """How a backfill's runs of a job with overlap = forbid or queue will run, in words."""
+    if decode_job(job, definition).overlap is Overlap.ALLOW:
+        return ""
+    return {
+        Overlap.QUEUE: "; overlap queue: they run one after another",
+        Overlap.ALLOW: "; overlap allow: they may run at once",
+        Overlap.FORBID: f"; overlap forbid: each is skipped if a run of {job} is active when due",
+    }[chosen]

@@ -36,7 +36,7 @@ async def grid_of(
     """
     if not 1 <= instants <= MAX_GRID:
         raise BadInput(f"instants must be between 1 and {MAX_GRID}, got {instants}")
-    if job is not None and not re.match(JOB_NAME_PATTERN, job):
+    if job is not None and not re.fullmatch(JOB_NAME_PATTERN, job):
         raise NotFound(f"no job named {job!r}")
     now = await history.now()
     rows = await history.jobs(job)

@@ -10,8 +10,10 @@ from typing import Any
 
 from actors.config import JOB_NAME_PATTERN
 from actors.domain import take
+from actors.domain.generations import SHORT, disagreement
 from actors.domain.history import (
     RangeTooLarge,
+    audit_instants,
     audit_range,
     zone_name,
     zone_of,
@@ -35,6 +37,8 @@ from actors.operator.shapes import (
 from actors.operator.words import schedule_words
 from actors.ports import AttemptRecord, JobRecord, OperatorStore, RunDetail
 
+GENERATIONS_LISTED = 10
+
 
 class OperatorReads:
     """Reads over the operator's port, as the CLI and the API offer them."""
@@ -45,12 +49,54 @@ class OperatorReads:
     # --- reads --------------------------------------------------------------------
 
     async def _job_row(self, name: str) -> JobRecord:
-        if not re.match(JOB_NAME_PATTERN, name):  # never a job: not worth a query
+        if not re.fullmatch(JOB_NAME_PATTERN, name):  # never a job: not worth a query
             raise NotFound(f"no job named {name!r}")
         row = await self.history.job(name)
         if row is None:
             raise NotFound(f"no job named {name!r}")
         return row
+
+    async def config_rollout(self) -> dict[str, Any]:
+        """The config generations and the replicas' files (docs/rollout.md).
+
+        ``in_force``: the generation every replica runs (the stored definitions);
+        ``replicas``: each replica reporting now, its file's digest and whether
+        that file was refused as older than the generation in force;
+        ``disagreement``: "replicas disagree: 2 on digest A, 1 on digest B", or
+        None when every replica reports one file.
+        """
+        rollout = await self.history.config_rollout(GENERATIONS_LISTED)
+        generations = [
+            {
+                "generation": g.seq,
+                "digest": g.short,
+                "config_version": g.version,
+                "since": iso(g.first_seen_at),
+                "replica": g.replica,
+                "forced": g.forced,
+            }
+            for g in rollout.generations
+        ]
+        in_force = rollout.generations[0].digest if rollout.generations else None
+        digests = rollout.file_digests()
+        return {
+            "in_force": generations[0] if generations else None,
+            "generations": generations,
+            "replicas": [
+                {
+                    "replica": r.replica,
+                    "digest": r.file_digest[:SHORT],
+                    "config_version": r.config_version,
+                    "in_force": r.file_digest == in_force,
+                    "stale": r.stale,
+                    "path": r.path,
+                    "seen_at": iso(r.seen_at),
+                }
+                for r in rollout.replicas
+            ],
+            "digests": {d[:SHORT]: n for d, n in sorted(digests.items())},
+            "disagreement": disagreement(digests),
+        }
 
     async def rejected_jobs(self) -> list[dict[str, Any]]:
         """The jobs the config file rejected at its last load, with the loader's error.
@@ -211,6 +257,9 @@ class OperatorReads:
         now = row["now"]
         first, last = parse_time(start, zone, now, "from"), parse_time(end, zone, now, "to")
         try:
+            # The range is checked before any history is read: a range of a million
+            # instants is refused at once, without reading its rows.
+            audit_instants(schedule, first, last)
             result = audit_range(
                 schedule,
                 first,
@@ -236,7 +285,7 @@ class OperatorReads:
     ) -> list[dict[str, Any]]:
         """Operator actions, newest first: who, when, what, with what, and the result."""
         limit = check_limit(limit)
-        if job is not None and not re.match(JOB_NAME_PATTERN, job):
+        if job is not None and not re.fullmatch(JOB_NAME_PATTERN, job):
             return []  # no job has such a name, so no action names it
         rows = await self.history.actions(job=job, before=before, limit=limit)
         return [{**r, "at": iso(r["at"]), "arguments": json.loads(r["arguments"])} for r in rows]

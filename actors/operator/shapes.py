@@ -210,13 +210,15 @@ def resume_words(
         return (
             f"resumed {job} (paused since {since}): paused instants skipped, none runs: "
             f"{done.runs_skipped:,} runs written ahead now skipped, {gapped:,} instants "
-            'not yet written recorded as a gap; both with the reason "paused"',
+            'not yet written recorded as a gap; both with the reason "paused" '
+            "(`--paused-instants run` would have left them to the job's catch-up policy)",
             extra,
         )
     extra.update({"runs_due_now": done.due_now, "instants_unwritten": done.unwritten})
     return (
         f"resumed {job} (paused since {since}): {done.due_now:,} runs due now start now, "
         f"and {done.unwritten:,} instants not yet written are planned as its catch-up "
-        f"policy says ({done.policy}); `--paused-instants skip` would have skipped them",
+        f"policy says ({done.policy}); the default, `--paused-instants skip`, would have "
+        "skipped them",
         extra,
     )

@@ -31,6 +31,7 @@ from actors.ports.messages import (
 )
 from actors.ports.operator import (
     ActionRecord,
+    ActiveRun,
     AttemptRecord,
     Caller,
     Cancelled,
@@ -63,6 +64,7 @@ from actors.ports.stores import (
 
 __all__ = [
     "ActionRecord",
+    "ActiveRun",
     "AttemptRecord",
     "Broker",
     "Callback",

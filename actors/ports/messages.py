@@ -15,6 +15,7 @@ from actors.domain import (
     RunState,
     StartRefusal,
 )
+from actors.domain.generations import ConfigIdentity, Generation, Standing
 
 
 @dataclass(frozen=True)
@@ -165,3 +166,51 @@ class ClusterReading:
     claimed: int
     running: int
     past_lease: int
+
+
+@dataclass(frozen=True)
+class ConfigSync:
+    """A sync under the rollout rule (actors.domain.generations): the file's standing,
+    the generation in force after it, and what the sync changed (nothing when stale)."""
+
+    standing: Standing
+    in_force: Generation
+    changes: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConfigReport:
+    """One replica's report of its config file: the digest, and whether it was refused."""
+
+    replica: str
+    file: ConfigIdentity
+    stale: bool
+    path: str
+    ttl: timedelta  # the report expires this long after it is written
+
+
+@dataclass(frozen=True)
+class ConfigReplica:
+    """A replica reporting now: its file's digest and whether that file is refused."""
+
+    replica: str
+    file_digest: str
+    config_version: int | None
+    stale: bool
+    path: str
+    seen_at: datetime
+
+
+@dataclass(frozen=True)
+class ConfigRollout:
+    """The generations in force (newest first) and the replicas reporting now."""
+
+    generations: tuple[Generation, ...]
+    replicas: tuple[ConfigReplica, ...]
+
+    def file_digests(self) -> dict[str, int]:
+        """How many replicas report each file digest."""
+        counts: dict[str, int] = {}
+        for r in self.replicas:
+            counts[r.file_digest] = counts.get(r.file_digest, 0) + 1
+        return counts

@@ -23,7 +23,9 @@ from typing import Any, Protocol, TypedDict
 
 from actors.domain.backfill import BackfillProgress
 from actors.domain.history import Gap, RunRecord
+from actors.domain.jobs import Overlap
 from actors.domain.pause import PausedInstants
+from actors.ports.messages import ConfigRollout
 
 # A job's rows and recorded gaps over a range, as the audit judges them.
 Records = tuple[list[RunRecord], list[Gap]]
@@ -56,6 +58,15 @@ class Cancelled:
     recorded: Recorded | None
     job: str | None = None
     state: str | None = None
+
+
+@dataclass(frozen=True)
+class ActiveRun:
+    """A run of a job that is claimed or running: what a new run of a forbid or queue
+    job would wait for, or be skipped by."""
+
+    run_id: str
+    state: str
 
 
 @dataclass(frozen=True)
@@ -255,6 +266,10 @@ class HistoryReader(Protocol):
         ...
 
     async def rejected_jobs(self) -> list[RejectedRecord]: ...
+    async def config_rollout(self, generations: int = 10) -> ConfigRollout:
+        """The latest config generations, newest first, and the replicas reporting now."""
+        ...
+
     async def last_action_id(self) -> int:
         """The newest action's id (0: none)."""
         ...
@@ -319,12 +334,18 @@ class OperatorActions(Protocol):
         *,
         arguments: dict[str, Any],
         result: Callable[[str], str],
+        overlap: Overlap | None = None,
     ) -> tuple[str, Recorded] | None:
         """A run of ``job`` for instant ``at``, due now, recorded with ``result(run_id)``.
 
+        ``overlap``: the run's own overlap mode (sql/0015; None: the job's).
         None (nothing written) when the instant has a row; UnknownJob when no
         enabled job has the name.
         """
+        ...
+
+    async def active_run(self, job: str) -> ActiveRun | None:
+        """A run of ``job`` claimed or running (the earliest instant), if any."""
         ...
 
     async def backfill(
@@ -335,10 +356,11 @@ class OperatorActions(Protocol):
         *,
         max_runs: int,
         progress: Callable[[BackfillProgress], None] | None = None,
+        overlap: Overlap | None = None,
     ) -> BackfillProgress:
         """One run per instant of the schedule in ``[start, end]`` that has no row yet,
-        in chunks that commit one by one; UnknownJob, or BackfillTooLarge before
-        anything is written."""
+        in chunks that commit one by one, each with ``overlap`` as its own overlap mode
+        (None: the job's); UnknownJob, or BackfillTooLarge before anything is written."""
         ...
 
     async def cancel(self, actor: Caller, run_id: str, *, reason: str, result: str) -> Cancelled:

@@ -15,9 +15,13 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from actors.domain import ClaimedRun, Job, Plan, SkipReason
+from actors.domain.generations import ConfigIdentity
 from actors.ports.messages import (
     ClusterReading,
     Completion,
+    ConfigReport,
+    ConfigRollout,
+    ConfigSync,
     DispatchMessage,
     JobState,
     Materialized,
@@ -124,9 +128,16 @@ class OperatingStore(Protocol):
 
     async def cluster_figures(self, timeout: float) -> ClusterReading: ...
     async def record_reload(
-        self, replica_id: str, arguments: dict[str, Any], ok: bool, result: str
+        self,
+        replica_id: str,
+        arguments: dict[str, Any],
+        ok: bool,
+        result: str,
+        *,
+        by_signal: bool = True,
     ) -> None:
-        """Record a SIGHUP reload as an operator action."""
+        """Record a reload as an operator action: a signal's (SIGHUP, SIGUSR1), or the
+        config watch's (``by_signal=False``: not a verdict `claimd reload` waits for)."""
         ...
 
     async def record_rejected_jobs(self, replica_id: str, rejected: Sequence[RejectedJob]) -> None:
@@ -135,6 +146,29 @@ class OperatingStore(Protocol):
         The last load wins, whichever replica made it, as the last sync's
         definitions do: the config is the deployment's, not one replica's.
         """
+        ...
+
+    async def sync_config(
+        self,
+        jobs: Sequence[Job],
+        file: ConfigIdentity,
+        replica_id: str,
+        *,
+        keep: Sequence[str] = (),
+        force: bool = False,
+    ) -> ConfigSync:
+        """``sync_jobs`` under the rollout rule (actors.domain.generations), in one turn of
+        the sync lock: a stale file changes nothing; a newer (or forced) one becomes the
+        generation in force."""
+        ...
+
+    async def report_config(self, report: ConfigReport) -> None:
+        """Replace this replica's report of its config file (expired ones are dropped)."""
+        ...
+
+    async def forget_config_replica(self, replica_id: str) -> None: ...
+    async def config_rollout(self, generations: int = 10) -> ConfigRollout:
+        """The latest generations, newest first, and the replicas reporting now."""
         ...
 
 

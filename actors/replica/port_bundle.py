@@ -63,6 +63,8 @@ class Adapters(Protocol):
         pending (LISTEN/NOTIFY on PostgreSQL); None where the store has no such channel."""
         ...
 
-    def operator(self, store: ReplicaStore) -> OperatorService | None:
-        """The operator API's service on this store; None: the API keeps answering 503."""
+    async def open_operator(self, store: ReplicaStore) -> OperatorService | None:
+        """The operator API's service (on a small pool of its own on PostgreSQL, so that
+        API clients never wait for, nor hold, the scheduler's connections); None: the API
+        keeps answering 503. The replica closes its store (``history.close()``)."""
         ...

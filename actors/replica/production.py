@@ -22,6 +22,7 @@ from actors.adapters.postgres import (
     is_unreachable,
 )
 from actors.adapters.postgres.notify import PendingRunsListener
+from actors.adapters.postgres.pool import connect_pool, init_connection
 from actors.config import Settings
 from actors.observability import DependencyHealth, get_logger
 from actors.operator import OperatorService
@@ -29,6 +30,8 @@ from actors.ports import Executor, Inbox, Outage, ReplicaBroker, ReplicaStore, W
 from actors.scheduling.database_clock import DatabaseClock
 
 log = get_logger("replica")
+# The operator API's own pool: a few reads at once, apart from the scheduler's pool.
+API_POOL_SIZE = 4
 
 
 @dataclass
@@ -120,8 +123,28 @@ class ProductionAdapters:
     ) -> Callable[[asyncio.Event], Awaitable[None]] | None:
         return PendingRunsListener(_postgres(store).pool, on_pending).run
 
-    def operator(self, store: ReplicaStore) -> OperatorService | None:
-        return OperatorService(PostgresOperatorStore(_postgres(store).pool))
+    async def open_operator(self, store: ReplicaStore) -> OperatorService | None:
+        """The API's service on a pool of its own (API_POOL_SIZE connections at most).
+
+        A flood of API reads queues on this pool, never on the scheduler's: the
+        claimer, the workers' completions and the reaper keep their connections.
+        If it cannot be opened now, the API shares the scheduler's pool (logged).
+        """
+        settings = self.settings
+        try:
+            pool = await connect_pool(
+                settings.database_url,
+                settings.timeouts,
+                min_size=1,
+                max_size=API_POOL_SIZE,
+                init=init_connection,
+            )
+        except Exception as exc:  # noqa: BLE001 - any failure: the shared pool still serves
+            log.warning(
+                "api: own database pool unavailable; sharing the replica's", error=repr(exc)
+            )
+            return OperatorService(PostgresOperatorStore(_postgres(store).pool))
+        return OperatorService(PostgresOperatorStore(pool, owns_pool=True))
 
     def _opened(self) -> JetStreamBroker:
         """The JetStream broker open_broker connected (a subclass's open_broker may wrap

@@ -4,21 +4,34 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
 
-from actors.config import ConfigError, ConfigErrors, LoadedConfig, Settings, load_config
-from actors.domain import Job
+from actors.config import (
+    CodeImport,
+    ConfigError,
+    ConfigErrors,
+    LoadedConfig,
+    Settings,
+    load_config,
+)
+from actors.domain import Job, decode_job
+from actors.domain.generations import ConfigIdentity, Generation, Standing, config_digest
 from actors.observability import (
+    CONFIG_FILE_INFO,
+    CONFIG_IN_FORCE_INFO,
     CONFIG_JOB_ERRORS,
     CONFIG_JOB_REJECTED,
+    CONFIG_STALE,
     get_logger,
     init_job_series,
     redact,
 )
 from actors.observability.memory import trim_heap
 from actors.ports import RejectedJob, ReplicaStore
+from actors.ports.messages import ConfigSync
 
 log = get_logger("replica")
 CHANGE_KINDS = ("added", "changed", "removed")
@@ -41,7 +54,32 @@ def _refused(errors: list[ConfigError]) -> dict[str, Any]:
 
 def _changed_settings(old: Settings, new: Settings) -> list[str]:
     """The [claimd] settings whose value the file changed (applied at the next restart)."""
-    return [name for name in type(old).model_fields if getattr(old, name) != getattr(new, name)]
+    return [
+        name
+        for name in type(old).model_fields
+        if name not in APPLIED_WITH_JOBS and getattr(old, name) != getattr(new, name)
+    ]
+
+
+# Read at every load, with the jobs: config_version versions them, modules declares them.
+APPLIED_WITH_JOBS = ("config_version", "modules")
+
+
+def identity_of(loaded: LoadedConfig) -> ConfigIdentity:
+    """The file's jobs as the rollout rule knows them: their digest and config_version."""
+    kept = [e.job for e in loaded.errors if e.job is not None]
+    digest = config_digest(
+        ((j.name, j.fingerprint(), j.enabled) for j in loaded.jobs.values()), kept
+    )
+    return ConfigIdentity(digest, loaded.settings.config_version)
+
+
+def file_bytes_digest(path: Path) -> str | None:
+    """A digest of the file's bytes read through its path (None: unreadable now)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 class JobsConfig:
@@ -68,36 +106,65 @@ class JobsConfig:
         self.jobs: dict[str, Job] = dict(loaded.jobs)
         self.syncs_jobs = syncs_jobs  # a scheduler writes the jobs table; a worker only reads
         self._reloading = asyncio.Lock()
+        # The rollout rule (actors.domain.generations): this file's identity,
+        # the generation in force as last read, and whether this file was
+        # refused as older than it (then ``jobs`` are the jobs in force).
+        self.file = identity_of(loaded)
+        self.in_force: Generation | None = None
+        self.stale = False
+        # The bytes the last load read (the config watch compares the file's).
+        self.loaded_bytes = file_bytes_digest(path)
 
-    async def reload(self, store: ReplicaStore, replica_id: str) -> bool:
+    async def reload(
+        self,
+        store: ReplicaStore,
+        replica_id: str,
+        *,
+        force: bool = False,
+        trigger: str = "sighup",
+    ) -> bool:
         """Reread the file; a file with any error changes nothing. Recorded as an action.
 
         The record says what changed (jobs added, changed, removed) or, refused,
-        each error: what `claimd reload` prints (and `--json`).
+        each error, or that the file is older than the generation in force:
+        what `claimd reload` prints (and `--json`). ``force``: the operator's
+        rollback (`claimd reload --force`), applied whatever the generations
+        say. ``trigger``: what asked (sighup, forced, file changed).
         """
         async with self._reloading:  # two SIGHUPs in a row reload one after the other
-            ok, verdict = await self._reload(store, replica_id)
+            ok, verdict = await self._reload(store, replica_id, force)
         if ok:
             counts = ", ".join(f"{verdict[k]['count']} {k}" for k in CHANGE_KINDS)
-            result = f"reloaded: jobs {counts}"
+            result = f"reloaded{' (forced)' if force else ''}: jobs {counts}"
+        elif "stale" in verdict:
+            result = verdict["stale"]
         else:
             errors = verdict["errors"]["count"]
             result = (
                 f"refused: the file has {errors} error{'s' if errors != 1 else ''}; jobs unchanged"
             )
+        arguments = {"pid": os.getpid(), "path": str(self.path), "trigger": trigger, **verdict}
+        if force:
+            arguments["force"] = True
         try:  # the record `claimd reload` waits for; a reload never fails for want of it
             await store.record_reload(
-                replica_id, {"pid": os.getpid(), "path": str(self.path), **verdict}, ok, result
+                replica_id, arguments, ok, result, by_signal=trigger != "file changed"
             )
         except Exception as exc:  # noqa: BLE001
             log.warning("reload not recorded", error=redact(repr(exc)))
         return ok
 
-    async def _reload(self, store: ReplicaStore, replica_id: str) -> tuple[bool, dict[str, Any]]:
+    async def _reload(
+        self, store: ReplicaStore, replica_id: str, force: bool
+    ) -> tuple[bool, dict[str, Any]]:
+        self.loaded_bytes = file_bytes_digest(self.path)
         try:
             # In a thread: 100,000 jobs take seconds to read and validate, which
             # would stop every actor on the loop (starts, heartbeats) meanwhile.
-            loaded = await asyncio.to_thread(load_config, self.path, env=self._env)
+            # The modules of @claimd.job are imported again: an edit takes effect.
+            loaded = await asyncio.to_thread(
+                load_config, self.path, env=self._env, code=CodeImport(reload=True)
+            )
         except ConfigError as exc:
             # The file as a whole is unreadable (TOML, [claimd]): which jobs it
             # rejects is unknown, so the last load's record stands.
@@ -118,7 +185,25 @@ class JobsConfig:
         # Materializers plan from the stored definitions, and write only while a
         # plan's definition is still the stored one: a tick racing this sync, here
         # or on another replica, cannot write the old schedule's instants.
-        changes = await store.sync_jobs(list(loaded.jobs.values())) if self.syncs_jobs else {}
+        file = await asyncio.to_thread(identity_of, loaded)
+        changes: dict[str, str] = {}
+        config: dict[str, Any] = {}
+        if self.syncs_jobs:
+            synced = await store.sync_config(
+                list(loaded.jobs.values()), file, replica_id, force=force
+            )
+            config = self._judged(file, synced)
+            if synced.standing is Standing.STALE:
+                await self._run_in_force(store)
+                self.loaded = dataclasses.replace(loaded, settings=self.loaded.settings)
+                return False, {
+                    "errors": {"count": 0, "messages": []},
+                    "stale": refused_as_stale(file, synced.in_force),
+                    "config": config,
+                }
+            changes = dict(synced.changes)
+        else:
+            self.file = file
         changed = _changed_settings(self.loaded.settings, loaded.settings)
         if changed:
             log.warning(
@@ -136,7 +221,7 @@ class JobsConfig:
             # The previous config's objects went back to the heap: return them.
             await asyncio.to_thread(trim_heap)
         verdict = {k: _names([n for n, c in changes.items() if c == k]) for k in CHANGE_KINDS}
-        return True, {**verdict, "settings_not_applied": changed}
+        return True, {**verdict, "settings_not_applied": changed, "config": config}
 
     async def _rejected(self, store: ReplicaStore, replica_id: str, loaded: LoadedConfig) -> None:
         """The jobs this load rejected, in the metrics and (a scheduler's) in the database.
@@ -175,12 +260,89 @@ class JobsConfig:
                 error=error.message,
             )
         if self.syncs_jobs:
-            changes = await store.sync_jobs(
-                list(self.jobs.values()), keep=[e.job for e in self.loaded.errors if e.job]
+            synced = await store.sync_config(
+                list(self.jobs.values()),
+                self.file,
+                replica_id,
+                keep=[e.job for e in self.loaded.errors if e.job],
             )
-            log.info("jobs synced", jobs=len(self.jobs), changes=in_brief(changes))
+            self._judged(self.file, synced)
+            if synced.standing is Standing.STALE:
+                await self._run_in_force(store)
+            else:
+                log.info("jobs synced", jobs=len(self.jobs), changes=in_brief(dict(synced.changes)))
         await self._rejected(store, replica_id, self.loaded)
         return True
+
+    def _judged(self, file: ConfigIdentity, synced: ConfigSync) -> dict[str, Any]:
+        """This file's standing, remembered, in the metrics and the log; its record."""
+        self.file = file
+        self.in_force = synced.in_force
+        self.stale = synced.standing is Standing.STALE
+        self.show()
+        if self.stale:
+            log.warning(
+                "config file older than the generation in force; running the jobs in force",
+                path=str(self.path),
+                digest=file.short,
+                config_version=file.version,
+                in_force=synced.in_force.short,
+                in_force_version=synced.in_force.version,
+                in_force_since=synced.in_force.first_seen_at.isoformat(),
+                hint="claimd reload --force rolls back to this file",
+            )
+        elif synced.standing.records:
+            log.info(
+                "config generation in force",
+                path=str(self.path),
+                digest=file.short,
+                config_version=file.version,
+                generation=synced.in_force.seq,
+                standing=synced.standing.value,
+            )
+        return {
+            "digest": file.short,
+            "config_version": file.version,
+            "standing": synced.standing.value,
+            "in_force": synced.in_force.short,
+            "generation": synced.in_force.seq,
+        }
+
+    def show(self) -> None:
+        """The rollout gauges of this replica: its file, the generation in force, stale."""
+        CONFIG_STALE.set(1 if self.stale else 0)
+        CONFIG_FILE_INFO.clear()
+        CONFIG_FILE_INFO.labels(self.file.short).set(1)
+        if self.in_force is not None:
+            CONFIG_IN_FORCE_INFO.clear()
+            CONFIG_IN_FORCE_INFO.labels(self.in_force.short).set(1)
+
+    async def _run_in_force(self, store: ReplicaStore) -> None:
+        """The jobs in force (the stored definitions) become this replica's jobs."""
+        states = await store.active_jobs()
+        jobs: dict[str, Job] = {}
+        for name, state in states.items():
+            try:
+                jobs[name] = decode_job(name, state.definition)
+            except Exception as exc:  # noqa: BLE001 - the materializer says it too
+                log.warning("stored job definition unreadable", job=name, error=repr(exc))
+        self.jobs = jobs
+        init_job_series(self.jobs)
+
+
+def refused_as_stale(file: ConfigIdentity, in_force: Generation) -> str:
+    """A stale file's verdict line (what `claimd reload` prints)."""
+    ours = f"digest {file.short}" + (
+        f", config_version {file.version}" if file.version is not None else ""
+    )
+    theirs = f"digest {in_force.short}" + (
+        f", config_version {in_force.version}" if in_force.version is not None else ""
+    )
+    return (
+        f"refused: the file ({ours}) is older than the generation in force ({theirs}, since "
+        f"{in_force.first_seen_at.isoformat(timespec='seconds')}); running the jobs in force "
+        "(claimd reload --force rolls back to this file)"
+    )
 
 
 LISTED_CHANGES = 50

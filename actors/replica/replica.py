@@ -21,6 +21,7 @@ from typing import Any, cast
 from actors.config import LoadedConfig
 from actors.domain import Job
 from actors.http.api import OperatorApi
+from actors.http.guard import Guard
 from actors.http.server import build_app, serve
 from actors.observability import (
     get_logger,
@@ -31,6 +32,7 @@ from actors.observability import (
 )
 from actors.operator import OperatorService, Unavailable
 from actors.ports import Outage, ReplicaStore
+from actors.replica.config_watch import ConfigWatch
 from actors.replica.lifecycle import (
     EXIT_MARGIN_S,
     STOP_MARGIN_S,
@@ -101,9 +103,15 @@ class Replica:
     def jobs(self) -> dict[str, Job]:
         return self._jobs.jobs
 
-    async def reload(self, store: ReplicaStore) -> bool:
-        """Reread the config file; a file with any error changes nothing."""
-        ok = await self._jobs.reload(store, self.replica_id)
+    async def reload(
+        self, store: ReplicaStore, *, force: bool = False, trigger: str = "sighup"
+    ) -> bool:
+        """Reread the config file; a file with any error changes nothing.
+
+        ``force``: the operator's rollback (SIGUSR1, `claimd reload --force`):
+        applied even when older than the config generation in force.
+        """
+        ok = await self._jobs.reload(store, self.replica_id, force=force, trigger=trigger)
         self.config = self._jobs.loaded
         return ok
 
@@ -176,14 +184,33 @@ class Replica:
         if settings.http_port < 0:
             return None
         # The operator API answers 503 until PostgreSQL is connected (see _run).
-        self._api = OperatorApi(cast(OperatorService, _UntilConnected()), settings.api_tokens)
-        status = self.status
-        runner, self.http_port = await serve(
-            build_app(status.ready, status.jobs_summary, self._api, refresh=status.refresh_metrics),
-            settings.http_host,
-            settings.http_port,
+        self._api = OperatorApi(
+            cast(OperatorService, _UntilConnected()),
+            settings.api_tokens,
+            metrics_token=settings.metrics_token,
         )
-        log.info("http serving", http=f"{settings.http_host}:{self.http_port}")
+        guard = Guard(
+            tokens=self._api.tokens,
+            allowed_hosts=frozenset(settings.allowed_hosts),
+            metrics_token=settings.metrics_token,
+            max_connections=settings.http_max_connections,
+            header_timeout_s=settings.http_header_timeout.total_seconds(),
+            body_timeout_s=settings.http_body_timeout.total_seconds(),
+        )
+        status = self.status
+        app = build_app(
+            status.ready,
+            status.jobs_summary,
+            self._api,
+            refresh=status.refresh_metrics,
+            guard=guard,
+        )
+        runner, self.http_port = await serve(app, settings.http_host, settings.http_port, guard)
+        log.info(
+            "http serving",
+            http=f"{settings.http_host}:{self.http_port}",
+            reads="token" if guard.tokens.configured else "open",
+        )
         if self.on_http is not None:
             self.on_http(settings.http_host, self.http_port)
         return runner
@@ -195,7 +222,7 @@ class Replica:
         if store is None:
             return
         self.status.connected(store)
-        service = self.ports.operator(store)
+        service = await self.ports.open_operator(store) if self._api is not None else None
         if self._api is not None and service is not None:
             self._api.service = service
         try:
@@ -204,6 +231,9 @@ class Replica:
             self.status.connected(None)
             if self._api is not None:
                 self._api.service = cast(OperatorService, _UntilConnected())
+            if service is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(service.history.close(), EXIT_MARGIN_S)
             await store.close()
 
     async def _run_with(self, store: ReplicaStore) -> None:
@@ -242,12 +272,20 @@ class Replica:
             if not task.cancelled() and task.exception() is not None:
                 log.error("reload failed", error=repr(task.exception()))
 
-        def on_hup() -> None:
-            task = asyncio.ensure_future(self.reload(ports.store))
+        def start_reload(force: bool, trigger: str) -> None:
+            task = asyncio.ensure_future(self.reload(ports.store, force=force, trigger=trigger))
             reload_tasks.add(task)
             task.add_done_callback(reload_done)
 
-        on_signals((signal.SIGHUP,), on_hup)
+        on_signals((signal.SIGHUP,), lambda: start_reload(False, "sighup"))
+        on_signals((signal.SIGUSR1,), lambda: start_reload(True, "forced"))
+        watch = ConfigWatch(
+            self._jobs,
+            self.replica_id,
+            settings.config_poll,
+            lambda: self.reload(ports.store, trigger="file changed"),
+        )
+        watching = asyncio.create_task(watch.run(ports.store, self.stop_requested))
         log.info(
             "replica started",
             replica=self.replica_id,
@@ -257,12 +295,19 @@ class Replica:
             database=redact(settings.database_url),
             nats=redact(settings.nats_url),
         )
-        await run_actors(
-            ports,
-            settings,
-            self.role,
-            self.replica_id,
-            self.stop_requested,
-            config_jobs=lambda: self._jobs.jobs,
-        )
+        try:
+            await run_actors(
+                ports,
+                settings,
+                self.role,
+                self.replica_id,
+                self.stop_requested,
+                config_jobs=lambda: self._jobs.jobs,
+            )
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
+            with contextlib.suppress(Exception):  # its report expires anyway
+                await asyncio.wait_for(ports.store.forget_config_replica(self.replica_id), 2)
         log.info("replica stopped", replica=self.replica_id)

@@ -7,6 +7,12 @@ passed into the pure domain. A replica's own wall clock may be minutes off (an
 NTP outage, a VM resumed from suspend, a badly set host); it drives only local
 timers, which run on the monotonic clock. This module measures the difference,
 exports it (``claimd_clock_skew_seconds``) and warns when it is large.
+
+Between reads the database's time is estimated from the last read and the
+monotonic clock (the database's time at the read plus the monotonic time
+elapsed since), never from the wall clock: a host whose time sync steps the
+wall clock (+5 minutes, then back) does not move the estimate, so a worker
+holding runs claimed ahead still starts them at their instants.
 """
 
 from __future__ import annotations
@@ -28,9 +34,9 @@ log = get_logger("clock")
 SKEW_WARNING = timedelta(seconds=2)
 # At most one warning per this long: the gauge carries the value every tick.
 WARN_EVERY = timedelta(minutes=1)
-# A re-measured skew this much off the last one moves the estimate: what waits
-# for an instant on it (the worker's held runs) is told (``on_moved``).
-SKEW_MOVED = timedelta(milliseconds=5)
+# A read that finds the estimate this far off the database's clock moves it:
+# what waits for an instant on it (the worker's held runs) is told (``on_moved``).
+ESTIMATE_MOVED = timedelta(milliseconds=5)
 
 
 class DatabaseNow(Protocol):
@@ -51,16 +57,20 @@ class DatabaseClock:
 
     ``read()`` is one round trip that returns the database's ``now()`` and
     measures the skew: the local wall clock at the midpoint of the round trip
-    minus the database's time. ``now()`` estimates the database's time from the
-    local clock and the last skew measured, for metrics such as start lag that
-    are taken between reads, and for the worker's wait for a held run's instant;
-    it never decides anything replicas must agree on.
+    minus the database's time (for the gauge and the warning only). ``now()``
+    estimates the database's time as the time the last read returned plus the
+    monotonic time elapsed since the midpoint of its round trip: for metrics
+    such as start lag that are taken between reads, and for the worker's wait
+    for a held run's instant; it never decides anything replicas must agree on.
+    The wall clock is not part of it (before the first read it is all there
+    is), so a step of the host's clock does not move it.
 
-    A MovingClock: the estimate jumps when a read finds the skew moved (the
-    host's clock was stepped) or when the local clock says it jumped (a test's
-    ManualClock); ``on_moved`` callbacks hear of both. A wait for an instant
-    computed on the estimate is a wait on the monotonic clock, which sees
-    neither.
+    A MovingClock: the estimate jumps when a read finds it off the database's
+    clock (the first read; the database's clock stepped; the monotonic clock's
+    rate drifted) or when the local clock says it jumped (a test's
+    ManualClock, whose time is also its monotonic clock); ``on_moved``
+    callbacks hear of both. A wait for an instant computed on the estimate is
+    a wait on the monotonic clock, which sees neither.
     """
 
     def __init__(
@@ -78,6 +88,8 @@ class DatabaseClock:
         self.warn_every = warn_every.total_seconds()
         self.monotonic = monotonic
         self.skew = timedelta(0)
+        # The last read: the database's time, and the monotonic time it was read at.
+        self._anchor: tuple[datetime, float] | None = None
         self._warned_at: float | None = None
         self._moved: list[Callable[[], None]] = []
         if isinstance(self.local, MovingClock):
@@ -96,9 +108,12 @@ class DatabaseClock:
         sent_wall = self.local.now()
         sent = self.monotonic()
         db_now = await self.store.database_now()
-        round_trip = self.monotonic() - sent
-        before, self.skew = self.skew, sent_wall + timedelta(seconds=round_trip / 2) - db_now
-        if abs(self.skew - before) >= SKEW_MOVED:
+        received = self.monotonic()
+        round_trip = received - sent
+        self.skew = sent_wall + timedelta(seconds=round_trip / 2) - db_now
+        before = self._estimate_at(received)
+        self._anchor = (db_now, sent + round_trip / 2)
+        if abs(self._estimate_at(received) - before) >= ESTIMATE_MOVED:
             self._tell_moved()
         skew_s = self.skew.total_seconds()
         CLOCK_SKEW.set(skew_s)
@@ -116,8 +131,15 @@ class DatabaseClock:
         return db_now
 
     def now(self) -> datetime:
-        """The database's time, estimated locally (metrics only)."""
-        return self.local.now() - self.skew
+        """The database's time, estimated locally (metrics, a held run's wait)."""
+        return self._estimate_at(self.monotonic())
+
+    def _estimate_at(self, monotonic: float) -> datetime:
+        """The estimate at monotonic time ``monotonic``: the last read plus the time since."""
+        if self._anchor is None:
+            return self.local.now() - self.skew
+        db_then, read_at = self._anchor
+        return db_then + timedelta(seconds=monotonic - read_at)
 
     async def run(self, stop: asyncio.Event, interval: timedelta) -> None:
         """Measure every ``interval`` (for replicas with no materializer reading it)."""

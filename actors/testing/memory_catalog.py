@@ -13,6 +13,7 @@ from typing import Any
 from actors.domain import (
     DecodedJobs,
     Job,
+    Overlap,
     Plan,
     RunState,
     SkipReason,
@@ -20,6 +21,7 @@ from actors.domain import (
     encode_job,
     plan_until_removal,
 )
+from actors.domain.generations import ConfigIdentity, Generation, judge
 from actors.domain.history import Gap
 from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.ports import (
@@ -31,6 +33,7 @@ from actors.ports import (
     RejectedJob,
     StoreUnavailable,
 )
+from actors.ports.messages import ConfigReplica, ConfigReport, ConfigRollout, ConfigSync
 from actors.testing.memory_rows import AttemptRow, JobRow, RunRow, must_not_run
 
 ACTIVE = (RunState.CLAIMED, RunState.RUNNING)
@@ -53,6 +56,9 @@ class InMemoryJobCatalog:
     # The action log, as operator_actions holds it (actors.ports.ActionRecord's keys).
     actions: list[dict[str, Any]] = field(default_factory=list)
     gaps: list[tuple[str, Gap]] = field(default_factory=list)  # (job, instants dropped)
+    generations: list[Generation] = field(default_factory=list)  # config_generations, by seq
+    # config_replicas: each replica's report and when it expires.
+    config_reports: dict[str, tuple[ConfigReplica, datetime]] = field(default_factory=dict)
     outage: Exception | None = None
     closed: bool = False
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -83,9 +89,17 @@ class InMemoryJobCatalog:
         *,
         due_at: datetime | None = None,
         trigger: str = "schedule",
+        overlap: Overlap | None = None,
     ) -> RunRow:
         """A pending run, as the materializer, a trigger or a backfill writes it."""
-        run = RunRow(str(uuid.uuid4()), job, scheduled_at, due_at or scheduled_at, trigger=trigger)
+        run = RunRow(
+            str(uuid.uuid4()),
+            job,
+            scheduled_at,
+            due_at or scheduled_at,
+            trigger=trigger,
+            overlap=overlap,
+        )
         self.runs[run.id] = run
         return run
 
@@ -166,11 +180,18 @@ class InMemoryJobCatalog:
         )
 
     async def record_reload(
-        self, replica_id: str, arguments: dict[str, Any], ok: bool, result: str
+        self,
+        replica_id: str,
+        arguments: dict[str, Any],
+        ok: bool,
+        result: str,
+        *,
+        by_signal: bool = True,
     ) -> None:
-        """The operator action a SIGHUP reload leaves (record_action)."""
+        """The operator action a reload leaves (record_action)."""
+        actor = "sighup" if by_signal else "config-watch"
         self.record(
-            "sighup", "signal", replica_id, "reload", arguments=arguments, ok=ok, result=result
+            actor, "signal", replica_id, "reload", arguments=arguments, ok=ok, result=result
         )
 
     def record(
@@ -210,6 +231,62 @@ class InMemoryJobCatalog:
         self.rejected_by = (replica_id, now)
 
     # -- the job catalog --------------------------------------------------------------
+
+    async def sync_config(
+        self,
+        jobs: Sequence[Job],
+        file: ConfigIdentity,
+        replica_id: str,
+        *,
+        keep: Sequence[str] = (),
+        force: bool = False,
+    ) -> ConfigSync:
+        """GENERATION_IN_FORCE, DIGEST_SEEN, judged; then sync_jobs and RECORD_GENERATION."""
+        now = self._now()
+        in_force = self.generations[-1] if self.generations else None
+        seen = any(g.digest == file.digest for g in self.generations)
+        standing = judge(file, in_force, seen_before=seen, force=force)
+        if not standing.applies:
+            assert in_force is not None
+            return ConfigSync(standing, in_force)
+        changes = await self.sync_jobs(jobs, keep)
+        if standing.records:
+            seq = self.generations[-1].seq + 1 if self.generations else 1
+            in_force = Generation(seq, file.digest, file.version, now, replica_id, force)
+            self.generations.append(in_force)
+        assert in_force is not None
+        return ConfigSync(standing, in_force, changes)
+
+    async def report_config(self, report: ConfigReport) -> None:
+        """REPORT_CONFIG."""
+        now = self._now()
+        self.config_reports = {
+            k: v for k, v in self.config_reports.items() if v[1] >= now or k == report.replica
+        }
+        row = ConfigReplica(
+            report.replica,
+            report.file.digest,
+            report.file.version,
+            report.stale,
+            report.path,
+            now,
+        )
+        self.config_reports[report.replica] = (row, now + report.ttl)
+
+    async def forget_config_replica(self, replica_id: str) -> None:
+        """FORGET_CONFIG_REPLICA."""
+        self._now()
+        self.config_reports.pop(replica_id, None)
+
+    async def config_rollout(self, generations: int = 10) -> ConfigRollout:
+        """GENERATIONS and CONFIG_REPLICAS."""
+        now = self._now()
+        return ConfigRollout(
+            generations=tuple(reversed(self.generations[-generations:])),
+            replicas=tuple(
+                row for _, (row, until) in sorted(self.config_reports.items()) if until >= now
+            ),
+        )
 
     async def sync_jobs(self, jobs: Sequence[Job], keep: Sequence[str] = ()) -> dict[str, str]:
         """UPSERT_JOB, WITHDRAW_FUTURE_RUNS on a changed schedule (RESTORE_READDED_JOB on

@@ -32,7 +32,13 @@ class InMemoryClaims(InMemoryJobCatalog):
                 key=lambda r: r.scheduled_at,
             )
             if job.overlap is Overlap.FORBID and self._active(job.name):
-                due = [r for r in pending if r.scheduled_at <= now and r.due_at <= now]
+                due = [
+                    r
+                    for r in pending
+                    if r.scheduled_at <= now
+                    and r.due_at <= now
+                    and r.overlap in (None, Overlap.FORBID)
+                ]
                 for r in due[:limit]:
                     nominated[r.id] = SkipReason.OVERLAP_FORBIDDEN
             if job.start_deadline is not None:
@@ -80,7 +86,7 @@ class InMemoryClaims(InMemoryJobCatalog):
                 if r.state is RunState.PENDING
                 and r.due_at <= by
                 and r.job in open_jobs
-                and self.jobs[r.job].overlap is Overlap.ALLOW
+                and Overlap.ALLOW in (self.jobs[r.job].overlap, r.overlap)
             ),
             key=lambda r: r.due_at,
         )[:room]
@@ -92,7 +98,10 @@ class InMemoryClaims(InMemoryJobCatalog):
             pending = [
                 r
                 for r in self.runs.values()
-                if r.job == name and r.state is RunState.PENDING and r.due_at <= by
+                if r.job == name
+                and r.state is RunState.PENDING
+                and r.due_at <= by
+                and r.overlap is not Overlap.ALLOW
             ]
             if pending:
                 candidates.append(min(pending, key=lambda r: r.scheduled_at))

@@ -28,6 +28,7 @@ from actors.ports import (
     RunDetail,
     RunListing,
 )
+from actors.ports.messages import ConfigRollout
 from actors.testing.memory_rows import JobRow, RunRow
 from actors.testing.memory_store import InMemoryRunStore
 
@@ -242,6 +243,10 @@ class InMemoryHistory:
                 actions.setdefault(str(row["job"]), []).append((row["action"], row["at"]))
         return {job: pause_spans(found) for job, found in actions.items()}
 
+    async def config_rollout(self, generations: int = 10) -> ConfigRollout:
+        """GENERATIONS and CONFIG_REPLICAS."""
+        return await self.store.config_rollout(generations)
+
     async def rejected_jobs(self) -> list[RejectedRecord]:
         """REJECTED_JOBS."""
         now = self.store._now()
@@ -275,6 +280,7 @@ class InMemoryHistory:
             if (
                 a["action"] == "reload"
                 and a["via"] == "signal"
+                and a["actor"] == "sighup"
                 and a["id"] > after
                 and json.loads(a["arguments"]).get("pid") == str(pid)
             ):

@@ -15,10 +15,18 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from actors.domain import RunState, decode_job, format_duration
+from actors.domain import Overlap, RunState, decode_job, format_duration
 from actors.domain.backfill import BackfillProgress, plan_backfill
 from actors.domain.pause import PausedInstants, instants_between, paused_gaps, skipped_reason
-from actors.ports import Caller, Cancelled, Recorded, Resumed, Unchanged, UnknownJob
+from actors.ports import (
+    ActiveRun,
+    Caller,
+    Cancelled,
+    Recorded,
+    Resumed,
+    Unchanged,
+    UnknownJob,
+)
 from actors.testing.memory_history import InMemoryHistory
 from actors.testing.memory_rows import JobRow
 
@@ -134,7 +142,13 @@ class InMemoryOperatorStore(InMemoryHistory):
             raise UnknownJob(f"no enabled job named {job!r}")
         return row
 
-    def _insert_at(self, job: str, instants: Sequence[datetime], trigger: str) -> list[str]:
+    def _insert_at(
+        self,
+        job: str,
+        instants: Sequence[datetime],
+        trigger: str,
+        overlap: Overlap | None = None,
+    ) -> list[str]:
         """INSERT_RUNS_AT: one row per (job, instant), due now; the ids of the new ones."""
         now = self.store._now()
         taken = {r.scheduled_at for r in self.store.runs.values() if r.job == job}
@@ -142,7 +156,8 @@ class InMemoryOperatorStore(InMemoryHistory):
         for at in instants:
             if at not in taken:
                 taken.add(at)
-                added.append(self.store.add_run(job, at, due_at=now, trigger=trigger).id)
+                run = self.store.add_run(job, at, due_at=now, trigger=trigger, overlap=overlap)
+                added.append(run.id)
         return added
 
     async def trigger(
@@ -153,11 +168,12 @@ class InMemoryOperatorStore(InMemoryHistory):
         *,
         arguments: dict[str, Any],
         result: Callable[[str], str],
+        overlap: Overlap | None = None,
     ) -> tuple[str, Recorded] | None:
         """JOB_BY_NAME, INSERT_RUNS_AT (trigger 'manual'), RECORD_ACTION."""
         self.store._now()
         self._enabled(job)
-        added = self._insert_at(job, [at], "manual")
+        added = self._insert_at(job, [at], "manual", overlap)
         if not added:
             return None
         recorded = await self.record_action(
@@ -179,6 +195,7 @@ class InMemoryOperatorStore(InMemoryHistory):
         *,
         max_runs: int,
         progress: Callable[[BackfillProgress], None] | None = None,
+        overlap: Overlap | None = None,
     ) -> BackfillProgress:
         """JOB_BY_NAME, then INSERT_RUNS_AT (trigger 'backfill') a chunk at a time."""
         self.store._now()
@@ -186,10 +203,23 @@ class InMemoryOperatorStore(InMemoryHistory):
         plan = plan_backfill(job, decode_job(job, row.definition).schedule, start, end, max_runs)
         done = plan.nothing_done()
         for batch in plan.chunks():
-            done = done.after_chunk(batch, len(self._insert_at(job, batch, "backfill")))
+            done = done.after_chunk(batch, len(self._insert_at(job, batch, "backfill", overlap)))
             if progress is not None:
                 progress(done)
         return done
+
+    async def active_run(self, job: str) -> ActiveRun | None:
+        """ACTIVE_RUN: the job's claimed or running run of the earliest instant."""
+        self.store._now()
+        active = [
+            r
+            for r in self.store.runs.values()
+            if r.job == job and r.state in (RunState.CLAIMED, RunState.RUNNING)
+        ]
+        if not active:
+            return None
+        first = min(active, key=lambda r: r.scheduled_at)
+        return ActiveRun(first.id, first.state.value)
 
     async def cancel(self, actor: Caller, run_id: str, *, reason: str, result: str) -> Cancelled:
         """CANCEL_RUN (the lease taken away), RUN_JOB, RECORD_ACTION; else RUN_STATE."""

@@ -85,5 +85,5 @@ class MemoryAdapters:
     ) -> Callable[[asyncio.Event], Awaitable[None]] | None:
         return None  # no NOTIFY in memory: the claimer's next-due read and poll do
 
-    def operator(self, store: ReplicaStore) -> OperatorService | None:
+    async def open_operator(self, store: ReplicaStore) -> OperatorService | None:
         return OperatorService(InMemoryOperatorStore(self.store))

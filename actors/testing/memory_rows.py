@@ -48,6 +48,7 @@ class RunRow:
     epoch: int = 0
     trigger: str = "schedule"  # schedule | manual | backfill
     exclusive: bool = False
+    overlap: Overlap | None = None  # the run's own overlap mode (sql/0015); None: the job's
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
     claimed_at: datetime | None = None

@@ -17,8 +17,10 @@ What keeps it correct:
   ``actors.domain.lease``): a message held longer than its claim meant (a
   clock estimate far off) is tried, and the database says whether it is due.
 - The wait for an instant is on the monotonic clock, computed from the
-  estimate of the database's; when the estimate jumps (a skew re-measured,
-  a test's clock moved) the clock says so and the wait is computed again
+  estimate of the database's, which is itself the last read of the database's
+  clock plus the monotonic time since (a step of the host's wall clock does
+  not move it); when the estimate jumps (a read found it off, a test's clock
+  moved) the clock says so and the wait is computed again
   (:meth:`UntilDue.clock_moved`).
 - A held message is kept from redelivery: ``in_progress`` every
   ``keep_alive_every`` (``ack_wait / 3``), so that at its release its last

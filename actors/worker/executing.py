@@ -9,6 +9,7 @@ from typing import Any
 
 from actors.domain import ExecutionResult, Outcome, RunState, decide_attempt
 from actors.observability import RUN_DURATION, RUNS_STARTED, SCHEDULE_LAG, get_logger, logs_at
+from actors.observability.secrets import MASKER
 from actors.ports import Clock, Completion, Executor, StartedRun
 from actors.worker.heartbeat import InFlight
 from actors.worker.holding import Holding, Pending, quietly
@@ -50,7 +51,9 @@ class Execution:
             raise
         except Exception as exc:  # an executor bug fails the run, not the worker
             log.error("executor raised", **ids, error=repr(exc), exc_info=True)
-            result = ExecutionResult(Outcome.FAILED, error=f"executor error: {exc!r}"[:1000])
+            # Cut first, then masked: a secret cut by the cut is masked too.
+            error = MASKER.mask_tail(f"executor error: {exc!r}"[:1000])
+            result = ExecutionResult(Outcome.FAILED, error=error)
         verdict = decide_attempt(
             result.outcome,
             state=RunState.RUNNING,

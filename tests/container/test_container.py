@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
+import yaml
 
 from actors.adapters.embedded import free_port
 from tests.e2e.helpers import eventually, write_config
@@ -241,9 +242,34 @@ def test_image_runs_as_non_root_without_the_embedded_servers(podman: list[str], 
     assert "pgserver" in lines[0]
 
 
-def test_compose_file_is_valid() -> None:
+def test_compose_file_is_valid_and_least_privileged() -> None:
     compose = shutil.which("docker-compose")
     if compose is None:
         pytest.skip("docker-compose is not installed (apt-get install docker-compose)")
-    checked = _run([compose, "--file", str(REPO / "docker" / "compose.yaml"), "config", "--quiet"])
+    command = [compose, "--file", str(REPO / "docker" / "compose.yaml"), "config"]
+    bare = {k: v for k, v in os.environ.items() if not k.endswith("_PASSWORD")}
+    # No password, no stack: nothing falls back to a default credential.
+    refused = _run([*command, "--quiet"], env=bare)
+    assert refused.returncode != 0
+    assert "POSTGRES_PASSWORD" in refused.stderr, refused.stderr
+    passwords = {
+        "POSTGRES_PASSWORD": "su-pw",
+        "CLAIMD_DB_PASSWORD": "db-pw",
+        "NATS_PASSWORD": "n-pw",
+    }
+    checked = _run(command, env={**bare, **passwords})
     assert checked.returncode == 0, checked.stderr
+    services = yaml.safe_load(checked.stdout)["services"]
+    for name, service in services.items():
+        assert service.get("read_only") is True, name
+        assert service.get("cap_drop") == ["ALL"], name
+        assert "no-new-privileges:true" in service.get("security_opt", []), name
+        assert service.get("mem_limit"), name
+    claimd = services["claimd"]["environment"]
+    assert claimd["CLAIMD_DATABASE_URL"] == "postgresql://claimd:db-pw@postgres/claimd"
+    assert claimd["CLAIMD_NATS_URL"] == "nats://claimd:n-pw@nats:4222"
+    ports = [
+        str(p.get("host_ip") if isinstance(p, dict) else p) for p in services["prometheus"]["ports"]
+    ]
+    assert ports, "prometheus publishes no port"
+    assert all(p.startswith("127.0.0.1") for p in ports), ports

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from actors.adapters.postgres import PostgresRunStore
 from actors.adapters.postgres.operations import Operations
-from actors.domain import RunState
+from actors.domain import Overlap, RunState
 from actors.testing.memory import InMemoryRunStore, ManualClock
 
 
@@ -47,9 +47,10 @@ class Rows(Protocol):
         scheduled: timedelta = timedelta(0),
         due: timedelta | None = None,
         trigger: str = "schedule",
+        overlap: Overlap | None = None,
     ) -> str:
         """A pending run of ``job`` at now + ``scheduled``, due at now + ``due`` (default:
-        its instant); its id."""
+        its instant), with its own ``overlap`` mode (None: the job's); its id."""
         ...
 
     async def row(self, run_id: str) -> Row | None: ...
@@ -99,10 +100,14 @@ class MemoryRows:
         scheduled: timedelta = timedelta(0),
         due: timedelta | None = None,
         trigger: str = "schedule",
+        overlap: Overlap | None = None,
     ) -> str:
         now = self.clock.now()
         due_at = now + (scheduled if due is None else due)
-        return self.store.add_run(job, now + scheduled, due_at=due_at, trigger=trigger).id
+        run = self.store.add_run(
+            job, now + scheduled, due_at=due_at, trigger=trigger, overlap=overlap
+        )
+        return run.id
 
     async def row(self, run_id: str) -> Row | None:
         r = self.store.runs.get(run_id)
@@ -179,15 +184,18 @@ class PostgresRows:
         scheduled: timedelta = timedelta(0),
         due: timedelta | None = None,
         trigger: str = "schedule",
+        overlap: Overlap | None = None,
     ) -> str:
         run_id: str = await self.pool.fetchval(
-            """INSERT INTO job_runs (job_id, scheduled_at, due_at, trigger)
-               SELECT id, now() + $2::interval, now() + $3::interval, $4 FROM jobs WHERE name = $1
+            """INSERT INTO job_runs (job_id, scheduled_at, due_at, trigger, overlap)
+               SELECT id, now() + $2::interval, now() + $3::interval, $4, $5 FROM jobs
+                WHERE name = $1
                RETURNING id::text""",
             job,
             scheduled,
             scheduled if due is None else due,
             trigger,
+            None if overlap is None else overlap.value,
         )
         assert run_id is not None, f"no job {job!r}"
         return run_id

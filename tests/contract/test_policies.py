@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from actors.domain import Catchup, Overlap, RunState, SkipReason
+from actors.domain import Catchup, ExecutionResult, Outcome, Overlap, RunState, SkipReason
 from actors.domain import StartRefusal as Why
 from actors.domain.runs import REMOVED_FROM_CONFIG
-from actors.ports import ReplicaStore
+from actors.ports import Completion, ReplicaStore
 from tests.contract.jobs import LEASE, ago, job, message
 from tests.contract.rows import Row, Rows
 
@@ -138,3 +138,43 @@ async def test_a_removal_cancels_what_did_not_start_and_an_unchanged_sync_change
     assert (await _row(rows, running_id)).state is RunState.RUNNING
     _, [terminal] = await store.start_runs("w", [message(claims[claimed_id])], LEASE)
     assert terminal.reason is Why.TERMINAL
+
+
+async def test_an_operators_queued_runs_of_a_forbid_job_run_one_after_another(
+    store: ReplicaStore, rows: Rows
+) -> None:
+    """A backfill's runs (overlap queue, sql/0015) wait their turn; none is skipped.
+
+    The job's own run due while one is active is still skipped (forbid), and
+    an operator's run with overlap allow runs beside the active one.
+    """
+    await store.sync_jobs([job("single", overlap=Overlap.FORBID)])
+    queued = [
+        await rows.insert("single", ago(s), trigger="backfill", overlap=Overlap.QUEUE)
+        for s in (40, 30, 20)
+    ]
+    order = []
+    for turn, run_id in enumerate(queued):
+        [claimed] = await store.claim_due_runs("c", 10, LEASE, 100)
+        assert claimed.run_id == run_id  # the oldest waiting one, alone
+        started, _ = await store.start_runs("w", [message(claimed)], LEASE)
+        assert [s.run_id for s in started] == [run_id]
+        if turn == 0:
+            own = await rows.insert("single", ago(5))  # the job's own instant: forbid
+            beside = await rows.insert("single", ago(4), trigger="manual", overlap=Overlap.ALLOW)
+            assert dict(await store.skip_unrunnable(10)) == {own: SkipReason.OVERLAP_FORBIDDEN}
+            [extra] = await store.claim_due_runs("c", 10, LEASE, 100)
+            assert extra.run_id == beside  # allow: beside the active run
+            await store.start_runs("w", [message(extra)], LEASE)
+            done = Completion(beside, extra.epoch, ExecutionResult(Outcome.SUCCEEDED), None, "w")
+            assert await store.complete_runs([done])
+        assert await store.skip_unrunnable(10) == []  # the queued ones wait, never skipped
+        assert await store.claim_due_runs("c", 10, LEASE, 100) == []  # one at a time
+        for waiting in queued[turn + 1 :]:
+            assert (await _row(rows, waiting)).state is RunState.PENDING
+        ok = ExecutionResult(Outcome.SUCCEEDED)
+        assert await store.complete_runs([Completion(run_id, claimed.epoch, ok, None, "w")])
+        order.append(run_id)
+    assert order == queued
+    for run_id in queued:
+        assert (await _row(rows, run_id)).state is RunState.SUCCEEDED

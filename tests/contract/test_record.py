@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from actors.domain import ClaimedRun, ExecutionResult, Outcome, RunState, decide_attempt
+from datetime import timedelta
+
+from actors.domain import (
+    ClaimedRun,
+    ExecutionResult,
+    Outcome,
+    RetryPolicy,
+    RunState,
+    decide_attempt,
+)
 from actors.ports import Completion, ReplicaStore
 from tests.contract.jobs import LEASE, ago, job, message
 from tests.contract.rows import Row, Rows
@@ -139,3 +148,33 @@ async def test_a_stop_hands_back_only_this_workers_runs_with_their_attempt(
     assert await store.interrupt_runs("w", [key]) == 0
     [again] = await store.claim_due_runs("c", 10, LEASE, 100)
     assert (again.run_id, again.epoch, again.attempt) == (run.run_id, 2, 1)
+
+
+async def test_a_failed_attempt_is_due_again_only_after_its_backoff(
+    store: ReplicaStore, rows: Rows
+) -> None:
+    """The retry's due_at is the store's now plus the verdict's delay, never the old due_at."""
+    await store.sync_jobs([job(max_attempts=3)])
+    run = await _running(store, rows)
+    backoff = timedelta(minutes=10)
+    verdict = decide_attempt(
+        Outcome.FAILED,
+        state=RunState.RUNNING,
+        attempt=1,
+        max_attempts=3,
+        policy=RetryPolicy(backoff, backoff, 1.0),
+        run_id=run.run_id,
+    )
+    assert verdict.due_in is not None
+    assert verdict.due_in >= backoff * 0.8
+    before = await _row(rows, run.run_id)
+    failed = ExecutionResult(Outcome.FAILED, exit_code=1, error="boom")
+    key = (run.run_id, run.epoch)
+    assert await store.complete_runs([Completion(*key, failed, verdict, "w")]) == {key}
+    row = await _row(rows, run.run_id)
+    assert (row.state, row.attempt) == (RunState.PENDING, 2)
+    # Due a backoff after the completion: later than the old due_at by (nearly)
+    # all of it, and not claimable now.
+    assert row.due_at - before.due_at >= verdict.due_in
+    assert await store.claim_due_runs("c", 10, LEASE, 100) == []
+    assert await store.next_due_in(timedelta(0)) is not None

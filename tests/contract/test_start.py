@@ -155,3 +155,31 @@ async def test_an_unreadable_definition_fails_its_own_attempt_only(
     assert row.error is not None
     assert "unreadable" in row.error
     assert await rows.attempts(odd.run_id) == [(1, 1, "failed", "w")]
+
+
+async def test_a_stale_delivery_for_a_paused_job_leaves_a_newer_claim_alone(
+    store: ReplicaStore, rows: Rows
+) -> None:
+    """The paused hand-back is guarded by the epoch as every transition is.
+
+    Replica a claimed the run (epoch 1), its publish was released, replica b
+    claimed it again (epoch 2), then a pause committed that b's claim read
+    past. A late delivery of a's message (epoch 1) must not send b's claim
+    back to pending: only b's own message hands it back.
+    """
+    await store.sync_jobs([job()])
+    first = await _claimed(store, rows)
+    assert await store.release_unpublished("claimer", [first]) == 1
+    [second] = await store.claim_due_runs("b", 10, LEASE, 100)
+    assert (second.run_id, second.epoch) == (first.run_id, 2)
+    await rows.pause_unseen("job")
+    _, [stale] = await store.start_runs("w", [message(first)], LEASE)
+    assert stale.reason is Why.STALE
+    row = await rows.row(first.run_id)
+    assert row is not None
+    assert (row.state, row.lease_owner, row.epoch) == (RunState.CLAIMED, "b", 2)
+    _, [handed] = await store.start_runs("w", [message(second)], LEASE)
+    assert handed.reason is Why.STALE
+    row = await rows.row(first.run_id)
+    assert row is not None
+    assert (row.state, row.lease_owner, row.epoch) == (RunState.PENDING, None, 2)

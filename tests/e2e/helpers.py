@@ -76,6 +76,8 @@ class ClaimdProcess:
     env: dict[str, str] = field(default_factory=child_env)
     proc: subprocess.Popen[bytes] | None = None
     descendants: dict[int, psutil.Process] = field(default_factory=dict)
+    # The child's file limit (RLIMIT_NOFILE, soft and hard), as `prlimit --nofile` sets it.
+    max_files: int | None = None
 
     @property
     def stdout_path(self) -> Path:
@@ -100,6 +102,12 @@ class ClaimdProcess:
                 cwd=self.workdir,
                 start_new_session=True,
             )
+        if self.max_files:
+            # prlimit(2) on the child, as `prlimit --pid` does: Popen returns once the
+            # child has exec'd, before it opened more than its interpreter's files (no
+            # preexec_fn: not safe in a process with threads).
+            limit = (self.max_files, self.max_files)
+            psutil.Process(self.proc.pid).rlimit(psutil.RLIMIT_NOFILE, limit)
         return self
 
     def returncode(self) -> int | None:

@@ -7,15 +7,25 @@ runs added", and a rerun added 0: the rest of the range could never be filled.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from actors.adapters.postgres import PostgresRunStore
 from actors.config import LoadedConfig
-from tests.e2e.helpers import child_env, claimd_command
+from tests.e2e.helpers import (
+    ClaimdProcess,
+    child_env,
+    claimd_command,
+    eventually,
+    query,
+    write_config,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -199,3 +209,143 @@ async def test_a_backfill_reaching_past_now_or_before_2000_is_refused_as_a_trigg
     assert added >= 30
     assert last is not None
     assert last <= datetime.now(UTC)
+
+
+# -- a job with overlap = forbid: every backfilled instant runs, one after another ------
+
+DAY = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+async def test_a_backfill_of_a_forbid_job_runs_every_instant_one_after_another(
+    tmp_path: Path, schema_url: str, nats_url: str, deployment: str
+) -> None:
+    """24 hourly instants of a forbid job, backfilled through `claimd backfill` beside two
+    real replicas: 24 executions, none overlapping another, in instant order, none
+    skipped. A trigger while one of them runs says it waits its turn; one asking for
+    forbid is refused instead of being skipped silently.
+
+    Before the fix the backfill said "24 runs added" and 23 of them were skipped
+    "overlap forbidden: an earlier run was still active".
+    """
+    effects, gate = tmp_path / "effects", tmp_path / "go"
+    # Each execution writes its run, then waits for the gate: the first one holds
+    # until the test has triggered beside it; afterwards the gate is open.
+    command = (
+        f'echo "$CLAIMD_RUN_ID $CLAIMD_SCHEDULED_AT start" >> {effects}; '
+        f"while [ ! -e {gate} ]; do sleep 0.05; done; "
+        f'echo "$CLAIMD_RUN_ID $CLAIMD_SCHEDULED_AT end" >> {effects}'
+    )
+    # Hourly on 1 December only: its own schedule adds no run while the test runs.
+    config = write_config(
+        tmp_path / "claimd.toml",
+        jobs=(
+            '[jobs.hourly]\ncron = "0 * 1 12 *"\noverlap = "forbid"\ntimeout = "30s"\n'
+            f"run = {{ shell = {json.dumps(command)}, use_shell = true }}\n"
+        ),
+        database_url=schema_url,
+        nats_url=nats_url,
+        deployment=deployment,
+        http="127.0.0.1:0",
+        claim_interval="100ms",
+    )
+    replicas = [
+        ClaimdProcess(["run", "--config", str(config)], tmp_path, f"r{i}").start() for i in range(2)
+    ]
+    try:
+
+        async def up() -> bool:
+            for r in replicas:
+                assert r.returncode() is None, r.stderr()[-3000:]
+            return all(r.events("replica started") for r in replicas)
+
+        await eventually(up, timeout=60, what="two replicas to start")
+        last = DAY + timedelta(hours=23)
+        added = await _claimd(
+            "backfill",
+            "hourly",
+            "--from",
+            "2026-12-01T00:00Z",
+            "--to",
+            "2026-12-01T23:00Z",
+            "--config",
+            str(config),
+        )
+        assert added.returncode == 0, added.stderr
+        assert added.stdout.strip() == (
+            f"backfilled hourly: 24 instants from {DAY.isoformat()} to {last.isoformat()}: "
+            "24 runs added, 0 already had a run; overlap queue: they run one after another"
+        )
+        backfilled = await query(
+            schema_url, "SELECT overlap, count(*) AS n FROM job_runs GROUP BY overlap"
+        )
+        assert [(r["overlap"], r["n"]) for r in backfilled] == [("queue", 24)]
+
+        async def first_running() -> bool:
+            rows = await query(schema_url, "SELECT id::text FROM job_runs WHERE state = 'running'")
+            return len(rows) == 1 and rows[0]["id"] is not None
+
+        await eventually(first_running, timeout=30, what="the first backfilled run to start")
+        [active] = await query(
+            schema_url, "SELECT id::text AS id, scheduled_at FROM job_runs WHERE state = 'running'"
+        )
+        assert active["scheduled_at"] == DAY  # the oldest instant first
+
+        refused = await _claimd("trigger", "hourly", "--overlap", "forbid", "--config", str(config))
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.count("\n") == 1, refused.stderr
+        assert (
+            f"hourly has run {active['id']} running and overlap forbid: a run triggered now "
+            "would be skipped; nothing added"
+        ) in refused.stderr
+        triggered = await _claimd("trigger", "hourly", "--config", str(config))
+        assert triggered.returncode == 0, triggered.stderr
+        assert triggered.stdout.strip().endswith(
+            f"; overlap queue: it waits its turn, hourly's run {active['id']} is running"
+        ), triggered.stdout
+        gate.touch()
+
+        async def all_done() -> bool:
+            for r in replicas:
+                assert r.returncode() is None, r.stderr()[-3000:]
+            rows = await query(
+                schema_url,
+                "SELECT count(*) AS n FROM job_runs "
+                "WHERE state NOT IN ('succeeded', 'failed', 'skipped', 'cancelled')",
+            )
+            return bool(rows[0]["n"] == 0)
+
+        await eventually(all_done, timeout=60, what="every run to finish")
+        rows = await query(
+            schema_url,
+            "SELECT r.id::text AS id, r.scheduled_at, r.trigger, r.state, r.error, "
+            "r.started_at, r.finished_at, "
+            "(SELECT count(*) FROM job_run_attempts a WHERE a.run_id = r.id) AS attempts "
+            "FROM job_runs r ORDER BY r.started_at",
+        )
+    finally:
+        for r in replicas:
+            r.terminate()
+        for r in replicas:
+            await r.wait(30)
+
+    ran = [r for r in rows if r["trigger"] == "backfill"]
+    assert [r["scheduled_at"] for r in ran] == [DAY + timedelta(hours=h) for h in range(24)]
+    assert all((r["state"], r["attempts"]) == ("succeeded", 1) for r in rows), [
+        (r["scheduled_at"], r["state"], r["error"]) for r in rows if r["state"] != "succeeded"
+    ]
+    assert [r["trigger"] for r in rows][-1] == "manual"  # queued behind the backfill
+    # One after another: each run started after the one before it finished.
+    overlaps = [
+        (a["scheduled_at"], b["scheduled_at"])
+        for a, b in itertools.pairwise(rows)
+        if b["started_at"] < a["finished_at"]
+    ]
+    assert overlaps == []
+    # Each execution once, and whole: its start and end lines, no other run's between.
+    lines = [line.split() for line in effects.read_text().splitlines()]
+    assert len(lines) == 2 * len(rows) == 50
+    for (start_id, _, start), (end_id, _, end) in zip(lines[::2], lines[1::2], strict=True):
+        assert (start_id, start, end) == (end_id, "start", "end")
+    assert [ln[0] for ln in lines[::2]] == [r["id"] for r in rows]
+    span = rows[-1]["finished_at"] - rows[0]["started_at"]
+    print(f"\n[backfill forbid] 24 backfilled + 1 triggered runs, one after another in {span}")

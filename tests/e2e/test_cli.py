@@ -74,6 +74,10 @@ def run_config(
         "shutdown_grace": f"{GRACE_S}s",
         "claim_interval": "100ms",
         "materialize_interval": "500ms",
+        # The config watch off: these tests' verdicts are SIGHUP's (`claimd reload`
+        # after an edit), which a watch reloading first would leave with nothing
+        # to change. tests/e2e/test_rollout.py turns it on.
+        "config_poll": "0s",
         **extra,
     }
     return write_config(path, jobs=jobs, **settings)
@@ -429,11 +433,75 @@ async def test_dev_runs_jobs_on_embedded_servers_and_stops_them(
     other = [line for line in dev.stderr().splitlines() if not line.startswith("{")]
     assert other[0] == "claimd dev is starting"
     assert any(line.startswith("  status page  http://127.0.0.1:") for line in other)
+    assert any(line.startswith("  reads        open to whoever reaches") for line in other)
     assert f"  data         {data_dir}  (server logs: {data_dir / 'servers.log'}" in "\n".join(
         other
     )
     assert any(line.startswith("  stop         Ctrl-C") for line in other)
-    assert len(other) <= 10, other
+    assert len(other) <= 11, other
+
+
+def _nats_servers_on(store: Path) -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        line = " ".join(proc.info["cmdline"] or [])
+        if "nats-server" in line and str(store) in line:
+            found.append(proc.pid)
+    return found
+
+
+async def test_dev_sigkilled_leaves_nothing_the_next_start_does_not_stop(
+    tmp_path: Path, spawn: Callable[..., ClaimdProcess]
+) -> None:
+    """A SIGKILLed `claimd dev` (no cleanup code runs) leaves its nats-server and
+    PostgreSQL; the next start on the same folder must find them: never two
+    nats-servers on one store, and its own stop ends every server. A second
+    `claimd dev` on a folder a live one holds is refused."""
+    effects = tmp_path / "effects.txt"
+    config = write_config(
+        tmp_path / "dev.toml",
+        http="127.0.0.1:0",
+        claim_interval="100ms",
+        materialize_interval="500ms",
+        jobs=effect_job("tick", effects),
+    )
+    data_dir = short_data_dir()
+    store = data_dir / "nats"
+    try:
+        first = spawn("dev", "--data-dir", str(data_dir), "--config", str(config), label="dev1")
+
+        async def first_ran() -> bool:
+            if first.returncode() is not None:
+                return True
+            first.remember_descendants()
+            return any(e.get("outcome") == "succeeded" for e in first.events("run finished"))
+
+        await eventually(first_ran, timeout=60, what="a succeeded run under the first claimd dev")
+        assert first.returncode() is None, first.stderr()[-3000:]
+        first.proc.kill()  # type: ignore[union-attr]  # SIGKILL: no cleanup code runs
+        await first.wait(10)
+
+        async def refused_while_held() -> None:
+            other = spawn("dev", "--data-dir", str(data_dir), "--config", str(config), label="d3")
+            assert await other.wait(30) == 2, other.stderr()[-2000:]
+            assert "another claimd dev (pid " in other.stderr()
+            assert len(_nats_servers_on(store)) == 1, "two nats-servers on one store"
+
+        await dev_session(
+            spawn,
+            data_dir,
+            free_port(),
+            "--config",
+            str(config),
+            while_running=refused_while_held,
+        )
+
+        async def none_left() -> bool:
+            return not _nats_servers_on(store)
+
+        await eventually(none_left, timeout=15, what="no nats-server left on the store")
+    finally:
+        stop_embedded_postgres(data_dir)
 
 
 async def test_dev_without_config_runs_the_shipped_jobs(

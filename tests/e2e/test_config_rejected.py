@@ -53,6 +53,16 @@ async def started(replica: ClaimdProcess) -> int:
     return port
 
 
+async def _metrics_say(port: int, name: str, value: float) -> None:
+    """Wait for /metrics to show ``value``: a page is rendered at most once a second, so
+    a scrape within a second of the last one may show the page before a reload."""
+
+    async def shown() -> bool:
+        return (await asyncio.to_thread(scrape_metrics, port)).get(name) == value
+
+    await eventually(shown, timeout=10, what=f"/metrics to say {name} {value}")
+
+
 async def test_rejected_jobs_are_listed_by_the_cli_the_api_and_a_metric(
     tmp_path: Path,
     spawn: Callable[..., ClaimdProcess],
@@ -101,6 +111,7 @@ async def test_rejected_jobs_are_listed_by_the_cli_the_api_and_a_metric(
         assert nightly_row.rstrip().endswith("active, edit rejected"), table
         newbad_row = next(r for r in table.splitlines() if r.startswith("newbad "))
         assert newbad_row.rstrip().endswith("rejected"), table
+    await _metrics_say(port, "claimd_config_job_errors", 2)
     metrics = scrape_metrics(port)
     assert (metrics[REJECTED % "newbad"], metrics[REJECTED % "nightly"]) == (1, 1)
     assert metrics["claimd_config_job_errors"] == 2
@@ -136,6 +147,7 @@ async def test_rejected_jobs_are_listed_by_the_cli_the_api_and_a_metric(
     assert fixed.code == 0, fixed
     jobs = await claimd("jobs", *db)
     assert "rejected" not in jobs.out, jobs.out
+    await _metrics_say(port, "claimd_config_job_errors", 0)
     metrics = scrape_metrics(port)
     assert not [k for k in metrics if k.startswith("claimd_config_job_rejected{")]
     assert metrics["claimd_config_job_errors"] == 0

@@ -387,6 +387,11 @@ async def test_readyz_fails_within_seconds_of_a_frozen_nats_and_healthz_stays_up
     finally:
         private_nats.thaw()
     await eventually(ready, timeout=30, what="/readyz 200 again after SIGCONT")
+
+    async def up_again() -> bool:  # a /metrics page is rendered at most once a second
+        return sample(await metrics(port), "claimd_dependency_up", dependency="nats") == 1
+
+    await eventually(up_again, timeout=10, what="/metrics to say NATS is up again")
     thawed = await metrics(port)
     assert sample(thawed, "claimd_dependency_up", dependency="nats") == 1
     assert sample(thawed, "claimd_reconnects_total", dependency="nats") == 1

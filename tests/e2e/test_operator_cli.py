@@ -119,7 +119,14 @@ BAD_INPUT = [
     (["runs", "--state", "done", "--database-url", "{db}"], 2, "unknown state 'done'"),
     (["runs", "--limit", "0", "--database-url", "{db}"], 2, "limit must be between"),
     (["runs", "--limit", "many", "--database-url", "{db}"], 2, "invalid int value"),
-    (["show", "12345", "--database-url", "{db}"], 2, "not a run id"),
+    (["show", "12345", "--database-url", "{db}"], 3, "no job named '12345'"),
+    (["show", "held", "--database-url", "{db}"], 3, "job 'held' has no run yet"),
+    (["audit", "nightly", "--database-url", "{db}"], 2, "give --from and --to"),
+    (
+        ["audit", "nightly", "--at", "2026-01-01", "--to", "2026-01-02", "--database-url", "{db}"],
+        2,
+        "not both",
+    ),
     (["show", UNKNOWN_RUN, "--database-url", "{db}"], 3, "no run"),
     (
         ["audit", "nope", "--from", "2026-01-01", "--to", "2026-01-02", "--database-url", "{db}"],
@@ -168,7 +175,11 @@ BAD_INPUT = [
         2,
         "more than 10000 instants",
     ),
-    (["audit", "nightly", "--from", "2026-01-01", "--database-url", "{db}"], 2, "required: --to"),
+    (
+        ["audit", "nightly", "--from", "2026-01-01", "--database-url", "{db}"],
+        2,
+        "give --from and --to",
+    ),
     (["actions", "--limit", "5000", "--database-url", "{db}"], 2, "limit must be between"),
     (["pause", "nope", "--database-url", "{db}"], 3, "no enabled job named 'nope'"),
     (["pause", "held", "--database-url", "{db}"], 3, "already paused"),
@@ -310,6 +321,11 @@ async def test_json_output_parses_and_times_are_read_in_the_jobs_zone(
     assert "a scheduled instant of nightly" in triggered["message"], triggered
     run = json.loads((await claimd("show", triggered["run_id"], *db)).out)
     assert (run["scheduled_local"], run["trigger"]) == ("2026-12-01T02:00:00+01:00", "manual")
+    # `claimd show JOB`: the job's latest run in one step (no UUID to copy).
+    latest = json.loads((await claimd("show", "nightly", *db)).out)
+    newest = json.loads((await claimd("runs", "nightly", "--limit", "1", *db)).out)["runs"][0]
+    assert latest["id"] == newest["id"]
+    assert "attempts" in latest
 
     page = json.loads((await claimd("runs", "nightly", "--since", "2026-11-30", *db)).out)
     assert [r["id"] for r in page["runs"]] == [triggered["run_id"]]
@@ -324,6 +340,13 @@ async def test_json_output_parses_and_times_are_read_in_the_jobs_zone(
     )
     assert audit.code == 0, audit
     assert json.loads(audit.out)["summary"]["complete"] is True
+    # --at: one instant, the same answer as a range of one.
+    one = await claimd("audit", "nightly", "--at", "2026-12-01 02:00", *db)
+    assert one.code == 1, one  # its run is pending: not complete yet
+    entries = json.loads(one.out)["entries"]
+    assert [(e["scheduled_at"], e["run"]["id"]) for e in entries] == [
+        ("2026-12-01T01:00:00+00:00", triggered["run_id"])
+    ], entries
     cancelled = json.loads((await claimd("cancel", triggered["run_id"], *db)).out)
     assert cancelled["action"] == "cancel"
     acts = json.loads((await claimd("actions", "--job", "nightly", *db)).out)
@@ -503,3 +526,49 @@ async def test_reload_reports_the_replicas_verdict(
     assert checked.code == 2
     assert "would refuse this file" in checked.err
     assert "field 'every'" in checked.err
+    # A changed [claimd] setting is not applied by a reload: the text says so too
+    # (was only in --json), on stderr, after the verdict line.
+    fixed = broken.replace('every = "soon"', 'every = "1s"')
+    assert "claim_interval" in fixed
+    config.write_text(fixed.replace('"100ms"', '"200ms"', 1))
+    settings = await claimd("reload", *db)
+    assert settings.code == 0, settings
+    assert settings.out.startswith(f"process {replica.pid}: reloaded: "), settings
+    assert (
+        f"warning: process {replica.pid}: [claimd] settings changed but not applied until "
+        "the replica restarts: claim_interval" in settings.err
+    ), settings
+
+
+async def test_trigger_wait_follows_the_run_to_its_end(
+    tmp_path: Path,
+    spawn: Callable[..., ClaimdProcess],
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+) -> None:
+    """`claimd trigger JOB --wait`: one step from "run it now" to its verdict and output."""
+    jobs = (
+        '[jobs.ok]\ncron = "0 0 1 1 *"\nrun = { shell = ["/bin/echo", "all good"] }\n\n'
+        '[jobs.bad]\ncron = "0 0 1 1 *"\nmax_attempts = 1\n'
+        'run = { shell = ["/bin/sh", "-c", "echo broken >&2; exit 3"] }\n'
+    )
+    config = run_config(tmp_path / "claimd.toml", schema_url, nats_url, deployment, jobs)
+    replica = spawn("run", "--config", str(config))
+
+    async def started() -> bool:
+        assert replica.returncode() is None, replica.stderr()[-2000:]
+        return bool(replica.events("replica started"))
+
+    await eventually(started, timeout=30, what="the replica to start")
+    db = ["--database-url", schema_url]
+    good = await claimd("trigger", "ok", "--wait", *db)
+    assert good.code == 0, good
+    assert "succeeded" in good.out, good.out
+    assert "all good" in good.out, good.out  # its output tail, in the same step
+    assert good.err.strip(), good  # the trigger's own answer comes first, on stderr
+    failed = await claimd("trigger", "bad", "--wait", "--json", *db)
+    assert failed.code == 1, failed
+    run = json.loads(failed.out)
+    assert (run["state"], run["job"]) == ("failed", "bad"), run
+    assert "broken" in (run["output_tail"] or ""), run

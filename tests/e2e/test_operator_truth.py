@@ -179,7 +179,7 @@ async def test_resume_can_skip_the_paused_instants_and_the_audit_calls_them_paus
     assert await replica.wait(30) == 0
 
 
-async def test_resume_by_default_says_the_catch_up_policy_runs_the_paused_instants(
+async def test_resume_by_default_skips_the_paused_instants_and_says_so_first(
     store: PostgresRunStore, schema_url: str
 ) -> None:
     loaded = parse_config('[jobs.beat]\nevery = "1s"\nrun = { shell = ["/bin/true"] }\n', env={})
@@ -188,8 +188,12 @@ async def test_resume_by_default_says_the_catch_up_policy_runs_the_paused_instan
     assert (await claimd("pause", "beat", *db)).code == 0
     resumed = await claimd("resume", "beat", *db)
     assert resumed.code == 0, resumed
-    assert 'catch-up policy says (catchup = "all", catchup_window = "1h")' in resumed.out
-    assert "--paused-instants skip" in resumed.out
+    assert "paused instants skipped, none runs" in resumed.out
+    assert "--paused-instants run" in resumed.out
+    assert (await claimd("pause", "beat", *db)).code == 0
+    ran = await claimd("resume", "beat", "--paused-instants", "run", *db)
+    assert ran.code == 0, ran
+    assert 'catch-up policy says (catchup = "all", catchup_window = "1h")' in ran.out
     help_text = await claimd("resume", "--help")
     assert "--paused-instants {run,skip}" in help_text.out
 

@@ -160,6 +160,7 @@ class Storm:
             "materialize_interval": "200ms",
             "reap_interval": "500ms",
             "horizon": "30s",
+            "config_poll": "0s",  # the signals are the only reloads
         }
         self.replicas = [
             ClaimdProcess(["run", "--config", str(self.config)], workdir, f"replica-{i}")
@@ -187,7 +188,11 @@ class Storm:
     def signal_all(self) -> None:
         for p in self.replicas:
             self.sent[p.label].append(time.time())
-            os.kill(p.pid, signal.SIGHUP)
+            # Forced reloads (SIGUSR1, `claimd reload --force`): the storm flips
+            # between two files, and the rollout rule (docs/rollout.md) refuses a
+            # file already superseded; forced, each applies as any reload did
+            # before that rule, which is the catalog's work this test is about.
+            os.kill(p.pid, signal.SIGUSR1)
 
     def alive(self) -> None:
         for p in self.replicas:

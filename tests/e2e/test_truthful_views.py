@@ -35,6 +35,10 @@ run = { shell = ["/bin/true"] }
 [jobs.held]
 every = "10m"
 run = { shell = ["/bin/true"] }
+
+[jobs.first]
+every = "1h"
+run = { shell = ["/bin/true"] }
 """
 PAST = datetime(2026, 1, 1, 1, 0, tzinfo=UTC)  # 02:00 in Berlin
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J\r\x9b31m"
@@ -106,6 +110,16 @@ async def seeded(store: PostgresRunStore, schema_url: str) -> dict[str, Any]:
         second - timedelta(seconds=10),
         second - timedelta(seconds=5),
     )
+    # first: its first run is running (a long job), none has finished.
+    await run_row(
+        store,
+        "first",
+        now - timedelta(seconds=30),
+        state="running",
+        lease_owner="worker-a",
+        lease_expires_at=now + timedelta(minutes=2),
+        started_at=now - timedelta(seconds=29),
+    )
     # A run cancelled while it ran: no attempt was recorded.
     ids["cancelled"] = await run_row(
         store,
@@ -158,12 +172,33 @@ async def test_jobs_last_outcome_is_not_the_future_and_a_paused_job_is_not_due(
     held = jobs["held"]
     assert (held["next_fire"], held["backlog"], held["oldest_due"]) == (None, 0, None)
     assert jobs["tick"]["schedule"] == "every 5s"
-    rows = {line.split()[0]: line for line in (await claimd("jobs", *db)).out.splitlines()}
+    wide = await claimd("jobs", "--wide", *db)
+    rows = {line.split()[0]: line for line in wide.out.splitlines()}
     assert "cancelled" not in rows["nightly"], rows["nightly"]
     assert "every 10m" in rows["held"], rows["held"]
     assert rows["held"].split()[-1] == "paused", rows["held"]
     # next fire (both columns), last outcome, last success, overdue
     assert rows["held"].split()[4:10] == ["-", "-", "never", "ran", "-", "-"], rows["held"]
+    # The default table is narrow (six columns, for a terminal), and a pattern filters.
+    narrow = (await claimd("jobs", *db)).out.splitlines()
+    assert narrow[0].split() == [
+        "JOB",
+        "SCHEDULE",
+        "NEXT",
+        "FIRE",
+        "LAST",
+        "OUTCOME",
+        "OVERDUE",
+        "STATE",
+    ], narrow[0]
+    assert max(len(line) for line in narrow) < len(max(wide.out.splitlines(), key=len))
+    only = (await claimd("jobs", "nigh", *db)).out.splitlines()
+    assert [line.split()[0] for line in only[1:]] == ["nightly"], only
+    # The first run of a long job is running, not "never ran".
+    first = (await claimd("jobs", "first", *db)).out.splitlines()[1]
+    assert "running, none finished yet" in first, first
+    globbed = (await claimd("jobs", "t*", *db)).out.splitlines()
+    assert [line.split()[0] for line in globbed[1:]] == ["tick"], globbed
 
 
 async def test_show_lists_every_attempt_with_human_durations_and_escaped_text(

@@ -151,7 +151,7 @@ async def raw_request(port: int, head: bytes, body: bytes = b"") -> tuple[int, s
     """Bytes on a socket, for what an HTTP client would refuse to send."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        writer.write(head + b"\r\nHost: x\r\nConnection: close\r\n")
+        writer.write(head + b"\r\nHost: 127.0.0.1\r\nConnection: close\r\n")
         if body:
             writer.write(b"Content-Type: application/json\r\n")
             writer.write(b"Content-Length: %d\r\n" % len(body))

@@ -118,7 +118,7 @@ async def test_actions_without_a_token_or_with_a_wrong_one_change_nothing(
                     status, answer, headers = await call(method, base + path, token, json=body)
                     assert status == 401, (path, token, answer)
                     assert headers.get("WWW-Authenticate") == "Bearer"
-            status, answer, _ = await call("GET", base + "/api/runs/not-a-uuid")
+            status, answer, _ = await call("GET", base + "/api/runs/not-a-uuid", TOKEN)
             assert status == 400
             assert "not a run id" in answer["error"]
             assert await state_of_things(store) == before
@@ -136,7 +136,7 @@ async def test_actions_without_a_token_or_with_a_wrong_one_change_nothing(
                 "POST", f"{base}/api/runs/{triggered['run_id']}/cancel", TOKEN
             )
             assert status == 200, cancelled
-            status, listed, _ = await call("GET", base + "/api/actions")
+            status, listed, _ = await call("GET", base + "/api/actions", TOKEN)
     assert await store.pool.fetchval("SELECT paused FROM jobs WHERE name = 'nightly'")
     rows = await store.pool.fetch("SELECT * FROM operator_actions ORDER BY id")
     assert [(r["action"], r["ok"], r["actor"], r["via"]) for r in rows] == [
@@ -291,24 +291,32 @@ async def schemathesis(base: str, cwd: Path, examples: int, *options: str) -> tu
     return proc.returncode, out.decode(errors="replace")
 
 
+READ_TOKEN = "a-read-token-for-the-tests-" + "y" * 20
+
+
 @pytest.mark.schemathesis
 async def test_every_route_conforms_to_the_openapi_document(
     make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
 ) -> None:
-    """Every check, positive_data_acceptance and the stateful links included, with the
-    token and without it (then every action's documented answer is 401)."""
+    """Every check, positive_data_acceptance and the stateful links included, with an
+    operate token, with a read token (every action's documented answer is then 403)
+    and without one (every read's and action's is 401)."""
     tokens = tmp_path / "tokens"
-    tokens.write_text(f"{TOKEN}\n")
+    tokens.write_text(f"ops {TOKEN} operate\nviewer {READ_TOKEN} read\n")
     loaded = make_config(YEARLY, api_token_file=str(tokens), **FAST)
     async with api(loaded, tmp_path, store) as base:
         await call("POST", base + "/api/jobs/nightly/trigger", TOKEN)  # a run to find
-        bearer = f"Authorization: Bearer {TOKEN}"
-        with_token = await schemathesis(base, tmp_path, 25, "--header", bearer)
-        # Without it the reads answer as before; what is new is every action's 401.
+        operate = await schemathesis(
+            base, tmp_path, 25, "--header", f"Authorization: Bearer {TOKEN}"
+        )
+        read = await schemathesis(
+            base, tmp_path, 10, "--header", f"Authorization: Bearer {READ_TOKEN}"
+        )
         without_token = await schemathesis(base, tmp_path, 10)
-    for code, report in (with_token, without_token):
+    for code, report in (operate, read, without_token):
         assert code == 0, report[-6000:]
-        assert "Tested: 17" in report, report[-3000:]
+        assert "Tested: 18" in report, report[-3000:]  # getConfig (/api/config) the 18th
         # "N generated, N passed": every case passed every check (warnings apart).
         assert re.search(r"\b(\d+) generated, \1 passed\b", report), report[-3000:]
-    assert "401 Unauthorized (5 operations)" in without_token[1], without_token[1][-3000:]
+    assert "401 Unauthorized (14 operations)" in without_token[1], without_token[1][-3000:]
+    assert "403 Forbidden (5 operations)" in read[1], read[1][-3000:]

@@ -242,6 +242,22 @@ async def _desktop(browser: Any, base: str, shots: Path) -> None:
     assert FAILING in output, output
     attempts = await page.eval_on_selector_all("#detail li.attempt", "rs => rs.length")
     assert attempts == 1
+    # A run with no error: the panel's absent parts are left out, never written as "null".
+    await page.click("article.job[data-job='heartbeat'] button.cell[data-status='succeeded']")
+    await page.wait_for_function(
+        "() => document.querySelector('#detail [data-role=\"run-state\"]')"
+        "?.textContent === 'succeeded'",
+        timeout=DEADLINE_MS,
+    )
+    panel = await page.text_content("#detail-body")
+    assert panel is not None
+    assert "null" not in panel, panel
+    await page.click(f"{failing} button.cell[data-status='failed']")
+    await page.wait_for_function(
+        "() => document.querySelector('#detail [data-role=\"run-state\"]')"
+        "?.textContent === 'failed'",
+        timeout=DEADLINE_MS,
+    )
     assert await page.evaluate("window.pwned === undefined"), "markup from the data ran"
     assert await page.eval_on_selector_all("img", "is => is.length") == 0
     desktop = shots / "status-desktop.png"
@@ -255,27 +271,201 @@ async def _desktop(browser: Any, base: str, shots: Path) -> None:
     await page.close()
 
 
+# A phone's width; with is_mobile the page's innerWidth grows to whatever the
+# content needs (a phone zooms out), so the width is checked against this.
+PHONE_WIDTH = 390
+
+
 async def _phone(browser: Any, base: str, shots: Path) -> None:
     context = await browser.new_context(
-        viewport={"width": 390, "height": 844},
+        viewport={"width": PHONE_WIDTH, "height": 844},
         device_scale_factor=2,
         is_mobile=True,
         has_touch=True,
     )
     page = await context.new_page()
+    # The whole list first: a job's last outcome (a badge with a date) must wrap
+    # inside its column, not widen the page.
+    await page.goto(f"{base}/?refresh=1")
+    await page.wait_for_selector(
+        "tr.job-row .badge[class*='look-']:not([hidden])", timeout=DEADLINE_MS
+    )
+    width = await page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert width[0] <= PHONE_WIDTH, f"the job list overflows sideways at 390 px: {width}"
     await page.goto(f"{base}/?refresh=1&job=nightly-export")
     await page.wait_for_selector(
         "article.job[data-job='nightly-export'] button.cell", timeout=DEADLINE_MS
     )
     width = await page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
-    assert width[0] <= width[1], f"the page overflows sideways at 390 px: {width}"
+    assert width[0] <= PHONE_WIDTH, f"the page overflows sideways at 390 px: {width}"
     phone = shots / "status-phone.png"
     await page.screenshot(path=str(phone), full_page=True)
     await page.tap("article.job[data-job='nightly-export'] button.cell[data-status='failed']")
     await page.wait_for_selector("#detail:not([hidden]) li.attempt", timeout=DEADLINE_MS)
     width = await page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
-    assert width[0] <= width[1], f"the run detail overflows sideways at 390 px: {width}"
+    assert width[0] <= PHONE_WIDTH, f"the run detail overflows sideways at 390 px: {width}"
     phone_detail = shots / "status-phone-detail.png"
     await page.screenshot(path=str(phone_detail))
     print(f"screenshot (phone 390x844): {phone}\nscreenshot (phone, run detail): {phone_detail}")
     await context.close()
+
+
+READ_TOKEN = "a-read-token-for-the-page-0123456789"
+
+
+async def test_status_page_asks_for_a_read_token_then_works(
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
+    """Reads protected (a token configured): the page shows nothing but a token form,
+    refuses a wrong token, then renders with a read token, kept for the tab only
+    (sessionStorage: a reload keeps it, a new browser session asks again)."""
+    async_playwright, executable = _browser_or_skip()
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"viewer {READ_TOKEN} read\n")
+    replica = Replica(
+        tmp_path / "claimd.toml", make_config(JOBS, api_token_file=str(tokens), **FAST)
+    )
+    async with running(replica):
+
+        async def serving() -> bool:
+            return replica.http_port not in (None, 0)
+
+        await eventually(serving, what="the replica's HTTP server")
+        base = f"http://127.0.0.1:{replica.http_port}"
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(
+                executable_path=executable, args=["--no-sandbox", "--disable-dev-shm-usage"]
+            )
+            try:
+                context = await browser.new_context()
+                page = await context.new_page()
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                await page.goto(f"{base}/?refresh=1")
+                await page.wait_for_selector("#token-form:not([hidden])", timeout=DEADLINE_MS)
+                assert await page.eval_on_selector_all("#jobs tr.job-row", "rs => rs.length") == 0
+                await page.fill("#token-input", "not-the-token-" + "x" * 20)
+                await page.click("#token-submit")
+                await page.wait_for_function(
+                    "document.getElementById('token-why').textContent.includes('not accepted')",
+                    timeout=DEADLINE_MS,
+                )
+                assert await page.is_visible("#token-form")
+                await page.fill("#token-input", READ_TOKEN)
+                await page.click("#token-submit")
+                await page.wait_for_selector(
+                    "#jobs tr.job-row[data-job='heartbeat']", timeout=DEADLINE_MS
+                )
+                assert await page.is_hidden("#token-form")
+                kept = await page.evaluate(
+                    "[sessionStorage.getItem('claimd.token'), localStorage.length, document.cookie]"
+                )
+                assert kept == [READ_TOKEN, 0, ""], kept
+                # A reload in the same tab keeps it; the page refreshes on its own.
+                await page.reload()
+                await page.wait_for_selector(
+                    "#jobs tr.job-row[data-job='heartbeat']", timeout=DEADLINE_MS
+                )
+                assert await page.is_hidden("#token-form")
+                assert errors == [], errors
+                await context.close()
+                # Another browser session: asked again.
+                other = await browser.new_context()
+                fresh = await other.new_page()
+                await fresh.goto(base)
+                await fresh.wait_for_selector("#token-form:not([hidden])", timeout=DEADLINE_MS)
+                await other.close()
+            finally:
+                await browser.close()
+
+
+OPERATE_TOKEN = "an-operate-token-for-the-page-0123456789"
+
+
+async def test_the_page_offers_actions_to_an_operate_token_and_links_each_run(
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
+    """With a token the job's detail has buttons (run now, pause or resume): a read
+    token is told it may only read, an operate token's action is done and shown;
+    each run has a link that opens the page on it."""
+    async_playwright, executable = _browser_or_skip()
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"viewer {READ_TOKEN} read\nops {OPERATE_TOKEN} operate\n")
+    replica = Replica(
+        tmp_path / "claimd.toml", make_config(JOBS, api_token_file=str(tokens), **FAST)
+    )
+    async with running(replica):
+
+        async def serving() -> bool:
+            return replica.http_port not in (None, 0)
+
+        await eventually(serving, what="the replica's HTTP server")
+        base = f"http://127.0.0.1:{replica.http_port}"
+        detail = "article.job[data-job='heartbeat']"
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(
+                executable_path=executable, args=["--no-sandbox", "--disable-dev-shm-usage"]
+            )
+            try:
+                page = await (await browser.new_context()).new_page()
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                await page.goto(f"{base}/?refresh=1&job=heartbeat")
+                await page.wait_for_selector("#token-form:not([hidden])", timeout=DEADLINE_MS)
+                await page.fill("#token-input", READ_TOKEN)
+                await page.click("#token-submit")
+                await page.click(f"{detail} button[data-action='pause']", timeout=DEADLINE_MS)
+                await page.wait_for_function(
+                    "() => document.querySelector(\"[data-role='action-result']\")"
+                    ".textContent.includes('may only read')",
+                    timeout=DEADLINE_MS,
+                )
+                assert (
+                    await store.pool.fetchval("SELECT paused FROM jobs WHERE name = 'heartbeat'")
+                    is False
+                )
+                # The operate token: the action is done and the page follows it.
+                await page.evaluate(f"sessionStorage.setItem('claimd.token', '{OPERATE_TOKEN}')")
+                await page.reload()
+                await page.click(f"{detail} button[data-action='pause']", timeout=DEADLINE_MS)
+                await page.wait_for_selector(
+                    f"{detail} button[data-action='resume']", timeout=DEADLINE_MS
+                )
+                assert (
+                    await store.pool.fetchval("SELECT paused FROM jobs WHERE name = 'heartbeat'")
+                    is True
+                )
+                await page.click(f"{detail} button[data-action='resume']")
+                await page.wait_for_selector(
+                    f"{detail} button[data-action='pause']", timeout=DEADLINE_MS
+                )
+                await page.click(f"{detail} button[data-action='trigger']")
+                await page.wait_for_function(
+                    "() => document.querySelector(\"[data-role='action-result']\")"
+                    ".textContent.includes('heartbeat')",
+                    timeout=DEADLINE_MS,
+                )
+                assert (
+                    await store.pool.fetchval(
+                        "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id"
+                        " WHERE j.name = 'heartbeat' AND r.trigger = 'manual'"
+                    )
+                    == 1
+                )
+                # A link per run: it opens the page on that run.
+                run_id = await store.pool.fetchval(
+                    "SELECT r.id::text FROM job_runs r JOIN jobs j ON j.id = r.job_id"
+                    " WHERE j.name = 'heartbeat' AND r.state = 'succeeded' LIMIT 1"
+                )
+                await page.goto(f"{base}/?refresh=1&job=heartbeat&run={run_id}")
+                await page.wait_for_selector(
+                    "#detail:not([hidden]) [data-role='run-state']", timeout=DEADLINE_MS
+                )
+                link = await page.get_attribute("#detail [data-role='run-link']", "href")
+                assert link == f"?job=heartbeat&run={run_id}", link
+                body = await page.text_content("#detail-body")
+                assert body is not None
+                assert run_id in body, body
+                assert errors == [], errors
+            finally:
+                await browser.close()

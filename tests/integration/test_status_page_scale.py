@@ -37,6 +37,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.timeout(
 TOKEN = "status-page-scale-test-token-0123456789"
 
 
+# The page keeps the token it was given for the tab (sessionStorage): given before it loads.
+SIGNED_IN = f"sessionStorage.setItem('claimd.token', {TOKEN!r})"
+
+
 async def _api_figures(session: aiohttp.ClientSession, base: str) -> list[str]:
     """How long the page's API answers take at this size (printed, not asserted)."""
     lines = []
@@ -77,7 +81,8 @@ async def test_status_page_with_1000_jobs(
 
         await eventually(serving, timeout=60, what="the replica's HTTP server")
         base = f"http://127.0.0.1:{replica.http_port}"
-        async with aiohttp.ClientSession() as session:
+        auth = {"Authorization": f"Bearer {TOKEN}"}  # reads need the token too
+        async with aiohttp.ClientSession(headers=auth) as session:
 
             async def answering() -> bool:
                 async with session.get(f"{base}/api/jobs") as response:
@@ -115,6 +120,7 @@ async def test_status_page_with_1000_jobs(
 
 async def _desktop(browser: Any, base: str, shots: Path, fleet: many_jobs.Fleet) -> list[str]:
     page = await browser.new_page(viewport={"width": 1280, "height": 800})
+    await page.add_init_script(SIGNED_IN)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     started = time.monotonic()
@@ -212,6 +218,7 @@ async def _phone(browser: Any, base: str, shots: Path) -> None:
         is_mobile=True,
         has_touch=True,
     )
+    await context.add_init_script(SIGNED_IN)
     page = await context.new_page()
     await page.goto(f"{base}/?refresh=2")
     await page.wait_for_selector("#jobs tr.job-row", timeout=DEADLINE_MS)

@@ -64,3 +64,10 @@ async def slow_async_job(ctx: RunContext) -> None:
 
 
 NOT_CALLABLE = 42
+
+
+def leaking_job(ctx: RunContext) -> None:
+    """Fails quoting a secret of claimd's environment (another job's) in its error."""
+    import os
+
+    raise RuntimeError("cannot use " + os.environ["CLAIMD_TEST_LEAKED_SECRET"])

@@ -78,3 +78,25 @@ def test_an_interrupted_run_is_pending_at_once_without_using_an_attempt() -> Non
 def test_the_state_machine_guards_the_decision() -> None:
     with pytest.raises(IllegalTransition, match="cannot go from pending to succeeded"):
         verdict(Outcome.SUCCEEDED, state=P)
+
+
+@pytest.mark.parametrize("failed_attempt", [5, 6, 10, 64, 65, 1_000, 10**9])
+def test_the_backoff_is_capped_at_its_maximum_however_many_attempts_failed(
+    failed_attempt: int,
+) -> None:
+    # 2s x 3^4 = 162s is already past the 60s maximum; 3^64 x 2s does not fit
+    # a timedelta at all (OverflowError) unless the cap comes first.
+    assert POLICY.delay(failed_attempt) == POLICY.maximum
+    keyed = POLICY.delay(failed_attempt, "run-1")
+    assert POLICY.maximum * 0.8 <= keyed <= POLICY.maximum
+    late = verdict(Outcome.FAILED, attempt=failed_attempt, max_attempts=failed_attempt + 1)
+    assert late.due_in is not None
+    assert late.due_in <= POLICY.maximum
+
+
+def test_the_backoff_grows_below_the_cap() -> None:
+    assert [POLICY.delay(n) for n in (1, 2, 3)] == [
+        timedelta(seconds=2),
+        timedelta(seconds=6),
+        timedelta(seconds=18),
+    ]

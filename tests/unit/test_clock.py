@@ -105,17 +105,35 @@ async def test_the_warning_is_rate_limited_and_absent_under_the_threshold() -> N
     assert warnings[0]["threshold_s"] == 2.0
 
 
+async def test_between_reads_the_estimate_follows_the_monotonic_clock_not_the_wall() -> None:
+    local, mono = Local(timedelta(0)), Monotonic()
+    clock = DatabaseClock(FakeStore(local, mono, round_trip=0.2), local=local, monotonic=mono)
+    db_now = await clock.read()  # the database's time at the middle of the round trip
+    assert clock.now() == db_now + timedelta(seconds=0.1)
+    local.offset = timedelta(minutes=5)  # stepped ahead: the estimate does not follow
+    mono.value += 1.0
+    assert clock.now() == db_now + timedelta(seconds=1.1)
+    local.offset = -timedelta(minutes=5)  # and back, past where it was
+    mono.value += 1.0
+    assert clock.now() == db_now + timedelta(seconds=2.1)
+
+
 async def test_the_estimate_says_when_it_jumps_and_only_then() -> None:
     # What waits for an instant on the estimate (a worker's held runs) waits on the
-    # monotonic clock: it is told when a read moves the skew, or the local clock jumps.
+    # monotonic clock: it is told when a read finds the estimate off the database's
+    # clock, or the local clock jumps; never when only the host's wall clock stepped.
     local, mono = Local(timedelta(0)), Monotonic()
     clock = DatabaseClock(FakeStore(local, mono, round_trip=0.01), local=local, monotonic=mono)
     moved: list[datetime] = []
     clock.on_moved(lambda: moved.append(clock.now()))
     await clock.read()
     await clock.read()
-    assert moved == []  # the same skew: nothing moved
-    local.offset = timedelta(seconds=3)  # the host's clock stepped
+    assert moved == []  # the same clock: nothing moved
+    local.offset = timedelta(minutes=5)  # the host's clock stepped: the estimate stays
+    await clock.read()
+    assert moved == []
+    assert clock.skew == timedelta(minutes=5)  # measured, for the gauge and the warning
+    local.db += timedelta(seconds=3)  # the database's clock stepped
     await clock.read()
     assert len(moved) == 1
     manual = ManualClock(current=DB_T0)

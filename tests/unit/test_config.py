@@ -364,6 +364,20 @@ CASES: list[tuple[str, str, str | None, str | None, str]] = [
         "claimd.http",
         "expected host:port",
     ),
+    (
+        "bad-config-poll",
+        '[claimd]\nconfig_poll = "often"\n',
+        None,
+        "claimd.config_poll",
+        "often",
+    ),
+    (
+        "negative-config-version",
+        "[claimd]\nconfig_version = -1\n",
+        None,
+        "claimd.config_version",
+        "greater than or equal to 0",
+    ),
 ]
 
 
@@ -602,3 +616,23 @@ def test_equal_job_tables_are_validated_once_yet_each_job_and_error_keeps_its_na
         ("f", "max_attempts"),
     ]
     assert all(str(e).startswith(f"{PATH}: job '{e.job}'") for e in loaded.errors)
+
+
+def test_inherit_env_is_read_checked_and_for_shell_jobs_only() -> None:
+    loaded = parse_config(
+        '[jobs.a]\nevery = "1m"\nrun = { shell = ["/bin/true"], inherit_env = ["HTTPS_PROXY"] }\n',
+        "c.toml",
+        env={},
+    )
+    assert not loaded.errors
+    assert loaded.jobs["a"].executor.inherit_env == ("HTTPS_PROXY",)  # type: ignore[union-attr]
+    bad = parse_config(
+        '[jobs.b]\nevery = "1m"\nrun = { shell = ["/bin/true"], inherit_env = ["OK", "1-no"] }\n'
+        '[jobs.c]\nevery = "1m"\nrun = { python = "m:f", inherit_env = ["HOME"] }\n',
+        "c.toml",
+        env={},
+    )
+    messages = {e.job: str(e) for e in bad.errors}
+    assert "inherit_env: entry 2 is not a variable name" in messages["b"]
+    assert "1-no" not in messages["b"]
+    assert "apply only to shell jobs" in messages["c"]

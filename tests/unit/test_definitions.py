@@ -82,3 +82,21 @@ def test_each_definition_is_decoded_once_per_job_and_fingerprint() -> None:
     decoded.job("third", job.fingerprint(), text)
     with pytest.raises(ValueError):
         decoded.job("beat", job.fingerprint(), "not even json")
+
+
+def test_a_job_without_inherit_env_keeps_the_fingerprint_it_had_before_the_key() -> None:
+    # Computed by the build before inherit_env existed: an upgrade edits no job.
+    assert JOBS[0].fingerprint() == (
+        "e66be90d612185d7fbc5c7cfc9708e8b5002a30aad98e6fd1bd3428570f33e0d"
+    )
+    assert "inherit_env" not in JOBS[0].definition()["executor"]
+
+
+def test_inherit_env_survives_the_round_trip_and_changes_the_fingerprint() -> None:
+    spec = ShellSpec(("/bin/true",), inherit_env=("HTTPS_PROXY", "NO_PROXY"))
+    job = Job("proxied", IntervalSchedule(timedelta(minutes=1)), spec)
+    back = decode_job(job.name, json.dumps(encode_job(job)))
+    assert back == job
+    assert back.executor == spec
+    plain = Job("proxied", IntervalSchedule(timedelta(minutes=1)), ShellSpec(("/bin/true",)))
+    assert job.fingerprint() != plain.fingerprint()

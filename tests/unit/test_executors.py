@@ -177,7 +177,7 @@ async def _read_pid(path: Path, deadline: float = 15.0) -> int:
     raise AssertionError(f"{path} was never written")
 
 
-def _kill_leftovers(folder: Path) -> None:
+def _kill_leftovers(folder: Path, argument: bytes = b"300") -> None:
     """Whatever happened, leave no sleeper behind."""
     for name in ("leaderpid", "childpid"):
         pid = _pid_in(folder / name)
@@ -187,7 +187,7 @@ def _kill_leftovers(folder: Path) -> None:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if b"300" not in cmdline:
+        if argument not in cmdline:
             continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
@@ -216,6 +216,24 @@ async def test_timeout_kills_the_leader_and_its_child(tmp_path: Path, ignore_ter
         assert await _wait_until_gone(pids) == []
     finally:
         _kill_leftovers(tmp_path)
+
+
+@pytest.mark.usefixtures("subreaper")
+async def test_timeout_kills_a_setsid_child_that_left_the_group(tmp_path: Path) -> None:
+    # setsid: a new session and process group, out of reach of killpg. The
+    # leader ignores TERM, so the SIGKILL sweep of the tree is what ends both.
+    command = (
+        "trap '' TERM; echo $$ > leaderpid; setsid sleep 1000 & echo $! > childpid; exec sleep 1000"
+    )
+    spec = ShellSpec(argv=(command,), use_shell=True, cwd=str(tmp_path))
+    try:
+        async with asyncio.timeout(30):
+            result = await run_shell(spec, CTX, timedelta(seconds=2), kill_grace=GRACE)
+        child = await _read_pid(tmp_path / "childpid")
+        assert result.outcome is Outcome.TIMED_OUT
+        assert await _wait_until_gone([child]) == [], "the setsid child outlived the timeout"
+    finally:
+        _kill_leftovers(tmp_path, b"1000")
 
 
 @pytest.mark.usefixtures("subreaper")

@@ -163,23 +163,29 @@ def test_now_and_bad_times() -> None:
 
 def test_api_tokens_from_a_file_and_the_environment(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
-    tokens.write_text("# operators\nalice " + "a" * 32 + "\nci-bot " + "b" * 32 + "\n")
+    tokens.write_text(
+        "# operators\nalice " + "a" * 32 + "\nci-bot " + "b" * 32 + " read\n"
+        "ops " + "e" * 32 + " operate\n"
+    )
     loaded = parse_config(
-        f'[claimd]\napi_token_file = "{tokens}"\napi_token_env = "TOK"\n',
+        f'[claimd]\napi_token_file = "{tokens}"\napi_token_env = "TOK"\n'
+        'api_read_token_env = "READ"\n',
         "c.toml",
-        env={"TOK": "c" * 20},
+        env={"TOK": "c" * 20, "READ": "f" * 20},
     )
     assert loaded.settings.api_tokens == (
-        ("alice", "a" * 32),
-        ("ci-bot", "b" * 32),
-        ("api", "c" * 20),
+        ("alice", "a" * 32, "operate"),
+        ("ci-bot", "b" * 32, "read"),
+        ("ops", "e" * 32, "operate"),
+        ("api", "c" * 20, "operate"),
+        ("read", "f" * 20, "read"),
     )
     assert "a" * 32 not in repr(loaded.settings)  # never in a log line of the settings
     bare = tmp_path / "bare"
     bare.write_text("d" * 40 + "\n")
     assert parse_config(
         f'[claimd]\napi_token_file = "{bare}"\n', "c.toml", env={}
-    ).settings.api_tokens == (("api", "d" * 40),)
+    ).settings.api_tokens == (("api", "d" * 40, "operate"),)
 
 
 @pytest.mark.parametrize(
@@ -188,6 +194,8 @@ def test_api_tokens_from_a_file_and_the_environment(tmp_path: Path) -> None:
         ('api_token_file = "/nonexistent/token"', {}, "claimd.api_token_file", "cannot read"),
         ('api_token_env = "NOPE"', {}, "claimd.api_token_env", "not set"),
         ('api_token_env = "TOK"', {"TOK": "short"}, "claimd.api_token_env", "shorter than 16"),
+        ('api_read_token_env = "NOPE"', {}, "claimd.api_read_token_env", "not set"),
+        ('allowed_hosts = ["evil.example:80"]', {}, "claimd.allowed_hosts", "not a host name"),
     ],
 )
 def test_api_token_mistakes_name_the_field(

@@ -95,7 +95,9 @@ async def client() -> AsyncIterator[TestClient[web.Request, web.Application]]:
         return []
 
     api = OperatorApi(cast(OperatorService, _NoDatabase()), [("alice", TOKEN)])
-    async with TestClient(TestServer(build_app(ready, jobs, api))) as test_client:
+    # Reads need a token once one is configured: every request here sends it.
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    async with TestClient(TestServer(build_app(ready, jobs, api)), headers=auth) as test_client:
         yield test_client
 
 

@@ -26,7 +26,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from actors.cli.operator import OneLineParser, register
 from actors.config import parse_config
-from actors.domain import ExecutionResult, ExecutorSpec, Outcome, RunContext, RunState
+from actors.domain import ExecutionResult, ExecutorSpec, Outcome, Overlap, RunContext, RunState
 from actors.http.api import OperatorApi
 from actors.http.server import build_app
 from actors.operator import OperatorService
@@ -41,6 +41,8 @@ from tests.unit.memory_world import until
 
 TOKEN = "s3cret-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+READ_TOKEN = "a-read-token-0123456789"
+READ = {"Authorization": f"Bearer {READ_TOKEN}"}
 Client = TestClient[web.Request, web.Application]
 
 
@@ -68,7 +70,10 @@ async def store() -> InMemoryRunStore:
 
 @pytest.fixture
 async def client(store: InMemoryRunStore) -> AsyncIterator[Client]:
-    api = OperatorApi(OperatorService(InMemoryOperatorStore(store)), [("alice", TOKEN)])
+    api = OperatorApi(
+        OperatorService(InMemoryOperatorStore(store)),
+        [("alice", TOKEN), ("viewer", READ_TOKEN, "read")],
+    )
 
     async def ready() -> dict[str, str]:
         return {"postgres": "ok", "nats": "ok"}
@@ -78,6 +83,8 @@ async def client(store: InMemoryRunStore) -> AsyncIterator[Client]:
 
 
 async def _json(client: Client, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
+    """A request with the read token unless ``headers`` says otherwise."""
+    kwargs.setdefault("headers", READ)
     async with client.request(method, path, **kwargs) as response:
         return response.status, await response.json()
 
@@ -126,7 +133,14 @@ async def test_the_api_reads_jobs_runs_a_run_the_audit_and_the_grid(client: Clie
 async def test_the_api_acts_with_a_token_and_records_every_action(
     client: Client, store: InMemoryRunStore
 ) -> None:
-    assert (await _json(client, "POST", "/api/jobs/job/pause"))[0] == 401
+    assert (await _json(client, "POST", "/api/jobs/job/pause", headers={}))[0] == 401
+    # A read token reads and may not act.
+    status, refused = await _json(client, "POST", "/api/jobs/job/pause", headers=READ)
+    assert (status, refused["error"]) == (
+        403,
+        "the token 'viewer' has scope read; this needs scope operate",
+    )
+    assert not store.jobs["job"].paused
     status, paused = await _json(client, "POST", "/api/jobs/job/pause", headers=AUTH)
     assert status == 200
     assert paused["actor"] == "alice"
@@ -213,7 +227,7 @@ async def test_a_replica_on_memory_adapters_serves_its_operator_api(tmp_path: Pa
         await until(lambda: replica.http_port not in (None, 0) and "tick" in store.jobs, "synced")
         base = f"http://127.0.0.1:{replica.http_port}"
         async with aiohttp.ClientSession() as session:
-            async with session.get(base + "/api/jobs") as response:
+            async with session.get(base + "/api/jobs", headers=AUTH) as response:
                 status, jobs = response.status, await response.json()
             assert status == 200, jobs  # 503 when the API had no service in memory
             assert [j["name"] for j in jobs] == ["tick"]
@@ -310,3 +324,70 @@ async def test_the_commands_http_client_reaches_every_route_it_names_through_the
         assert resumed["paused_instants"] == "skip"
     finally:
         await backend.close()
+
+
+async def test_a_trigger_of_a_forbid_job_with_a_run_active_says_so_through_the_api() -> None:
+    """The answer names the run the new one waits for (overlap queue, the default); asked
+    for forbid it is refused (422) rather than added to be skipped; a backfill records
+    its runs' mode."""
+    clock = ManualClock()
+    store = InMemoryRunStore(clock)
+    await store.sync_jobs([job("single", overlap=Overlap.FORBID), job("free")])
+    store.add_run("single", clock.now() - timedelta(minutes=5))
+    [busy] = await store.claim_due_runs("c", 10, LEASE, 100)
+    await store.start_runs("w", [message(busy)], LEASE)
+    api = OperatorApi(OperatorService(InMemoryOperatorStore(store)), [("alice", TOKEN)])
+
+    async def ready() -> dict[str, str]:
+        return {"postgres": "ok", "nats": "ok"}
+
+    async with TestClient(TestServer(build_app(ready, store.jobs_summary, api))) as client:
+        path = "/api/jobs/single/trigger"
+        status, refused = await _json(
+            client, "POST", path, headers=AUTH, json={"overlap": "forbid"}
+        )
+        assert status == 422
+        assert f"single has run {busy.run_id} running and overlap forbid" in refused["error"]
+        assert "nothing added" in refused["error"]
+        status, queued = await _json(client, "POST", path, headers=AUTH)
+        assert status == 200
+        assert (queued["overlap"], queued["waits_for"]) == ("queue", busy.run_id)
+        assert queued["message"].endswith(
+            f"; overlap queue: it waits its turn, single's run {busy.run_id} is running"
+        )
+        assert store.runs[queued["run_id"]].overlap is Overlap.QUEUE
+        status, wrong = await _json(
+            client, "POST", "/api/jobs/free/trigger", headers=AUTH, json={"overlap": "queue"}
+        )
+        assert status == 422
+        assert "does not apply to free, whose overlap is allow" in wrong["error"]
+        status, backfilled = await _json(
+            client,
+            "POST",
+            "/api/jobs/single/backfill",
+            headers=AUTH,
+            json={"from": "2025-01-01T00:00Z", "to": "2025-01-01T00:00Z", "overlap": "allow"},
+        )
+        assert status == 200
+        assert (backfilled["overlap"], backfilled["added"]) == ("allow", 1)
+        assert backfilled["message"].endswith("; overlap allow: they may run at once")
+    # Nothing was skipped for overlap: the queued run waits, pending.
+    assert await store.skip_unrunnable(10) == []
+    assert store.runs[queued["run_id"]].state is RunState.PENDING
+
+
+async def test_an_audit_range_too_large_is_refused_before_any_history_is_read(
+    store: InMemoryRunStore,
+) -> None:
+    """A range of a million instants answers 422 at once: the history is never read
+    (it was read, up to 200,000 rows, before the range was checked)."""
+    from actors.operator import Unprocessable
+
+    service = OperatorService(InMemoryOperatorStore(store))
+
+    async def never(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the history was read for a range refused anyway")
+
+    service.history.audit_records = never  # type: ignore[method-assign]
+    with pytest.raises(Unprocessable, match="more than 10000 instants"):
+        await service.audit("beat", "2000-01-01", "2026-01-01")

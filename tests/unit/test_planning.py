@@ -251,3 +251,26 @@ def test_latest_keeps_the_on_time_instants_and_the_newest_missed_one() -> None:
     past = [t for t in scheduled(plan.runs) if t < NOW]
     assert past == [NOW - 3 * SECOND, NOW - 2 * SECOND, NOW - SECOND]
     assert plan.missed == 16
+
+
+def test_latest_keeps_no_instant_older_than_its_window_even_when_the_deadline_would_run_it() -> (
+    None
+):
+    """The newest missed instant is kept only inside catchup_window, not merely newest.
+
+    An hourly job down for three hours: its newest missed instant (40 minutes
+    ago) lies outside the 10-minute window. A starting deadline of two hours
+    would still let the claim run it, so the window is the only guard.
+    """
+    hourly = timedelta(hours=1)
+    job = make_job(
+        every=hourly,
+        catchup=Catchup.LATEST,
+        catchup_window=timedelta(minutes=10),
+        starting_deadline=timedelta(hours=2),
+    )
+    now = NOW + timedelta(minutes=40)
+    plan = plan_materialization(job, now - timedelta(hours=3), now, hourly)
+    assert scheduled(plan.runs) == [NOW + hourly]  # the future instant only
+    assert plan.missed == 3  # NOW - 2h, NOW - 1h, NOW: all older than the window
+    assert sum(g.count for g in plan.dropped) == 3

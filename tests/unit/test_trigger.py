@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from actors.domain import CronSchedule, IntervalSchedule
-from actors.domain.trigger import EARLIEST_TRIGGER, TriggerRefused, judge_trigger
+from actors.domain import CronSchedule, IntervalSchedule, Overlap
+from actors.domain.trigger import EARLIEST_TRIGGER, TriggerRefused, judge_trigger, run_overlap
 
 NOW = datetime(2026, 12, 1, 21, 30, tzinfo=UTC)
 NIGHTLY = CronSchedule("0 2 * * *", "Europe/Berlin")
@@ -47,3 +47,28 @@ def test_an_interval_schedule_names_its_multiples_of_the_period() -> None:
     every = IntervalSchedule(timedelta(seconds=30))
     assert judge_trigger("beat", every, datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC), NOW)
     assert not judge_trigger("beat", every, datetime(2026, 1, 1, 0, 0, 31, tzinfo=UTC), NOW)
+
+
+def test_an_operators_runs_of_an_exclusive_job_queue_by_default() -> None:
+    assert run_overlap("f", Overlap.FORBID, None) is Overlap.QUEUE
+    assert run_overlap("q", Overlap.QUEUE, None) is Overlap.QUEUE
+    assert run_overlap("a", Overlap.ALLOW, None) is Overlap.ALLOW
+    assert run_overlap("f", Overlap.FORBID, "forbid") is Overlap.FORBID
+    assert run_overlap("f", Overlap.FORBID, "allow") is Overlap.ALLOW
+    assert run_overlap("q", Overlap.QUEUE, "allow") is Overlap.ALLOW
+
+
+@pytest.mark.parametrize(
+    ("job_overlap", "asked", "words"),
+    [
+        (Overlap.ALLOW, "queue", "overlap queue does not apply to j, whose overlap is allow"),
+        (Overlap.ALLOW, "forbid", "choose allow"),
+        (Overlap.QUEUE, "forbid", "choose queue, allow"),
+        (Overlap.FORBID, "sometimes", "overlap must be one of queue, forbid, allow for j"),
+    ],
+)
+def test_a_mode_the_job_does_not_offer_is_refused_saying_which_it_does(
+    job_overlap: Overlap, asked: str, words: str
+) -> None:
+    with pytest.raises(TriggerRefused, match=words):
+        run_overlap("j", job_overlap, asked)

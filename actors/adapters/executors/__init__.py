@@ -42,11 +42,14 @@ class LocalExecutor:
     async def execute(
         self, spec: ExecutorSpec, context: RunContext, timeout: timedelta
     ) -> ExecutionResult:
+        # Each kind masks its own secrets; this masks every secret the replica
+        # knows (another job's, the tokens, the database password) in what any
+        # kind reports, a python job's traceback included.
         if isinstance(spec, ShellSpec):
-            return await run_shell(spec, context, timeout)
+            return scrub(await run_shell(spec, context, timeout))
         if isinstance(spec, PythonSpec):
-            return await self.python.run(spec, context, timeout)
-        return await run_http(spec, context, timeout)
+            return scrub(await self.python.run(spec, context, timeout))
+        return scrub(await run_http(spec, context, timeout))
 
     def runs_inline(self, executor: str | None) -> bool:
         """Whether runs of that kind (a dispatch's ``executor`` hint) execute on the event loop.

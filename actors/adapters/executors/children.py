@@ -27,7 +27,7 @@ from actors.adapters.executors.common import (
     OUTPUT_TAIL_BYTES,
     Tail,
     elapsed,
-    job_environment,
+    python_environment,
 )
 from actors.domain import ExecutionResult, Outcome, RunContext
 from actors.observability import PYTHON_CHILDREN_STARTED, get_logger
@@ -89,7 +89,7 @@ class ForkServer:
                     pickle.dumps(list(sys.path)).hex(),
                     stdin=asyncio.subprocess.DEVNULL,
                     pass_fds=(theirs.fileno(),),
-                    env=job_environment(self.withheld_env),
+                    env=python_environment(self.withheld_env),
                     # Its own group: a Ctrl-C at the terminal is claimd's to handle.
                     start_new_session=True,
                 )
@@ -189,7 +189,7 @@ class ForkServer:
         self._children[key] = child
         out_r, out_w = os.pipe()
         verdict_r, verdict_w = os.pipe()
-        env = {**job_environment(self.withheld_env), **context.env()}
+        env = {**python_environment(self.withheld_env), **context.env()}
         tail = Tail()
         pumping: asyncio.Future[None] | None = None
         try:

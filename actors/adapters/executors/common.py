@@ -11,10 +11,16 @@ from datetime import timedelta
 
 from actors.domain import (
     ExecutionResult,
+    RunContext,
+    ShellSpec,
 )
+from actors.observability.secrets import MASKER, looks_like_secret
 
 OUTPUT_TAIL_BYTES = 4096
 KILL_GRACE = 5.0
+# What a job gets of claimd's environment without asking (inherit_env asks for more).
+BASE_ENV = ("PATH", "HOME", "LANG", "TZ")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def fill(template: str, values: dict[str, str]) -> str:
@@ -52,26 +58,55 @@ class MissingSecret(LookupError):
 
 def resolve_secrets(mapping: Mapping[str, str]) -> dict[str, str]:
     """Target name -> value, read from this process's environment at run time."""
-    missing = [source for source in mapping.values() if source not in os.environ]
+    missing = [
+        # A source that looks like a value pasted in place of its name (the
+        # config refuses them; a stored definition may predate that) is not quoted.
+        f"the variable behind {target}" if looks_like_secret(source) else source
+        for target, source in mapping.items()
+        if source not in os.environ
+    ]
     if missing:
         raise MissingSecret(
             f"secret variable(s) not set in claimd's environment: {', '.join(sorted(missing))}"
         )
-    return {target: os.environ[source] for target, source in mapping.items()}
+    resolved = {target: os.environ[source] for target, source in mapping.items()}
+    MASKER.add(resolved.values())
+    return resolved
 
 
-def scrub(result: ExecutionResult, secrets: Iterable[str]) -> ExecutionResult:
-    """The result with every secret value replaced by *** in what is recorded."""
-    values = sorted((v for v in secrets if len(v) >= 4), key=len, reverse=True)
-    if not values:
+def job_environment(
+    spec: ShellSpec, context: RunContext, secrets: Mapping[str, str]
+) -> dict[str, str]:
+    """What a shell job's process is given, and nothing else of claimd's.
+
+    A small base (PATH, HOME, LANG, TZ, from claimd's own when set), the
+    variables the job names in ``inherit_env``, its ``env``, its resolved
+    ``secret_env`` and the run's ``CLAIMD_*`` values. Never claimd's settings,
+    its API token, the database URL or another job's secret.
+    """
+    host = os.environ
+    env = {name: host[name] for name in BASE_ENV if name in host}
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.update({name: host[name] for name in spec.inherit_env if name in host})
+    env.update(spec.env)
+    env.update(secrets)
+    env.update(context.env())
+    return env
+
+
+def scrub(result: ExecutionResult, secrets: Iterable[str] = ()) -> ExecutionResult:
+    """The result with every secret the replica knows replaced by *** in what is recorded.
+
+    ``secrets``: this run's own, added to the replica's masker
+    (actors.observability.secrets) first. A secret cut at the tail's edge is
+    masked too.
+    """
+    MASKER.add(secrets)
+    if not len(MASKER):
         return result
 
     def clean(text: str | None) -> str | None:
-        if text is None:
-            return None
-        for value in values:
-            text = text.replace(value, "***")
-        return text
+        return None if text is None else MASKER.mask_tail(text)
 
     return dataclasses.replace(
         result, error=clean(result.error), output_tail=clean(result.output_tail)
@@ -83,22 +118,15 @@ def scrub(result: ExecutionResult, secrets: Iterable[str]) -> ExecutionResult:
 CLAIMD_PREFIX = "CLAIMD_"
 
 
-def withheld(name: str, also: Iterable[str] = ()) -> bool:
-    """Whether a variable of claimd's environment is kept from a job's."""
-    return name.startswith(CLAIMD_PREFIX) or name in also
-
-
-def job_environment(also_withheld: Iterable[str] = ()) -> dict[str, str]:
-    """claimd's environment without its own settings and secrets: what a job starts from.
-
-    ``also_withheld`` names more variables to keep out (the API token's, which
-    the settings name).
+def python_environment(also_withheld: Iterable[str] = ()) -> dict[str, str]:
+    """What a python job's child process starts from: claimd's environment without its
+    own settings (every ``CLAIMD_*``), the variables ``also_withheld`` names (the API
+    token's) and any variable holding a secret the replica knows (another job's
+    ``secret_env``, a token). The run's ``CLAIMD_*`` values are added per run.
     """
     extra = frozenset(also_withheld)
-    return {k: v for k, v in os.environ.items() if not withheld(k, extra)}
-
-
-def withheld_values(also_withheld: Iterable[str] = ()) -> list[str]:
-    """The values of the variables kept from jobs: scrubbed from any output kept."""
-    extra = frozenset(also_withheld)
-    return [v for k, v in os.environ.items() if withheld(k, extra) and len(v) >= 8]
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(CLAIMD_PREFIX) and name not in extra and not MASKER.knows(value)
+    }

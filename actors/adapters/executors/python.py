@@ -6,10 +6,12 @@ import asyncio
 import dataclasses
 import importlib
 import inspect
+import sys
 import time
 import traceback
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
+from types import ModuleType
 from typing import Any
 
 from actors.adapters.executors.children import ForkServer
@@ -18,8 +20,6 @@ from actors.adapters.executors.common import (
     OUTPUT_TAIL_BYTES,
     Tail,
     elapsed,
-    scrub,
-    withheld_values,
 )
 from actors.adapters.executors.job_loops import JobLoops
 from actors.domain import (
@@ -46,7 +46,7 @@ def runs_on_the_loop(target: str) -> bool:
         return False
 
 
-_RESOLVED: dict[str, tuple[Callable[..., Any], bool]] = {}
+_RESOLVED: dict[str, tuple[Callable[..., Any], bool, ModuleType, str]] = {}
 _RESOLVED_KEPT = 1024
 
 
@@ -54,16 +54,19 @@ def _resolved(target: str) -> tuple[Callable[..., Any], bool]:
     """The target's callable and whether it is a coroutine function, looked up once.
 
     Only what resolved is kept: a target that failed to import is tried again
-    on its next run (the module may have been installed meanwhile).
+    on its next run (the module may have been installed meanwhile). What is
+    kept stands while its module still holds it: a reload that imported the
+    module again (a changed ``@claimd.job`` module) gives the new function.
     """
     found = _RESOLVED.get(target)
-    if found is None:
+    if found is None or getattr(found[2], found[3], None) is not found[0]:
+        module_name, _, attr = target.partition(":")
         func = resolve_callable(target)
-        found = (func, inspect.iscoroutinefunction(func))
+        found = (func, inspect.iscoroutinefunction(func), sys.modules[module_name], attr)
         if len(_RESOLVED) >= _RESOLVED_KEPT:
             _RESOLVED.clear()
         _RESOLVED[target] = found
-    return found
+    return found[0], found[1]
 
 
 class PythonRunner:
@@ -98,7 +101,7 @@ class PythonRunner:
         else:
             result, output = await self.children.run(spec.target, context, timeout, self.kill_grace)
             result = dataclasses.replace(result, output_tail=output or None)
-        return scrub(result, withheld_values(self.withheld_env))
+        return result  # masked by the executor (every secret the replica knows)
 
     async def _run_async(
         self,

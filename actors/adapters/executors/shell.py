@@ -1,4 +1,4 @@
-"""The shell executor: a process group with the run in its environment, killed on timeout."""
+"""The shell executor: a process tree with the run in its environment, killed on timeout."""
 
 from __future__ import annotations
 
@@ -15,8 +15,15 @@ from actors.adapters.executors.common import (
     Tail,
     elapsed,
     fill,
+    job_environment,
     resolve_secrets,
     scrub,
+)
+from actors.adapters.executors.process_tree import (
+    MARKER,
+    kill_tree,
+    new_marker,
+    signal_tree,
 )
 from actors.domain import (
     ExecutionResult,
@@ -34,13 +41,26 @@ def _kill_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
-async def _terminate(proc: asyncio.subprocess.Process, grace: float) -> None:
-    """SIGTERM the whole process group, then SIGKILL after the grace."""
+def _leader(proc: asyncio.subprocess.Process) -> int | None:
+    # Once reaped, the leader's pid may be another process's.
+    return proc.pid if proc.returncode is None else None
+
+
+async def _terminate(proc: asyncio.subprocess.Process, grace: float, marker: str) -> None:
+    """SIGTERM the whole process tree, then SIGKILL after the grace.
+
+    The tree is more than the group: a ``setsid`` child left it
+    (actors.adapters.executors.process_tree finds it by its marker).
+    """
     _kill_group(proc.pid, signal.SIGTERM)
+    await asyncio.to_thread(signal_tree, _leader(proc), marker, signal.SIGTERM)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(proc.wait(), grace)
-    # Children may outlive the leader: always sweep the group.
+    # Children may outlive the leader: always sweep the group, then the tree.
     _kill_group(proc.pid, signal.SIGKILL)
+    killed = await asyncio.to_thread(kill_tree, _leader(proc), marker)
+    if killed:
+        log.info("process tree killed", processes=killed)
     with contextlib.suppress(ProcessLookupError):
         await proc.wait()
 
@@ -111,7 +131,8 @@ async def _run_shell(
     """
     values = context.template_values()
     argv = [fill(a, values) for a in spec.argv]
-    env = {**os.environ, **spec.env, **secrets, **context.env()}
+    marker = new_marker()
+    env = {**job_environment(spec, context, secrets), MARKER: marker}
     start = time.monotonic()
     read_fd, write_fd = os.pipe()
     try:
@@ -128,17 +149,17 @@ async def _run_shell(
     try:
         await asyncio.wait_for(proc.wait(), timeout.total_seconds())
     except TimeoutError:
-        await _terminate(proc, kill_grace)
+        await _terminate(proc, kill_grace, marker)
         await _drain(pumping)
         return ExecutionResult(
             Outcome.TIMED_OUT,
             exit_code=proc.returncode,
-            error=f"timed out after {timeout}; process group killed",
+            error=f"timed out after {timeout}; process tree killed",
             output_tail=tail.text(),
             duration=elapsed(start),
         )
     except asyncio.CancelledError:
-        await asyncio.shield(_terminate(proc, kill_grace))
+        await asyncio.shield(_terminate(proc, kill_grace, marker))
         pumping.cancel()
         raise
     # The leader exited; make sure nothing it left behind in its group lingers.

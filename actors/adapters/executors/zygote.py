@@ -48,10 +48,31 @@ def _resolve(target: str) -> Any:
     return func
 
 
+# module -> its file's (mtime, size) when imported here: an edited module is
+# imported again (as a reload of the config imports it again in the replica).
+_STAMPS: dict[str, tuple[int, int] | None] = {}
+
+
+def _stamp(module: Any) -> tuple[int, int] | None:
+    path = getattr(module, "__file__", None)
+    try:
+        found = os.stat(path) if path else None
+    except OSError:
+        return None
+    return None if found is None else (found.st_mtime_ns, found.st_size)
+
+
 def _preload(target: str) -> None:
-    """Import the job's module here, once: every child forked after has it."""
+    """Import the job's module here, once per version of its file: every child forked
+    after has it."""
+    name = target.partition(":")[0]
     with contextlib.suppress(Exception):  # the child reports the import's error itself
-        importlib.import_module(target.partition(":")[0])
+        module = sys.modules.get(name)
+        if module is None:
+            module = importlib.import_module(name)
+        elif name in _STAMPS and _stamp(module) != _STAMPS[name]:
+            module = importlib.reload(module)
+        _STAMPS[name] = _stamp(module)
 
 
 def _child(request: tuple[Any, ...], out_fd: int, verdict_fd: int, keep_closed: list[int]) -> None:

@@ -13,6 +13,13 @@ from typing import Any, TypeVar
 import asyncpg
 
 from actors.adapters.postgres.errors import reads_only, store_methods_report_outages
+from actors.adapters.postgres.generations import (
+    forget_replica,
+    judge_locked,
+    read_rollout,
+    record_generation,
+    write_report,
+)
 from actors.adapters.postgres.history import record_action, record_gaps
 from actors.adapters.postgres.statements import (
     ACTIVE_JOBS,
@@ -48,10 +55,12 @@ from actors.domain import (
     encode_job,
     plan_until_removal,
 )
+from actors.domain.generations import ConfigIdentity
 from actors.domain.history import Gap
 from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.observability import get_logger
 from actors.ports import Caller, JobState, Materialized, RejectedJob
+from actors.ports.messages import ConfigReport, ConfigRollout, ConfigSync
 
 # Jobs written per upsert statement: bounded parameter arrays, one statement
 # of a few hundred milliseconds at most.
@@ -136,70 +145,106 @@ class PostgresJobCatalog:
         job added back after a removal is "changed", and gets every instant
         ahead planned again (RESTORE_READDED_JOB).
         """
+        async with self._pool.acquire() as conn, conn.transaction():
+            await _take_sync_lock(conn)
+            return await self._sync_locked(conn, jobs, keep)
+
+    async def sync_config(
+        self,
+        jobs: Sequence[Job],
+        file: ConfigIdentity,
+        replica_id: str,
+        *,
+        keep: Sequence[str] = (),
+        force: bool = False,
+    ) -> ConfigSync:
+        """``sync_jobs`` under the rollout rule, judged and applied in one turn of the lock."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await _take_sync_lock(conn)
+            standing, in_force = await judge_locked(conn, file, force=force)
+            if not standing.applies:
+                assert in_force is not None  # a stale file is judged against one
+                return ConfigSync(standing, in_force)
+            changes = await self._sync_locked(conn, jobs, keep)
+            if standing.records:
+                in_force = await record_generation(conn, file, replica_id, forced=force)
+            assert in_force is not None
+            return ConfigSync(standing, in_force, changes)
+
+    async def report_config(self, report: ConfigReport) -> None:
+        """REPORT_CONFIG."""
+        await write_report(self._pool, report)
+
+    async def forget_config_replica(self, replica_id: str) -> None:
+        """FORGET_CONFIG_REPLICA: a replica that stops cleanly takes its report away."""
+        await forget_replica(self._pool, replica_id)
+
+    @reads_only
+    async def config_rollout(self, generations: int = 10) -> ConfigRollout:
+        """GENERATIONS and CONFIG_REPLICAS."""
+        return await read_rollout(self._pool, generations)
+
+    async def _sync_locked(
+        self, conn: asyncpg.Connection, jobs: Sequence[Job], keep: Sequence[str]
+    ) -> dict[str, str]:
         changes: dict[str, str] = {}
         names = [job.name for job in jobs] + list(keep)
         wanted = set(names)
-        async with self._pool.acquire() as conn, conn.transaction():
-            await _take_sync_lock(conn)
-            stored = {r["name"]: r for r in await conn.fetch(JOBS_AS_SYNCED)}
-            # (job, fingerprint): encoded a chunk at a time below, so that a sync
-            # of 100,000 new jobs never holds every definition at once.
-            rows: list[tuple[Job, str]] = []
-            # In a thread: a digest of each job's definition, seconds for 100,000.
-            fingerprints = await asyncio.to_thread(lambda: [job.fingerprint() for job in jobs])
-            for job, fingerprint in zip(jobs, fingerprints, strict=True):
-                old = stored.get(job.name)
-                if old is None or (old["fingerprint"], old["enabled"]) != (
-                    fingerprint,
-                    job.enabled,
-                ):
-                    rows.append((job, fingerprint))
-            removed_ids = [
-                r["id"] for r in stored.values() if r["enabled"] and r["name"] not in wanted
-            ]
-            changed_ids = [stored[j.name]["id"] for j, _ in rows if j.name in stored]
-            await conn.fetch(LOCK_JOBS_FOR_SYNC, sorted(changed_ids + removed_ids))
-            old_schedules = {
-                r["id"]: r["schedule"] for r in await conn.fetch(OLD_SCHEDULES, changed_ids)
-            }
-            rows.sort(key=lambda row: row[0].name)
-            stored_enabled = {name: r["enabled"] for name, r in stored.items()}
-            by_name_enabled = {job.name: job.enabled for job, _ in rows}
-            for chunk in _chunks(rows, SYNC_CHUNK):
-                by_name = {job.name: encode_job(job) for job, _ in chunk}
-                written = await conn.fetch(
-                    UPSERT_JOBS,
-                    [job.name for job, _ in chunk],
-                    [json.dumps(by_name[job.name]) for job, _ in chunk],
-                    [fingerprint for _, fingerprint in chunk],
-                    [job.enabled for job, _ in chunk],
-                    [job.max_attempts for job, _ in chunk],
-                    [job.overlap.value for job, _ in chunk],
-                    [job.catchup.value for job, _ in chunk],
-                    [job.start_deadline() for job, _ in chunk],
-                )
-                for row in written:
-                    if row["inserted"]:
-                        changes[row["name"]] = "added"
-                        continue
-                    changes[row["name"]] = "changed"
-                    old_schedule = old_schedules.get(row["id"])
-                    new_schedule = by_name[row["name"]]["schedule"]
-                    rescheduled = (
-                        old_schedule is not None and json.loads(old_schedule) != new_schedule
-                    )
-                    if by_name_enabled[row["name"]] and stored_enabled.get(row["name"]) is False:
-                        # Back in the config: what the removal cancelled ahead is
-                        # planned again (this also covers a changed schedule).
-                        await conn.fetchval(RESTORE_READDED_JOB, row["id"], REMOVED_FROM_CONFIG)
-                    elif rescheduled:
-                        await conn.fetchval(WITHDRAW_FUTURE_RUNS, row["id"])
-            if removed_ids:
-                await _plan_until_removal(conn, removed_ids)
-                removed = await conn.fetch(REMOVED_JOBS, names)
-                await conn.fetch(DISABLE_REMOVED_JOBS, names, REMOVED_FROM_CONFIG)
-                for r in removed:
-                    changes[r["name"]] = "removed"
+        stored = {r["name"]: r for r in await conn.fetch(JOBS_AS_SYNCED)}
+        # (job, fingerprint): encoded a chunk at a time below, so that a sync
+        # of 100,000 new jobs never holds every definition at once.
+        rows: list[tuple[Job, str]] = []
+        # In a thread: a digest of each job's definition, seconds for 100,000.
+        fingerprints = await asyncio.to_thread(lambda: [job.fingerprint() for job in jobs])
+        for job, fingerprint in zip(jobs, fingerprints, strict=True):
+            old = stored.get(job.name)
+            if old is None or (old["fingerprint"], old["enabled"]) != (
+                fingerprint,
+                job.enabled,
+            ):
+                rows.append((job, fingerprint))
+        removed_ids = [r["id"] for r in stored.values() if r["enabled"] and r["name"] not in wanted]
+        changed_ids = [stored[j.name]["id"] for j, _ in rows if j.name in stored]
+        await conn.fetch(LOCK_JOBS_FOR_SYNC, sorted(changed_ids + removed_ids))
+        old_schedules = {
+            r["id"]: r["schedule"] for r in await conn.fetch(OLD_SCHEDULES, changed_ids)
+        }
+        rows.sort(key=lambda row: row[0].name)
+        stored_enabled = {name: r["enabled"] for name, r in stored.items()}
+        by_name_enabled = {job.name: job.enabled for job, _ in rows}
+        for chunk in _chunks(rows, SYNC_CHUNK):
+            by_name = {job.name: encode_job(job) for job, _ in chunk}
+            written = await conn.fetch(
+                UPSERT_JOBS,
+                [job.name for job, _ in chunk],
+                [json.dumps(by_name[job.name]) for job, _ in chunk],
+                [fingerprint for _, fingerprint in chunk],
+                [job.enabled for job, _ in chunk],
+                [job.max_attempts for job, _ in chunk],
+                [job.overlap.value for job, _ in chunk],
+                [job.catchup.value for job, _ in chunk],
+                [job.start_deadline() for job, _ in chunk],
+            )
+            for row in written:
+                if row["inserted"]:
+                    changes[row["name"]] = "added"
+                    continue
+                changes[row["name"]] = "changed"
+                old_schedule = old_schedules.get(row["id"])
+                new_schedule = by_name[row["name"]]["schedule"]
+                rescheduled = old_schedule is not None and json.loads(old_schedule) != new_schedule
+                if by_name_enabled[row["name"]] and stored_enabled.get(row["name"]) is False:
+                    # Back in the config: what the removal cancelled ahead is
+                    # planned again (this also covers a changed schedule).
+                    await conn.fetchval(RESTORE_READDED_JOB, row["id"], REMOVED_FROM_CONFIG)
+                elif rescheduled:
+                    await conn.fetchval(WITHDRAW_FUTURE_RUNS, row["id"])
+        if removed_ids:
+            await _plan_until_removal(conn, removed_ids)
+            removed = await conn.fetch(REMOVED_JOBS, names)
+            await conn.fetch(DISABLE_REMOVED_JOBS, names, REMOVED_FROM_CONFIG)
+            for r in removed:
+                changes[r["name"]] = "removed"
         return changes
 
     @reads_only
@@ -215,12 +260,20 @@ class PostgresJobCatalog:
         return [json.loads(json.dumps(dict(r), default=str)) for r in rows]
 
     async def record_reload(
-        self, replica_id: str, arguments: dict[str, Any], ok: bool, result: str
+        self,
+        replica_id: str,
+        arguments: dict[str, Any],
+        ok: bool,
+        result: str,
+        *,
+        by_signal: bool = True,
     ) -> None:
-        """The operator action a SIGHUP reload leaves (what `claimd reload` waits for)."""
+        """The operator action a reload leaves (a signal's: what `claimd reload` waits for)."""
         await record_action(
             self._pool,
-            Caller("sighup", "signal", replica_id),
+            Caller("sighup", "signal", replica_id)
+            if by_signal
+            else Caller("config-watch", "signal", replica_id),
             "reload",
             arguments=arguments,
             ok=ok,

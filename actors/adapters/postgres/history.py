@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import asyncpg
 
+from actors.adapters.postgres.generations import read_rollout
 from actors.adapters.postgres.statements import (
     ACTIONS_PAGE,
     AUDIT_GAPS,
@@ -39,6 +40,7 @@ from actors.adapters.postgres.statements import (
 from actors.domain import RunState
 from actors.domain.history import Gap, RunRecord
 from actors.domain.pause import pause_spans
+from actors.ports.messages import ConfigRollout
 from actors.ports.operator import (
     ActionRecord,
     AttemptRecord,
@@ -176,6 +178,10 @@ class History:
         for row in await self._pool.fetch(GRID_PAUSES, list(jobs)):
             actions.setdefault(row["job"], []).append((row["action"], row["at"]))
         return {job: pause_spans(found) for job, found in actions.items()}
+
+    async def config_rollout(self, generations: int = 10) -> ConfigRollout:
+        """GENERATIONS and CONFIG_REPLICAS (sql/0013)."""
+        return await read_rollout(self._pool, generations)
 
     async def rejected_jobs(self) -> list[RejectedRecord]:
         return [cast(RejectedRecord, dict(r)) for r in await self._pool.fetch(REJECTED_JOBS)]

@@ -19,7 +19,7 @@ from actors.adapters.postgres.statements import (
     SET_PAUSED,
     SKIP_PAUSED_RUNS,
 )
-from actors.domain import decode_job, format_duration
+from actors.domain import Overlap, decode_job, format_duration
 from actors.domain.backfill import (
     BACKFILL_CHUNK,
     BACKFILL_MAX_RUNS,
@@ -28,6 +28,10 @@ from actors.domain.backfill import (
 )
 from actors.domain.pause import PausedInstants, instants_between, paused_gaps, skipped_reason
 from actors.ports import Resumed, UnknownJob  # the port's: raised and answered through it
+
+
+def _text(overlap: Overlap | None) -> str | None:
+    return None if overlap is None else overlap.value
 
 
 class Operations:
@@ -80,10 +84,13 @@ class Operations:
             raise UnknownJob(f"no enabled job named {job!r}")
         return done
 
-    async def trigger(self, job: str, at: datetime) -> str | None:
-        """A run of ``job`` for instant ``at``, due now; None if that instant has a row."""
+    async def trigger(self, job: str, at: datetime, overlap: Overlap | None = None) -> str | None:
+        """A run of ``job`` for instant ``at``, due now; None if that instant has a row.
+
+        ``overlap``: the run's own overlap mode (None: the job's).
+        """
         row = await self._job(job)
-        ids = await self._pool.fetch(INSERT_RUNS_AT, row["id"], [at], "manual")
+        ids = await self._pool.fetch(INSERT_RUNS_AT, row["id"], [at], "manual", _text(overlap))
         return ids[0]["id"] if ids else None
 
     async def backfill(
@@ -95,19 +102,23 @@ class Operations:
         max_runs: int = BACKFILL_MAX_RUNS,
         chunk: int = BACKFILL_CHUNK,
         progress: Callable[[BackfillProgress], None] | None = None,
+        overlap: Overlap | None = None,
     ) -> BackfillProgress:
         """One run per instant of the schedule in ``[start, end]`` that has no row yet.
 
         The whole range, however long, in statements of ``chunk`` instants each
         (``progress`` is told after each one); or BackfillTooLarge, before
         anything is written, when the range holds more than ``max_runs`` instants.
+        ``overlap``: the runs' own overlap mode (None: the job's).
         """
         row = await self._job(job)
         schedule = decode_job(job, row["definition"]).schedule
         plan = plan_backfill(job, schedule, start, end, max_runs)
         done = plan.nothing_done()
         for batch in plan.chunks(chunk):
-            inserted = await self._pool.fetch(INSERT_RUNS_AT, row["id"], batch, "backfill")
+            inserted = await self._pool.fetch(
+                INSERT_RUNS_AT, row["id"], batch, "backfill", _text(overlap)
+            )
             done = done.after_chunk(batch, len(inserted))
             if progress is not None:
                 progress(done)

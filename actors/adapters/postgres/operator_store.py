@@ -21,11 +21,13 @@ from actors.adapters.database import CONNECTION_LOST, DATABASE_ERROR, SCHEMA_MIS
 from actors.adapters.postgres.errors import is_outage
 from actors.adapters.postgres.history import History, record_action
 from actors.adapters.postgres.operations import Operations
-from actors.adapters.postgres.statements import LOCK_JOB, RUN_JOB, RUN_STATE
+from actors.adapters.postgres.statements import ACTIVE_RUN, LOCK_JOB, RUN_JOB, RUN_STATE
+from actors.domain import Overlap
 from actors.domain.backfill import BackfillProgress
 from actors.domain.pause import PausedInstants
 from actors.ports import StoreUnavailable
 from actors.ports.operator import (
+    ActiveRun,
     Caller,
     Cancelled,
     Recorded,
@@ -152,9 +154,10 @@ class PostgresOperatorStore(History):
         *,
         arguments: dict[str, Any],
         result: Callable[[str], str],
+        overlap: Overlap | None = None,
     ) -> tuple[str, Recorded] | None:
         async with self._pool.acquire() as conn, conn.transaction():
-            run_id = await Operations(conn).trigger(job, at)  # or UnknownJob
+            run_id = await Operations(conn).trigger(job, at, overlap)  # or UnknownJob
             if run_id is None:
                 return None
             recorded = await record_action(
@@ -177,10 +180,15 @@ class PostgresOperatorStore(History):
         *,
         max_runs: int,
         progress: Callable[[BackfillProgress], None] | None = None,
+        overlap: Overlap | None = None,
     ) -> BackfillProgress:
         return await Operations(self._pool).backfill(  # or UnknownJob, BackfillTooLarge
-            job, start, end, max_runs=max_runs, progress=progress
+            job, start, end, max_runs=max_runs, progress=progress, overlap=overlap
         )
+
+    async def active_run(self, job: str) -> ActiveRun | None:
+        row = await self._pool.fetchrow(ACTIVE_RUN, job)
+        return None if row is None else ActiveRun(row["id"], row["state"])
 
     async def cancel(self, actor: Caller, run_id: str, *, reason: str, result: str) -> Cancelled:
         async with self._pool.acquire() as conn, conn.transaction():

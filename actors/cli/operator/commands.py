@@ -4,7 +4,7 @@ Exit status (the same for every command):
   0  done; the audit is complete
   1  failed or incomplete: the audit found a missing, failed or stuck run, or a run
      not finished yet, or the range names no instant of the schedule; the replica
-     refused a reload
+     refused a reload; trigger --wait: the run ended other than succeeded
   2  usage or bad input: a bad time (a trigger or a backfill of an instant after now),
      run id, state, range, URL, token or config file (reload --config: one the replica
      would refuse)
@@ -12,15 +12,18 @@ Exit status (the same for every command):
      the instant already has a run (a backfill: every instant of the range); the
      job is already paused
   4  claimd unreachable: the database or the API did not answer
+  5  trigger --wait gave up waiting (--wait-timeout); the run goes on
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import fnmatch
 import json
 import os
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
@@ -28,8 +31,9 @@ from actors.cli.operator import render
 from actors.cli.operator.connect import Backend, StoreOpener, open_backend
 from actors.cli.operator.reload import cmd_reload
 from actors.domain.backfill import BACKFILL_CHUNK, BACKFILL_MAX_RUNS
+from actors.domain.pause import DEFAULT_PAUSED_INSTANTS, PausedInstants
 from actors.domain.trigger import EARLIEST_TRIGGER
-from actors.operator import OperatorError, Unavailable
+from actors.operator import BadInput, NotFound, OperatorError, Unavailable
 from actors.ports import SchemaMissing, StoreRefused, StoreUnavailable
 
 EXIT_CODES = __doc__.split("Exit status", 1)[1] if __doc__ else ""
@@ -100,10 +104,23 @@ def _command(command: Command) -> Callable[[argparse.Namespace], int]:
 async def jobs(backend: Backend, args: argparse.Namespace) -> Result:
     rows = await backend.get("jobs")
     rows = rows if args.all else [j for j in rows if j["enabled"]]
+    if args.pattern:
+        rows = [j for j in rows if _name_matches(j["name"], args.pattern)]
     # `--json` prints the API's job list as it is; the table adds the jobs the
     # config file rejected (GET /api/config/rejected), new ones included.
     rejected = [] if args.json else await backend.get("rejected_jobs")
-    return rows, render.jobs(rows, rejected), 0
+    if args.pattern:
+        rejected = [r for r in rejected if _name_matches(r["job"], args.pattern)]
+    # And the config generation in force, and whether the replicas disagree (docs/rollout.md).
+    config = None if args.json else await backend.get("config_rollout")
+    return rows, render.jobs(rows, rejected, config, wide=args.wide), 0
+
+
+def _name_matches(name: str, pattern: str) -> bool:
+    """A glob (``billing-*``) when it has one of ``*?[``, else a part of the name."""
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(name, pattern)
+    return pattern in name
 
 
 async def runs(backend: Backend, args: argparse.Namespace) -> Result:
@@ -121,13 +138,36 @@ async def runs(backend: Backend, args: argparse.Namespace) -> Result:
     return page, render.runs(page), 0
 
 
+def _is_run_id(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
 async def show(backend: Backend, args: argparse.Namespace) -> Result:
-    found = await backend.get("run", run_id=args.run_id)
+    """One run by its id, or a job's latest run (what `claimd show JOB` asks: why did it fail)."""
+    run_id = args.run_id
+    if not _is_run_id(run_id):
+        page = await backend.get("runs", job=run_id, limit=1)
+        if not page["runs"]:
+            raise NotFound(
+                f"job {run_id!r} has no run yet (claimd runs {run_id} --ahead lists "
+                "the ones written ahead)"
+            )
+        run_id = page["runs"][0]["id"]
+    found = await backend.get("run", run_id=run_id)
     return found, render.run(found), 0
 
 
 async def audit(backend: Backend, args: argparse.Namespace) -> Result:
-    result = await backend.get("audit", job=args.job, start=args.start, end=args.end)
+    if args.at and (args.start or args.end):
+        raise BadInput("give --at, or --from and --to, not both")
+    if not args.at and not (args.start and args.end):
+        raise BadInput("give --from and --to (a range), or --at (one instant)")
+    start, end = (args.at, args.at) if args.at else (args.start, args.end)
+    result = await backend.get("audit", job=args.job, start=start, end=end)
     return (result, render.audit(result, args.problems), 0 if result["summary"]["complete"] else 1)
 
 
@@ -150,6 +190,55 @@ def _action(name: str, *fields: str) -> Command:
     return act
 
 
+WAIT_POLL_S = 0.5  # how often `trigger --wait` reads the run
+
+
+async def _trigger(backend: Backend, args: argparse.Namespace) -> Result:
+    """Trigger; with ``--wait``, follow the run to its end and answer with it."""
+    answer, message, code = await _action("trigger", "job", "at", "overlap")(backend, args)
+    if not args.wait or code != 0:
+        return answer, message, code
+    if not getattr(args, "json", False):
+        print(message, file=sys.stderr)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + args.wait_timeout
+    while True:
+        run = await backend.get("run", run_id=answer["run_id"])
+        if run["state"] not in render.UNFINISHED:
+            return run, render.run(run), 0 if run["state"] == "succeeded" else 1
+        if loop.time() >= deadline:
+            raise WaitTimedOut(
+                f"run {answer['run_id']} still {run['state']} after {args.wait_timeout}s "
+                "(it goes on; claimd show follows it)"
+            )
+        await asyncio.sleep(WAIT_POLL_S)
+
+
+class WaitTimedOut(OperatorError):
+    """``trigger --wait`` gave up: the run has not finished (it goes on)."""
+
+    status = 504
+    exit = 5
+
+
+async def _resume(backend: Backend, args: argparse.Namespace) -> Result:
+    """Resume, saying first what becomes of the paused instants (the answer says how many).
+
+    The notice is for a person at a terminal; a script reads the answer (and an
+    error stays one line)."""
+    if not getattr(args, "json", False) and sys.stderr.isatty():
+        if args.paused_instants == PausedInstants.SKIP.value:
+            plan = "none runs, each is recorded as paused (--paused-instants run to run them)"
+        else:
+            plan = "they run as its catch-up policy says"
+        print(
+            f"resuming {render.terminal_safe(args.job)}: of the instants that came due "
+            f"while it was paused, {plan}",
+            file=sys.stderr,
+        )
+    return await _action("resume", "job", "paused_instants")(backend, args)
+
+
 # --- arguments ------------------------------------------------------------------------
 
 
@@ -163,6 +252,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _overlap_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--overlap",
+        choices=["queue", "allow", "forbid"],
+        help="the new runs' own overlap mode, for a job with overlap = forbid or queue "
+        "(default queue: wait while another run of the job is active); a job with "
+        "overlap = allow takes only allow",
+    )
+
+
 def _connection(p: argparse.ArgumentParser, *, output: bool = True) -> None:
     g = p.add_argument_group(
         "reaching claimd (default: a running `claimd dev` of this directory, or of --data-dir)"
@@ -170,8 +269,13 @@ def _connection(p: argparse.ArgumentParser, *, output: bool = True) -> None:
     g.add_argument("--config", help="read database_url from this config file")
     g.add_argument("--database-url", help="PostgreSQL URL (or CLAIMD_DATABASE_URL)")
     g.add_argument("--url", help="a replica's HTTP API, e.g. http://127.0.0.1:8780 (or CLAIMD_URL)")
-    g.add_argument("--token", help="bearer token for actions through --url (or CLAIMD_API_TOKEN)")
-    g.add_argument("--token-file", help="read the bearer token from this file")
+    # No --token VALUE: an argument is visible to every user of the host (ps).
+    g.add_argument(
+        "--token-file",
+        help="read the bearer token for --url from this file (or CLAIMD_API_TOKEN); "
+        "reads need one of scope read, actions one of scope operate, once the "
+        "replica has tokens configured",
+    )
     g.add_argument(
         "--actor",
         help="who is recorded as doing the action (default: your "
@@ -206,6 +310,9 @@ def register(sub: Any, open_store: StoreOpener) -> None:
     def command(name: str, help_text: str, fn: Command) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(
             name,
+            # No abbreviations: `--token VALUE` must not pass as `--token-file VALUE`
+            # (and the token be printed as a file that cannot be read).
+            allow_abbrev=False,
             help=help_text,
             description=f"{help_text}. {TIME_NOTE}",
             epilog=f"exit status{EXIT_CODES}",
@@ -220,7 +327,17 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         "every job: schedule, zone, next fire, last outcome, last success, overdue backlog, paused",
         jobs,
     )
+    p.add_argument(
+        "pattern",
+        nargs="?",
+        help="only the jobs whose name matches: a glob (billing-*) or a part of the name",
+    )
     p.add_argument("--all", action="store_true", help="include jobs removed from the config")
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="every column (UTC times, last success, runs written ahead) and whole errors",
+    )
     p = command("runs", "runs that have happened (scheduled at or before now), newest first", runs)
     p.add_argument("job", nargs="?", help="only this job's runs")
     p.add_argument(
@@ -240,8 +357,15 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         help="include the runs written ahead of time, not yet due (default: what has happened, "
         "scheduled at or before now)",
     )
-    p = command("show", "one run: attempts and verdicts, errors, output tail, lease, epoch", show)
-    p.add_argument("run_id")
+    p = command(
+        "show",
+        "one run (by RUN_ID, or JOB's latest): attempts and verdicts, errors, output tail, "
+        "lease, epoch",
+        show,
+    )
+    p.add_argument(
+        "run_id", metavar="RUN_ID|JOB", help="a run's id, or a job's name: its latest run"
+    )
     p = command(
         "audit",
         "did every due instant of JOB in a range run? each instant with "
@@ -249,8 +373,9 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         audit,
     )
     p.add_argument("job")
-    p.add_argument("--from", dest="start", required=True, help="first instant (job's zone)")
-    p.add_argument("--to", dest="end", required=True, help="last instant, inclusive")
+    p.add_argument("--from", dest="start", help="first instant (job's zone)")
+    p.add_argument("--to", dest="end", help="last instant, inclusive")
+    p.add_argument("--at", help="one instant (job's zone): the same as --from AT --to AT")
     p.add_argument(
         "--problems",
         action="store_true",
@@ -265,29 +390,30 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         "stop materializing and claiming a job's runs (claimed, unstarted ones go back to pending)",
         _action("pause", "job"),
     ).add_argument("job")
-    p = command("resume", "undo pause", _action("resume", "job", "paused_instants"))
+    p = command("resume", "undo pause", _resume)
     p.description = (
         "Undo pause. --paused-instants says what becomes of the instants that came due "
-        "while JOB was paused: 'run' (the default) leaves them to the job's catch-up "
-        'policy, as after a downtime: with catchup = "all" (the default) every one of '
-        'them within catchup_window runs, all at once, on resume; "latest" runs the '
-        "newest; \"none\" only those still within its starting deadline. 'skip' runs "
-        "none: the runs written ahead for them become skipped and the instants not "
-        "written yet are recorded as a gap, both with the "
-        'reason "paused ..." (claimd audit lists them as paused, not missing), and '
-        "the schedule goes on from now. Runs added by trigger or backfill run either way."
+        "while JOB was paused: 'skip' (the default) runs none of them: the runs written "
+        "ahead for them become skipped and the instants not written yet are recorded as "
+        'a gap, both with the reason "paused ..." (claimd audit lists them as paused, '
+        "not missing), and the schedule goes on from now. 'run' leaves them to the "
+        'job\'s catch-up policy, as after a downtime: with catchup = "all" (the default) '
+        "every one of them within catchup_window runs, all at once, on resume; "
+        '"latest" runs the newest; "none" only those still within its starting '
+        "deadline. Runs added by trigger or backfill run either way."
     )
     p.add_argument("job")
     p.add_argument(
         "--paused-instants",
         choices=["run", "skip"],
-        default="run",
-        help="run (default): as the job's catch-up policy says; skip: none of them runs",
+        default=DEFAULT_PAUSED_INSTANTS.value,
+        help="skip (default): none of them runs, each recorded as paused; "
+        "run: as the job's catch-up policy says",
     )
     p = command(
         "trigger",
         "a run now, for now or a past instant (one run per instant still)",
-        _action("trigger", "job", "at"),
+        _trigger,
     )
     p.description = (
         "Add a run of JOB for one instant, due now: --at (default: now on the database's "
@@ -296,12 +422,29 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         f"exit 2, as is an instant before {EARLIEST_TRIGGER.date().isoformat()}). The "
         "answer says whether the schedule names the instant: if it does, this run is that "
         "instant's run and the schedule adds no other; if not, it is an extra run. An "
-        "instant that already has a run is left alone (exit 3). " + TIME_NOTE
+        "instant that already has a run is left alone (exit 3). For a job with overlap = "
+        "forbid or queue the run waits its turn while another run of the job is active "
+        "(--overlap queue, the default; the answer names that run); --overlap forbid is "
+        "refused then (exit 2: the run would be skipped), --overlap allow runs it beside. "
+        + TIME_NOTE
     )
     p.add_argument("job")
     p.add_argument(
         "--at",
         help="the instant, at or before now; in the job's zone without an offset (default: now)",
+    )
+    _overlap_option(p)
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for the run to finish, then show it (exit 0 succeeded, 1 otherwise)",
+    )
+    p.add_argument(
+        "--wait-timeout",
+        type=_positive_int,
+        default=3600,
+        metavar="SECONDS",
+        help="give up waiting after this long (exit 5; the run goes on); default 3600",
     )
     command("cancel", "cancel a pending or running run", _action("cancel", "run_id")).add_argument(
         "run_id"
@@ -309,7 +452,7 @@ def register(sub: Any, open_store: StoreOpener) -> None:
     p = command(
         "backfill",
         "one run per missed instant in a range (idempotent)",
-        _action("backfill", "job", "start", "end", "max_runs"),
+        _action("backfill", "job", "start", "end", "max_runs", "overlap"),
     )
     p.description = (
         "Add one run for each instant of JOB's schedule from --from to --to (both "
@@ -319,7 +462,11 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         "running it again. Refused before anything is written (exit 2) past --max-runs, "
         "and for a range that ends after now (a backfilled run runs now: an instant still "
         "ahead would be used up and its scheduled run never happen; end it with --to now) "
-        f"or begins before {EARLIEST_TRIGGER.date().isoformat()}, as a trigger is. " + TIME_NOTE
+        f"or begins before {EARLIEST_TRIGGER.date().isoformat()}, as a trigger is. Every "
+        "instant added runs: for a job with overlap = forbid or queue, one after another "
+        "(--overlap queue, the default: each waits while a run of the job is active), at "
+        "once (--overlap allow), or as the job's own runs (--overlap forbid, a forbid job's "
+        "only: skipped if a run is active when due). " + TIME_NOTE
     )
     p.add_argument("job")
     p.add_argument("--from", dest="start", required=True, help="first instant (job's zone)")
@@ -330,9 +477,11 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         default=BACKFILL_MAX_RUNS,
         help=f"refuse a range of more instants than this (default {BACKFILL_MAX_RUNS:,})",
     )
+    _overlap_option(p)
 
     rel = sub.add_parser(
         "reload",
+        allow_abbrev=False,
         help="make a running replica reread its config (SIGHUP) and report its verdict",
         description=(
             "Send SIGHUP to a replica (--pid, --pid-file), then wait for the verdict it "
@@ -351,6 +500,15 @@ def register(sub: Any, open_store: StoreOpener) -> None:
     target = rel.add_mutually_exclusive_group(required=True)
     target.add_argument("--pid", type=int)
     target.add_argument("--pid-file")
+    rel.add_argument(
+        "--force",
+        action="store_true",
+        help=(
+            "roll back: apply the replica's file even when it is older than the config "
+            "generation in force (SIGUSR1 instead of SIGHUP; recorded in the action log; "
+            "docs/rollout.md)"
+        ),
+    )
     rel.add_argument(
         "--wait",
         type=float,

@@ -192,6 +192,7 @@ _READS = {
     "audit": "auditJob",
     "actions": "listActions",
     "rejected_jobs": "listRejectedJobs",
+    "config_rollout": "getConfig",
 }
 _ACTIONS = {
     "pause": "pauseJob",
@@ -206,7 +207,8 @@ _QUERY_NAMES = {"start": "from", "end": "to", "states": "state"}
 
 
 class HttpBackend:
-    """Through a replica's API: reads for anyone, actions with a bearer token."""
+    """Through a replica's API, the bearer token (if any) sent with every request: reads
+    need one of scope read once the replica has tokens, actions one of scope operate."""
 
     def __init__(self, url: str, token: str | None, actor: str, timeout: float) -> None:
         self.base = url.rstrip("/")
@@ -221,7 +223,7 @@ class HttpBackend:
         self, method: str, path: str, *, params: Any = None, body: dict[str, Any] | None = None
     ) -> Any:
         headers = {"Claimd-Actor": self.actor}
-        if self.token and method == "POST":
+        if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         try:
             async with self.session.request(
@@ -288,7 +290,7 @@ def _token(args: Any) -> str | None:
             return Path(token_file).read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise BadInput(f"cannot read {token_file}: {exc.strerror}") from None
-    return getattr(args, "token", None) or os.environ.get("CLAIMD_API_TOKEN")
+    return os.environ.get("CLAIMD_API_TOKEN") or None
 
 
 async def open_backend(args: Any) -> Backend:

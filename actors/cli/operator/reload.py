@@ -20,7 +20,7 @@ from typing import Any
 
 from actors.cli.operator import render
 from actors.cli.operator.connect import connect_database, database_url, os_user
-from actors.config import ConfigError, load_config
+from actors.config import CodeImport, ConfigError, load_config
 from actors.operator import OperatorError
 from actors.ports import Caller
 
@@ -82,13 +82,15 @@ async def _signal_and_wait(args: argparse.Namespace, pid: int) -> int:
     try:
         before = await store.last_action_id() if store else 0
         try:
-            os.kill(pid, signal.SIGHUP)
+            # --force: SIGUSR1, the replica's forced reload (the rollback).
+            os.kill(pid, signal.SIGUSR1 if args.force else signal.SIGHUP)
         except ProcessLookupError:
             return fail(f"no process {pid}", 3)
         except PermissionError:
             return fail(f"not allowed to signal process {pid}", 2)
         if store is None:
-            sent = f"sent SIGHUP to {pid} (give --config to wait for the replica's verdict)"
+            name = "SIGUSR1 (forced reload)" if args.force else "SIGHUP"
+            sent = f"sent {name} to {pid} (give --config to wait for the replica's verdict)"
             print(verdict_json(pid, None, sent, {}) if args.json else sent)
             return 0
         verdict = None
@@ -99,7 +101,8 @@ async def _signal_and_wait(args: argparse.Namespace, pid: int) -> int:
                 await asyncio.sleep(0.1)
         ok, result, details = verdict or (False, f"no verdict recorded within {args.wait:g}s", {})
         actor = Caller(args.actor or os_user(), "cli", f"{os.uname().nodename}:{os.getpid()}")
-        await store.record_action(actor, "reload", arguments={"pid": pid}, ok=ok, result=result)
+        arguments: dict[str, Any] = {"pid": pid, **({"force": True} if args.force else {})}
+        await store.record_action(actor, "reload", arguments=arguments, ok=ok, result=result)
     finally:
         if store is not None:
             await store.close()
@@ -109,7 +112,19 @@ async def _signal_and_wait(args: argparse.Namespace, pid: int) -> int:
         return 1 if args.json else _refusal_lines(pid, result, details)
     if not args.json:
         print(f"process {pid}: {result}")
+        _settings_warning(pid, details)
     return 0
+
+
+def _settings_warning(pid: int, details: dict[str, Any]) -> None:
+    """A reload applies jobs only: changed ``[claimd]`` settings wait for a restart; say so."""
+    names = [str(n) for n in details.get("settings_not_applied") or []]
+    if names:
+        print(
+            f"warning: process {pid}: [claimd] settings changed but not applied until the "
+            f"replica restarts: {', '.join(render.terminal_safe(n) for n in names)}",
+            file=sys.stderr,
+        )
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
@@ -117,7 +132,8 @@ def cmd_reload(args: argparse.Namespace) -> int:
     if args.config:
         try:
             # The API tokens are the replica's (its environment), not this shell's.
-            loaded = load_config(args.config, read_tokens=False)
+            # Its python code is imported in a child process, not in this command.
+            loaded = load_config(args.config, read_tokens=False, code=CodeImport(in_child=True))
         except ConfigError as exc:
             errors = [str(exc)]
         else:

@@ -59,11 +59,20 @@ def took(seconds: float | None) -> str:
     return "-" if seconds is None else human_duration(timedelta(seconds=seconds))
 
 
-def _outcome(last: dict[str, Any] | None) -> str:
+def _outcome(last: dict[str, Any] | None, running: int = 0, width: int | None = None) -> str:
     if not last:
-        return "never ran"
+        # The first run of a long job is running, not "never ran".
+        return "running, none finished yet" if running else "never ran"
     text = str(last["outcome"] or last["state"])
-    return f"{text}: {last['error']}" if last.get("error") else text
+    if not last.get("error"):
+        return text
+    error = " ".join(str(last["error"]).split())
+    if width is not None and len(error) > width:
+        error = error[: width - 1] + "…"
+    return f"{text}: {error}"
+
+
+NARROW_ERROR = 60  # characters of the last error in the default (narrow) table
 
 
 def _job_state(j: dict[str, Any]) -> str:
@@ -71,12 +80,40 @@ def _job_state(j: dict[str, Any]) -> str:
     return f"{state}, edit rejected" if j.get("config_rejected") else state
 
 
-def jobs(rows: list[dict[str, Any]], rejected: Sequence[dict[str, Any]] = ()) -> str:
-    """The jobs table; then the jobs the config file rejected, each with its error."""
+def jobs(
+    rows: list[dict[str, Any]],
+    rejected: Sequence[dict[str, Any]] = (),
+    config: dict[str, Any] | None = None,
+    *,
+    wide: bool = False,
+) -> str:
+    """The jobs table; the config generation in force and the replicas' files; then the
+    jobs the config file rejected, each with its error (last: a script reads to the end).
+
+    Narrow by default (a terminal's width: the job, its schedule in its zone,
+    the next fire in that zone, the last outcome with the error cut short, the
+    backlog, the state); ``wide`` adds UTC times, the last success and the runs
+    written ahead, and the whole error.
+    """
     listed = {j["name"] for j in rows}
     new = [r for r in rejected if r["job"] not in listed]
     if not rows and not rejected:
         return "no jobs"
+    if not wide:
+        narrow = [
+            [
+                j["name"],
+                f"{j['schedule']} ({j['timezone']})",
+                when(j["next_fire_local"]),
+                _outcome(j["last_outcome"], j.get("running", 0), NARROW_ERROR),
+                "-" if j["paused"] else j["backlog"],
+                _job_state(j),
+            ]
+            for j in rows
+        ]
+        narrow += [[r["job"], *["-"] * 4, "rejected"] for r in new]
+        text = table(["JOB", "SCHEDULE", "NEXT FIRE", "LAST OUTCOME", "OVERDUE", "STATE"], narrow)
+        return text + config_lines(config) + _rejected_lines(rejected)
     body = [
         [
             j["name"],
@@ -84,7 +121,7 @@ def jobs(rows: list[dict[str, Any]], rejected: Sequence[dict[str, Any]] = ()) ->
             j["timezone"],
             when(j["next_fire"]),
             when(j["next_fire_local"]),
-            _outcome(j["last_outcome"]),
+            _outcome(j["last_outcome"], j.get("running", 0)),
             when(j["last_success"]),
             "-" if j["paused"] else j["backlog"],
             j["ahead"],
@@ -108,18 +145,44 @@ def jobs(rows: list[dict[str, Any]], rejected: Sequence[dict[str, Any]] = ()) ->
         ],
         body,
     )
-    if rejected:
-        lines = ["", "rejected by the config file (fix the file, then `claimd reload`):"]
-        for r in rejected:
-            field = f"field {r['field']!r}: " if r["field"] else ""
-            verdict = (
-                "the old definition keeps running" if r["old_definition_running"] else "not running"
-            )
-            lines.append(
-                f"  {r['job']}: {r['path']}: {field}{' '.join(r['error'].split())} -- {verdict}"
-            )
-        text += "\n" + "\n".join(lines)
-    return text
+    return text + config_lines(config) + _rejected_lines(rejected)
+
+
+def _rejected_lines(rejected: Sequence[dict[str, Any]]) -> str:
+    if not rejected:
+        return ""
+    lines = ["", "rejected by the config file (fix the file, then `claimd reload`):"]
+    for r in rejected:
+        field = f"field {r['field']!r}: " if r["field"] else ""
+        running = r["old_definition_running"]
+        verdict = "the old definition keeps running" if running else "not running"
+        error = " ".join(r["error"].split())
+        lines.append(f"  {r['job']}: {r['path']}: {field}{error} -- {verdict}")
+    return "\n" + "\n".join(lines)
+
+
+def config_lines(config: dict[str, Any] | None) -> str:
+    """Under the jobs table: the config generation in force and each replica's file."""
+    if not config or config.get("in_force") is None:
+        return ""
+    g = config["in_force"]
+    version = f", config_version {g['config_version']}" if g["config_version"] is not None else ""
+    forced = ", forced (rollback)" if g["forced"] else ""
+    lines = [
+        "",
+        f"config in force: generation {g['generation']}, digest {g['digest']}{version}, since "
+        f"{when(g['since'])}{forced}",
+    ]
+    if config.get("disagreement"):
+        lines.append(str(config["disagreement"]))
+    for r in config.get("replicas", []):
+        state = (
+            "in force"
+            if r["in_force"]
+            else ("refused: older than the one in force" if r["stale"] else "not in force")
+        )
+        lines.append(f"  {terminal_safe(r['replica'])}: digest {r['digest']} ({state})")
+    return "\n".join(lines)
 
 
 def runs(page: dict[str, Any]) -> str:

@@ -13,12 +13,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
+from typing import cast
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
-from actors.observability import get_logger
+from actors.http.guard import SAFE_HEADERS, SERVER_NAME
+from actors.observability import HTTP_REFUSED, get_logger
 from actors.operator import OperatorError, Unauthorized
 from actors.ports import StoreUnavailable
 
@@ -93,13 +95,43 @@ class JsonErrorHandler(RequestHandler):
             first = (message or HTTPStatus(status).phrase).splitlines()[0]
             text = f"malformed HTTP request: {first.split(': ')[0].rstrip(':')}"
             log.debug("http: malformed request", status=status, error=text)
-        response = error_response(status, text)
+        response = error_response(status, text, {**SAFE_HEADERS, "Server": SERVER_NAME})
         response.force_close()
         return response
 
 
 class JsonErrorServer(web.Server):
-    """A low-level server whose connections answer parser errors as JSON."""
+    """A low-level server whose connections answer parser errors as JSON, at most
+    ``cap`` of them at once.
+
+    Past the cap, the oldest connection not in the middle of a request (still
+    sending its headers, or idle between requests) is closed for the new one,
+    else the new one is: the file descriptors a replica needs for its database,
+    NATS and its jobs' pipes stay free whatever clients do, and a slow or idle
+    client cannot keep a health check out.
+    """
+
+    cap = 0  # 0: no cap (set per instance by answer_parser_errors_as_json)
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        if not self.cap:
+            return
+        # Oldest first; a closed one stays listed until its handler's task ends.
+        held = [(h, t) for h, t in self._connections.items() if not t.is_closing()]
+        excess = len(held) - self.cap
+        if excess <= 0:
+            return
+        for old, old_transport in held:
+            # aiohttp's handler says whether a request is being handled (no public name).
+            if excess > 0 and not getattr(old, "_request_in_progress", True):
+                old_transport.close()
+                HTTP_REFUSED.labels(reason="connection_cap").inc()
+                excess -= 1
+        if excess > 0:  # every one is busy answering: the new one waits its turn elsewhere
+            transport.close()
+            HTTP_REFUSED.labels(reason="connection_cap").inc()
+        log.debug("http: connection cap reached", cap=self.cap)
 
     def __call__(self) -> RequestHandler:
         handler = super().__call__()
@@ -108,9 +140,10 @@ class JsonErrorServer(web.Server):
         return handler
 
 
-def answer_parser_errors_as_json(runner: web.AppRunner) -> None:
+def answer_parser_errors_as_json(runner: web.AppRunner, cap: int = 0) -> None:
     """Make ``runner``'s server (after setup, before a site starts) answer malformed requests
-    as JSON too."""
+    as JSON too, and hold at most ``cap`` connections (0: no cap)."""
     server = runner.server
     assert server is not None, "call after runner.setup()"
     server.__class__ = JsonErrorServer
+    cast(JsonErrorServer, server).cap = cap

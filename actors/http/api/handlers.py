@@ -1,27 +1,28 @@
-"""The operator's routes: reads for anyone who can reach the port, actions for a token.
+"""The operator's routes: reads for a read token, actions for an operate token.
 
 Actions (trigger, pause, resume, cancel, backfill) need ``Authorization:
-Bearer <token>`` matching a token named in the settings, compared in constant
-time and never logged. Without a configured token the API is read-only:
-actions answer 403. A missing or wrong token answers 401 (before anything else
-of the request is read). Each request is read through its operation's models
+Bearer <token>`` matching a token of scope operate named in the settings
+(actors/http/guard.py compares it and checks each read's token too); a read
+token answers 403. Without a configured token the reads are open and the API
+read-only: actions answer 403. A missing or wrong token answers 401 (before
+anything else of the request is read). Each request is read through its operation's models
 (actors/http/openapi) and each answer sent through its model, so the server and
 /openapi.json say the same.
 """
 
 from __future__ import annotations
 
-import hmac
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from aiohttp import web
 
 from actors.http.api.reading import answer, body_of, path_of, query_of
-from actors.http.openapi import BY_ID, document
+from actors.http.guard import Tokens
+from actors.http.openapi import BY_ID, Scope, document
 from actors.http.openapi import requests as rq
 from actors.observability import get_logger
-from actors.operator import Forbidden, OperatorService, Unauthorized
+from actors.operator import OperatorService
 from actors.ports import Caller
 
 log = get_logger("api")
@@ -38,11 +39,19 @@ def _printable(text: str, limit: int) -> str:
 
 
 class OperatorApi:
-    """Routes over an :class:`OperatorService`; ``tokens`` are (name, token) pairs."""
+    """Routes over an :class:`OperatorService`; ``tokens`` are (name, token[, scope]) entries
+    (scope operate when not given)."""
 
-    def __init__(self, service: OperatorService, tokens: Sequence[tuple[str, str]]) -> None:
+    def __init__(
+        self,
+        service: OperatorService,
+        tokens: Iterable[Sequence[str]] = (),
+        *,
+        metrics_token: bool = False,
+    ) -> None:
         self.service = service
-        self._tokens = [(name, token.encode()) for name, token in tokens]
+        self.tokens = Tokens(tokens)
+        self.metrics_token = metrics_token
 
     def add_routes(self, app: web.Application) -> None:
         """The API's operations of the table (actors/http/server adds the replica's own)."""
@@ -50,6 +59,7 @@ class OperatorApi:
             "openapi": self.openapi,
             "listJobs": self.jobs,
             "listRejectedJobs": self.rejected_jobs,
+            "getConfig": self.config,
             "getJob": self.job,
             "auditJob": self.audit,
             "listRuns": self.runs,
@@ -67,23 +77,10 @@ class OperatorApi:
             app.router.add_route(op.method.upper(), op.path, handler)
 
     def _actor(self, request: web.Request) -> Caller:
-        """Who may act: the name of the token presented. Raises 403 / 401."""
-        if not self._tokens:
-            raise Forbidden(
-                "this API is read-only: no api_token_file or api_token_env is "
-                "configured in [claimd]"
-            )
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not given.strip():
-            raise Unauthorized("this action needs 'Authorization: Bearer <token>'")
-        # A header's undecodable bytes arrive as surrogates: compared as the bytes they were.
-        presented = given.strip().encode("utf-8", "surrogateescape")
-        name = None
-        for candidate, token in self._tokens:  # every token compared: no early exit
-            if hmac.compare_digest(presented, token):
-                name = candidate
-        if name is None:
-            raise Unauthorized("the bearer token is not one this replica accepts")
+        """Who may act: the name of the operate token presented. Raises 403 / 401."""
+        who = self.tokens.authorize(request, Scope.OPERATE)
+        assert who is not None  # an operate scope is never open
+        name = who[0]
         origin = request.remote or "unknown"
         claimed = _printable(request.headers.get("Claimd-Actor", ""), 100)
         return Caller(
@@ -93,13 +90,16 @@ class OperatorApi:
     # --- reads ----------------------------------------------------------------------
 
     async def openapi(self, request: web.Request) -> web.Response:
-        return web.json_response(document())
+        return web.json_response(document(self.tokens.configured, self.metrics_token))
 
     async def jobs(self, request: web.Request) -> web.Response:
         return _ok("listJobs", await self.service.jobs())
 
     async def rejected_jobs(self, request: web.Request) -> web.Response:
         return _ok("listRejectedJobs", await self.service.rejected_jobs())
+
+    async def config(self, request: web.Request) -> web.Response:
+        return _ok("getConfig", await self.service.config_rollout())
 
     async def job(self, request: web.Request) -> web.Response:
         name = path_of(request, rq.JobPath).name
@@ -167,14 +167,15 @@ class OperatorApi:
         actor = self._actor(request)
         name = path_of(request, rq.JobPath).name
         body = await body_of(request, rq.TriggerBody)
-        return self._done("triggerJob", await self.service.trigger(actor, name, body.at))
+        done = await self.service.trigger(actor, name, body.at, body.overlap)
+        return self._done("triggerJob", done)
 
     async def backfill(self, request: web.Request) -> web.Response:
         actor = self._actor(request)
         name = path_of(request, rq.JobPath).name
         body = await body_of(request, rq.BackfillBody, required=True)
         done = await self.service.backfill(
-            actor, name, body.start, body.end, max_runs=body.max_runs
+            actor, name, body.start, body.end, max_runs=body.max_runs, overlap=body.overlap
         )
         return self._done("backfillJob", done)
 

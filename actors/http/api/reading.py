@@ -6,23 +6,32 @@ must be; the document says the same, because it is built from these models.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from actors.http.guard import BODY_TIMEOUT_KEY
 from actors.http.openapi.fields import PATTERN_HELP
 from actors.operator import BadInput, OperatorError
 
 Model = TypeVar("Model", bound=BaseModel)
 JSON = "application/json"
+DEFAULT_BODY_TIMEOUT_S = 30.0
 
 
 class UnsupportedMediaType(OperatorError):
     """A body sent as anything but application/json."""
 
     status = 415
+
+
+class BodyTimeout(OperatorError):
+    """A body that did not arrive within the body timeout (a client trickling bytes)."""
+
+    status = 408
 
 
 def _shown(value: Any) -> str:
@@ -88,8 +97,17 @@ def _is_list(annotation: Any) -> bool:
 
 
 async def body_of(request: web.Request, model: type[Model], required: bool = False) -> Model:
-    """The JSON object body; an empty one is ``{}`` unless the body is required."""
-    raw = await request.read()
+    """The JSON object body; an empty one is ``{}`` unless the body is required.
+
+    It must arrive within the body timeout (setting http_body_timeout): 408 if not.
+    """
+    limit = float(request.get(BODY_TIMEOUT_KEY, DEFAULT_BODY_TIMEOUT_S))
+    try:
+        async with asyncio.timeout(limit):
+            raw = await request.read()
+    except TimeoutError:
+        # Answered; aiohttp then reads what is left for its lingering time at most.
+        raise BodyTimeout(f"the body did not arrive within {limit:g}s") from None
     if not raw.strip():
         if required:
             raise BadInput(f"a JSON object body is required (fields: {', '.join(_names(model))})")

@@ -9,6 +9,6 @@ checks, with a token and without.
 """
 
 from actors.http.openapi.document import document
-from actors.http.openapi.operations import BY_ID, OPERATIONS, Operation
+from actors.http.openapi.operations import BY_ID, OPERATIONS, Operation, Scope, scope_of
 
-__all__ = ["BY_ID", "OPERATIONS", "Operation", "document"]
+__all__ = ["BY_ID", "OPERATIONS", "Operation", "Scope", "document", "scope_of"]

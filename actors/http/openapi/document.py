@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaMode, models_json_schema
 
 from actors import __version__
-from actors.http.openapi.operations import ERRORS, OPERATIONS, Operation
+from actors.http.openapi.operations import ERRORS, OPERATIONS, Operation, Scope, scope_of
 from actors.http.openapi.responses import Error
 
 REF = "#/components/schemas/{model}"
@@ -84,7 +84,9 @@ def _links(op: Operation) -> dict[str, Any]:
     return links
 
 
-def _operation(op: Operation, refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _operation(
+    op: Operation, refs: dict[str, dict[str, Any]], protected: bool, metrics_token: bool
+) -> dict[str, Any]:
     error = refs["Error:serialization"]
     ok: dict[str, Any] = {
         "description": "the answer",
@@ -98,12 +100,16 @@ def _operation(op: Operation, refs: dict[str, dict[str, Any]]) -> dict[str, Any]
             "description": words,
             **_content(refs[f"{model.__name__}:serialization"]),
         }
-    for status in sorted(op.errors):
+    scope = scope_of(op, metrics_token=metrics_token)
+    if scope is not op.scope:  # the setting made it ask for a token: its 401 too
+        op = Operation(**{**op.__dict__, "scope": scope})
+    for status in op.statuses(protected):
         responses[str(status)] = {"description": ERRORS[status], **_content(error)}
     out: dict[str, Any] = {
         "operationId": op.operation_id,
         "summary": op.summary,
         "responses": responses,
+        "x-claimd-scope": scope.value,
     }
     if op.description:
         out["description"] = op.description
@@ -115,28 +121,37 @@ def _operation(op: Operation, refs: dict[str, dict[str, Any]]) -> dict[str, Any]
             "required": op.body_required,
             **_content(refs[f"{op.body.__name__}:validation"]),
         }
-    if op.secured:
+    if scope is Scope.OPERATE or (scope is Scope.READ and protected):
         out["security"] = [{BEARER: []}]
     return out
 
 
 @cache
-def document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document (built once; it is the same for every request)."""
+def document(protected: bool = True, metrics_token: bool = False) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of a replica (built once for each configuration).
+
+    ``protected``: tokens are configured, so each read declares the bearer and
+    its 401; without tokens only the actions do (and answer 403, read-only).
+    ``x-claimd-scope`` names each operation's scope: open, read or operate.
+    """
     refs, schemas = _components()
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS:
-        paths.setdefault(op.path, {})[op.method] = _operation(op, refs)
+        paths.setdefault(op.path, {})[op.method] = _operation(
+            op, refs, protected, metrics_token and protected
+        )
     return {
         "openapi": "3.1.0",
         "info": {
             "title": "claimd",
             "version": __version__,
-            "description": "Runs, audit and operator actions of a claimd deployment. Reads are "
-            "open to whoever reaches the port; actions need a bearer token named in the "
-            "[claimd] settings. A request that does not match this document answers 400 with "
-            "a message naming the parameter or field; one that matches and cannot be done "
-            "answers 422 (or 404, 409) with the reason.",
+            "description": "Runs, audit and operator actions of a claimd deployment. Once a "
+            "token is configured in the [claimd] settings every read needs a bearer token of "
+            "scope read or operate, and every action one of scope operate (x-claimd-scope "
+            "names each operation's); without any, reads are open and actions refused. "
+            "/healthz, /readyz and this document are always open. A request that does not "
+            "match this document answers 400 with a message naming the parameter or field; "
+            "one that matches and cannot be done answers 422 (or 404, 409) with the reason.",
         },
         "paths": paths,
         "components": {

@@ -8,6 +8,7 @@ cannot say -- statuses, security, links -- is said here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal
 
 from pydantic import BaseModel
@@ -19,15 +20,31 @@ from actors.http.openapi import responses as rs
 ERRORS = {
     400: "the request does not match this document (the message names the parameter or field)",
     401: "missing or wrong bearer token",
-    403: "read-only: no token is configured",
+    403: "the token's scope does not allow this (a read token), or read-only: no token is "
+    "configured",
     404: "no such job or run",
+    408: "the body did not arrive within the body timeout",
     409: "nothing to do",
     415: "the body is not application/json",
     422: "well formed, and impossible: a reversed or too large range, a future trigger",
     503: "the database is unavailable",
 }
+# 401 and 403 are added from each operation's scope (see Operation.statuses).
 READ_ERRORS = (400, 404, 422, 503)
-ACTION_ERRORS = (400, 401, 403, 404, 409, 422, 503)
+ACTION_ERRORS = (400, 404, 409, 422, 503)
+
+
+class Scope(StrEnum):
+    """What a request must present: nothing, a read token, or an operate token.
+
+    Operate implies read. Without any token configured the reads are open and
+    the actions refused (403, read-only); /metrics is open unless the setting
+    ``metrics_token`` asks for a read token.
+    """
+
+    OPEN = "open"
+    READ = "read"
+    OPERATE = "operate"
 
 
 @dataclass(frozen=True)
@@ -51,11 +68,21 @@ class Operation:
     body: type[BaseModel] | None = None
     body_required: bool = False
     errors: tuple[int, ...] = ()
-    secured: bool = False
+    scope: Scope = Scope.READ
     description: str | None = None
     links: tuple[Link, ...] = ()
     media_type: str = "application/json"
     other: dict[int, tuple[str, type[BaseModel]]] = field(default_factory=dict)
+
+    def statuses(self, protected: bool) -> tuple[int, ...]:
+        """Its error statuses, with what its scope adds: a read 401 (when tokens are
+        configured), an action 401 and 403."""
+        added: tuple[int, ...] = ()
+        if self.scope is Scope.OPERATE:
+            added = (401, 403)
+        elif self.scope is Scope.READ and protected:
+            added = (401,)
+        return tuple(sorted({*self.errors, *added}))
 
 
 def _to(expression: str, parameter: str, *operation_ids: str) -> tuple[Link, ...]:
@@ -149,6 +176,16 @@ OPERATIONS: tuple[Operation, ...] = (
         errors=(503,),
     ),
     Operation(
+        "getConfig",
+        "get",
+        "/api/config",
+        "The config generations (the one in force first) and each replica's config file: "
+        "which digest it reports, whether it was refused as older than the one in force, "
+        "and whether the replicas disagree (docs/rollout.md)",
+        rs.ConfigRollout,
+        errors=(503,),
+    ),
+    Operation(
         "pauseJob",
         "post",
         "/api/jobs/{name}/pause",
@@ -156,7 +193,7 @@ OPERATIONS: tuple[Operation, ...] = (
         rs.ActionResult,
         path_params=rq.JobPath,
         errors=ACTION_ERRORS,
-        secured=True,
+        scope=Scope.OPERATE,
     ),
     Operation(
         "resumeJob",
@@ -166,8 +203,8 @@ OPERATIONS: tuple[Operation, ...] = (
         rs.ResumeResult,
         path_params=rq.JobPath,
         body=rq.ResumeBody,
-        errors=(*ACTION_ERRORS, 415),
-        secured=True,
+        errors=(*ACTION_ERRORS, 408, 415),
+        scope=Scope.OPERATE,
     ),
     Operation(
         "triggerJob",
@@ -177,8 +214,8 @@ OPERATIONS: tuple[Operation, ...] = (
         rs.TriggerResult,
         path_params=rq.JobPath,
         body=rq.TriggerBody,
-        errors=(*ACTION_ERRORS, 415),
-        secured=True,
+        errors=(*ACTION_ERRORS, 408, 415),
+        scope=Scope.OPERATE,
         description=(
             "Adds the run of one instant, due now. `scheduled_instant` in the answer says "
             "whether the schedule names the instant (then this is that instant's run and the "
@@ -196,8 +233,8 @@ OPERATIONS: tuple[Operation, ...] = (
         path_params=rq.JobPath,
         body=rq.BackfillBody,
         body_required=True,
-        errors=(*ACTION_ERRORS, 415),
-        secured=True,
+        errors=(*ACTION_ERRORS, 408, 415),
+        scope=Scope.OPERATE,
     ),
     Operation(
         "cancelRun",
@@ -207,7 +244,7 @@ OPERATIONS: tuple[Operation, ...] = (
         rs.ActionResult,
         path_params=rq.RunPath,
         errors=ACTION_ERRORS,
-        secured=True,
+        scope=Scope.OPERATE,
         links=_to("$request.path.run_id", "run_id", "getRun"),
     ),
     Operation(
@@ -218,8 +255,15 @@ OPERATIONS: tuple[Operation, ...] = (
         "fenced completions (counted since it started)",
         rs.ReplicaStatus,
     ),
-    Operation("openapi", "get", "/openapi.json", "This document (OpenAPI 3.1)", rs.Document),
-    Operation("healthz", "get", "/healthz", "Liveness", rs.Health),
+    Operation(
+        "openapi",
+        "get",
+        "/openapi.json",
+        "This document (OpenAPI 3.1)",
+        rs.Document,
+        scope=Scope.OPEN,
+    ),
+    Operation("healthz", "get", "/healthz", "Liveness", rs.Health, scope=Scope.OPEN),
     Operation(
         "readyz",
         "get",
@@ -227,6 +271,7 @@ OPERATIONS: tuple[Operation, ...] = (
         "Readiness: PostgreSQL and NATS reachable ('degraded': reads served, writes refused)",
         rs.Ready,
         other={503: ("not ready", rs.Ready)},
+        scope=Scope.OPEN,
     ),
     Operation(
         "metrics",
@@ -235,6 +280,14 @@ OPERATIONS: tuple[Operation, ...] = (
         "Prometheus metrics, text exposition format",
         rs.Metrics,
         media_type="text/plain",
+        scope=Scope.OPEN,  # a read token with the setting metrics_token (see document())
     ),
 )
 BY_ID = {op.operation_id: op for op in OPERATIONS}
+
+
+def scope_of(op: Operation, *, metrics_token: bool = False) -> Scope:
+    """What ``op`` asks for on this replica (/metrics: a read token with ``metrics_token``)."""
+    if op.operation_id == "metrics" and metrics_token:
+        return Scope.READ
+    return op.scope

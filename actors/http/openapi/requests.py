@@ -109,9 +109,19 @@ class ResumeBody(_Body):
 
     paused_instants: Literal["run", "skip"] | None = Field(
         None,
-        description="run (default): as the job's catch-up policy says (catchup = all runs "
-        'them all at once); skip: none runs, each recorded with the reason "paused"',
+        description='skip (default): none runs, each recorded with the reason "paused"; '
+        "run: as the job's catch-up policy says (catchup = all runs them all at once)",
     )
+
+
+RunOverlap = Literal["queue", "allow", "forbid"]
+OVERLAP_WORDS = (
+    "the new runs' own overlap mode, for a job with overlap = forbid or queue: queue "
+    "(the default: each waits while another run of the job is active, so a backfill's "
+    "runs run one after another), allow (beside the others), or forbid (a forbid job's "
+    "only: skipped if a run is active when due). A job with overlap = allow takes only "
+    "allow; anything else is 422."
+)
 
 
 class TriggerBody(_Body):
@@ -122,6 +132,11 @@ class TriggerBody(_Body):
         description="the instant (absent or null: now). It must be at or before now on the "
         "database's clock and not before 2000-01-01, otherwise 422: a future instant would "
         "run now and use up that instant's scheduled run.",
+    )
+    overlap: RunOverlap | None = Field(
+        None,
+        description=OVERLAP_WORDS + " For a trigger, forbid is refused (422) while a run of "
+        "the job is active, instead of adding a run that would be skipped.",
     )
 
 
@@ -138,3 +153,4 @@ class BackfillBody(_Body):
         BACKFILL_MAX_RUNS,
         description="refuse a range of more instants than this (422); default 1,000,000",
     )
+    overlap: RunOverlap | None = Field(None, description=OVERLAP_WORDS)

@@ -152,6 +152,38 @@ class RejectedJobs(RootModel[list[RejectedJob]]):
     pass
 
 
+class ConfigGeneration(_Answer):
+    generation: int = Field(description="its place in the order: the highest is in force")
+    digest: str = Field(description="the digest of the file's jobs (first 12 hex characters)")
+    config_version: int | None = Field(description="[claimd] config_version of the file")
+    since: UtcTime
+    replica: str = Field(description="the replica whose sync brought it into force")
+    forced: bool = Field(description="brought back by `claimd reload --force` (a rollback)")
+
+
+class ConfigReplica(_Answer):
+    replica: str
+    digest: str = Field(description="the digest of this replica's config file")
+    config_version: int | None
+    in_force: bool = Field(description="its file is the generation in force")
+    stale: bool = Field(
+        description="its file was refused as older than the generation in force (it runs the "
+        "jobs in force)"
+    )
+    path: str
+    seen_at: UtcTime
+
+
+class ConfigRollout(_Answer):
+    in_force: ConfigGeneration | None = Field(description="null before any sync")
+    generations: list[ConfigGeneration] = Field(description="the latest, newest first")
+    replicas: list[ConfigReplica] = Field(description="the replicas reporting now")
+    digests: dict[str, int] = Field(description="replicas per file digest")
+    disagreement: str | None = Field(
+        description="'replicas disagree: 2 on digest A, 1 on digest B', or null"
+    )
+
+
 class AuditRun(_Answer):
     id: Uuid
     state: RunState
@@ -280,12 +312,23 @@ class TriggerResult(ActionResult):
     run_id: Uuid
     scheduled_at: UtcTime
     scheduled_instant: bool = Field(description="whether the job's schedule names the instant")
+    overlap: Literal["queue", "allow", "forbid"] = Field(
+        description="the run's own overlap mode, as written on it"
+    )
+    waits_for: Uuid | None = Field(
+        None,
+        description="overlap queue: the job's run claimed or running when this one was "
+        "added, which it waits for (null: none)",
+    )
 
 
 class BackfillResult(ActionResult):
     added: int
     existing: int
     instants: int
+    overlap: Literal["queue", "allow", "forbid"] = Field(
+        description="the runs' own overlap mode, as written on each"
+    )
 
 
 # --- the replica's own routes ----------------------------------------------------------
@@ -318,6 +361,11 @@ class ReplicaStatus(_Answer):
     config_rejected: list[RejectedJob] | None = Field(
         description="the jobs the config file rejected at its last load (null while the "
         "database cannot say)"
+    )
+    config: ConfigRollout | None = Field(
+        default=None,
+        description="the config generations and the replicas' files (null while the "
+        "database cannot say)",
     )
 
 

@@ -75,6 +75,35 @@
 
   const $ = (id) => document.getElementById(id);
 
+  // Once a replica has tokens configured its reads need one (scope read): the
+  // page asks for it, keeps it for this tab only (sessionStorage, never a
+  // cookie or localStorage) and sends it as a bearer header.
+  const TOKEN_KEY = "claimd.token";
+  class NeedsToken extends Error {}
+
+  function storedToken() {
+    try { return sessionStorage.getItem(TOKEN_KEY) || ""; } catch (_) { return ""; }
+  }
+
+  function askForToken(refused) {
+    if (refused) { try { sessionStorage.removeItem(TOKEN_KEY); } catch (_) { /* private mode */ } }
+    setText($("token-why"), refused
+      ? "That token was not accepted. Give a token of scope read or operate."
+      : "This replica's reads need a bearer token (scope read or operate). It is kept for this tab only.");
+    $("token-form").hidden = false;
+    $("token-input").focus();
+  }
+
+  function onTokenSubmit(event) {
+    event.preventDefault();
+    const token = $("token-input").value.trim();
+    if (!token) return;
+    try { sessionStorage.setItem(TOKEN_KEY, token); } catch (_) { /* private mode */ }
+    $("token-input").value = "";
+    $("token-form").hidden = true;
+    refresh();
+  }
+
   function el(tag, attrs, ...children) {
     const node = document.createElement(tag);
     for (const [key, value] of Object.entries(attrs || {})) {
@@ -123,9 +152,13 @@
   }
 
   async function getJson(path) {
-    const response = await fetch(path, { cache: "no-store", headers: { Accept: "application/json" } });
+    const headers = { Accept: "application/json" };
+    const token = storedToken();
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const response = await fetch(path, { cache: "no-store", headers });
     let body = null;
     try { body = await response.json(); } catch (_) { body = null; }
+    if (response.status === 401) throw new NeedsToken(token ? "refused" : "");
     if (!response.ok) {
       const reason = body && body.error ? body.error : `HTTP ${response.status}`;
       throw new Error(`${path}: ${reason}`);
@@ -133,6 +166,55 @@
     const date = Date.parse(response.headers.get("Date") || "");
     if (!Number.isNaN(date)) serverSkewMs = date - Date.now();
     return body;
+  }
+
+  // An operator's action (needs a token of scope operate): the API's answer or its error.
+  async function postJson(path, body) {
+    const headers = { Accept: "application/json", "Content-Type": "application/json" };
+    const token = storedToken();
+    if (token) headers.Authorization = `Bearer ${token}`;
+    const response = await fetch(path, {
+      method: "POST", cache: "no-store", headers, body: JSON.stringify(body || {}),
+    });
+    let answer = null;
+    try { answer = await response.json(); } catch (_) { answer = null; }
+    if (response.status === 401) throw new NeedsToken("refused");
+    if (response.status === 403) throw new Error("this token may only read (an action needs scope operate)");
+    if (!response.ok) throw new Error(answer && answer.error ? answer.error : `HTTP ${response.status}`);
+    return answer;
+  }
+
+  // The actions a job offers on the page, shown once a token is held (without one
+  // the API refuses every action); each answers in the line below the buttons.
+  function jobActions(job) {
+    if (job.rejectedOnly || !job.enabled || !storedToken()) return null;
+    const said = el("p", { class: "action-result muted", "data-role": "action-result", "aria-live": "polite" });
+    const act = (label, path, body, role) => el("button", { type: "button", class: "action", "data-action": role },
+      label);
+    const buttons = [
+      act("Run now", "trigger", {}, "trigger"),
+      job.paused ? act("Resume (skip the paused instants)", "resume", {}, "resume")
+        : act("Pause", "pause", {}, "pause"),
+    ];
+    for (const button of buttons) {
+      button.addEventListener("click", async () => {
+        const role = button.dataset.action;
+        button.disabled = true;
+        try {
+          const answer = await postJson(`/api/jobs/${encodeURIComponent(job.name)}/${role}`, {});
+          said.className = "action-result";
+          said.textContent = answer && answer.message ? answer.message : `${role}: done`;
+          refresh();
+        } catch (error) {
+          if (error instanceof NeedsToken) { askForToken(true); return; }
+          said.className = "action-result error";
+          said.textContent = error.message;
+        } finally {
+          button.disabled = false;
+        }
+      });
+    }
+    return el("div", { class: "actions", "data-role": "job-actions" }, ...buttons, said);
   }
 
   // --- the header: servers, counters, rejected jobs ----------------------------
@@ -318,7 +400,8 @@
         `${last.state} ${wall(last.scheduled_local)}`,
         `${ago(last.finished_at || last.scheduled_at)}${manual}`, last.error || null);
     } else {
-      setLine(cells.last, "", "none yet", null, null);
+      // The first run of a long job is running: not "none yet".
+      setLine(cells.last, "", job.running > 0 ? "running, none finished yet" : "none yet", null, null);
     }
     const oldest = job.backlog > 0 && job.oldest_due ? `oldest due ${ago(job.oldest_due)}` : null;
     setLine(cells.overdue, job.backlog > 0 ? "num warn" : "num", String(job.backlog), null, oldest);
@@ -403,7 +486,7 @@
 
   function lastOutcome(job) {
     const last = job.last_outcome;
-    if (!last) return fact("last outcome", "none yet");
+    if (!last) return fact("last outcome", job.running > 0 ? "running, none finished yet" : "none yet");
     const look = STATE_LOOK[last.state] || last.state;
     const value = el("span", {},
       el("span", { class: `badge look-${look}` }, last.state),
@@ -462,6 +545,14 @@
       el("p", { class: "schedule", title: job.schedule || "" },
         job.schedule_words, job.timezone ? el("span", { class: "zone" }, job.timezone) : null));
     entry.facts.replaceChildren(...facts(job));
+    // The buttons are made once per state (a refresh must not take a click away).
+    const actionsKey = `${job.paused}:${job.enabled}:${Boolean(storedToken())}`;
+    if (entry.actionsKey !== actionsKey) {
+      entry.actionsKey = actionsKey;
+      if (entry.actions) entry.actions.remove();
+      entry.actions = jobActions(job);
+      if (entry.actions) entry.facts.after(entry.actions);
+    }
     renderGrid(entry, grids.get(job.name));
   }
 
@@ -586,11 +677,16 @@
         if (openRun && !TERMINAL.has(openRun.state)) await loadRun(openRun.id);
       } catch (error) {
         updated.className = "updated stale";
+        if (error instanceof NeedsToken) {
+          askForToken(error.message === "refused");
+          updated.textContent = "waiting for a token";
+          return;
+        }
         updated.textContent = `update failed: ${error.message}` +
           (lastGood ? ` · showing ${lastGood.at.toLocaleTimeString()}` : "");
       } finally {
         inFlight = null;
-        timer = setTimeout(tick, REFRESH_MS);
+        if ($("token-form").hidden) timer = setTimeout(tick, REFRESH_MS);
       }
     })();
     return inFlight;
@@ -610,7 +706,8 @@
   function showPanel(title, ...content) {
     const panel = $("detail");
     $("detail-title").textContent = title;
-    $("detail-body").replaceChildren(...content);
+    // replaceChildren writes a null as the text "null": leave the absent parts out.
+    $("detail-body").replaceChildren(...content.filter((c) => c !== null && c !== undefined));
     if (panel.hidden) {
       panel.hidden = false;
       panel.focus();
@@ -668,7 +765,9 @@
         row("finished", run.finished_at ? `${wall(run.finished_at)} UTC` : "—"),
         row("lease", lease),
         row("exit code", run.exit_code === null ? "—" : String(run.exit_code)),
-        row("run id", el("code", {}, run.id))),
+        row("run id", el("code", {}, run.id)),
+        row("link", el("a", { href: runLink(run), "data-role": "run-link" }, "this run"))),
+      runActions(run),
       run.error ? el("h3", {}, "error") : null,
       run.error ? el("pre", { class: "error", "data-role": "run-error" }, run.error) : null,
       el("h3", {}, "output tail"),
@@ -676,6 +775,33 @@
         : el("p", { class: "muted" }, "no output recorded"),
       el("h3", {}, `attempts (${run.attempts.length})`),
       attemptsList(run));
+  }
+
+  // A link that opens this page on this run (its job's detail and the run panel).
+  function runLink(run) {
+    const next = new URLSearchParams();
+    next.set("job", run.job);
+    next.set("run", run.id);
+    return `?${next}`;
+  }
+
+  function runActions(run) {
+    if (!storedToken() || !["pending", "claimed", "running"].includes(run.state)) return null;
+    const said = el("p", { class: "action-result muted", "aria-live": "polite" });
+    const button = el("button", { type: "button", class: "action", "data-action": "cancel" }, "Cancel this run");
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      try {
+        const answer = await postJson(`/api/runs/${encodeURIComponent(run.id)}/cancel`, {});
+        said.textContent = answer && answer.message ? answer.message : "cancelled";
+        loadRun(run.id);
+      } catch (error) {
+        said.className = "action-result error";
+        said.textContent = error.message;
+        button.disabled = false;
+      }
+    });
+    return el("div", { class: "actions" }, button, said);
   }
 
   async function loadRun(runId) {
@@ -744,11 +870,18 @@
     $("filter-text").addEventListener("input", (e) => { view.q = e.target.value.trim(); rerender(); });
     $("filter-state").addEventListener("change", (e) => { view.state = e.target.value; rerender(); });
     $("filters").addEventListener("submit", (e) => e.preventDefault());
+    $("token-form").addEventListener("submit", onTokenSubmit);
     $("jobs-table").addEventListener("click", onTableClick);
     $("summary").addEventListener("click", onSummaryClick);
     $("detail-close").addEventListener("click", closeDetail);
     document.addEventListener("keydown", (e) => { if (e.key === "Escape") closeDetail(); });
     document.addEventListener("visibilitychange", () => { if (!document.hidden) refresh(); });
     refresh();
+    // A link to one run (?job=NAME&run=ID): its panel opens with the page.
+    const linked = params.get("run");
+    if (linked) {
+      openCell = { job: params.get("job") || "", at: null };
+      loadRun(linked);
+    }
   });
 })();

@@ -96,6 +96,7 @@ from actors.adapters.postgres.statements.metrics import (
     CLUSTER_LEASE_FIGURES,
 )
 from actors.adapters.postgres.statements.operator import (
+    ACTIVE_RUN,
     CANCEL_RUN,
     INSERT_RUNS_AT,
     JOB_BY_NAME,
@@ -121,6 +122,7 @@ from actors.adapters.postgres.statements.worker import (
 __all__ = [
     "ACTIONS_PAGE",
     "ACTIVE_JOBS",
+    "ACTIVE_RUN",
     "ADVANCE_HIGH_WATER",
     "ADVANCE_MARKS_TO_REMOVAL",
     "APPLY_INTERRUPTED",

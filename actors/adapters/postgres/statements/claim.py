@@ -83,6 +83,8 @@ RETURNING r.id::text, j.name, r.scheduled_at, r.attempt, r.claim_epoch, due.skip
 # (OFFSET 0 keeps the planner from turning the join around): driven from the
 # jobs, the planner read each job's whole pending range, the horizon, to find
 # the few due rows, and with a due backlog it read all of it and sorted.
+# A run an operator added with its own overlap = allow (sql/0015) is claimed
+# here too, whatever its job's overlap: it runs beside the job's other runs.
 # SKIP LOCKED: the claim never waits for a row lock, so it cannot deadlock
 # with the statements that lock rows in id order.
 # $4 (claim_ahead): runs due within it are claimed too, and held by their
@@ -96,7 +98,8 @@ WITH due AS (
       FROM job_runs r
      CROSS JOIN LATERAL (
            SELECT j.start_deadline, j.catchup FROM jobs j
-            WHERE j.id = r.job_id AND j.enabled AND NOT j.paused AND j.overlap = 'allow'
+            WHERE j.id = r.job_id AND j.enabled AND NOT j.paused
+              AND (j.overlap = 'allow' OR r.overlap = 'allow')
            OFFSET 0) j
      WHERE r.state = 'pending' AND r.due_at <= now() + $4::interval
      ORDER BY r.due_at
@@ -109,7 +112,10 @@ WITH due AS (
 # job_runs_one_active_exclusive is what makes this hold across replicas: a
 # racing replica's statement fails on it (and claims nothing) instead of
 # claiming a second run. A job's next run that must not run is recorded
-# skipped instead; the next one is claimed on the next pass.
+# skipped instead; the next one is claimed on the next pass. A run with its
+# own overlap = allow is the other claim's; one with queue or forbid (sql/0015)
+# is taken here in instant order with the job's own, so a backfill of a forbid
+# job runs one instant after another, and waits while any run is active.
 # SKIP LOCKED as above: the only wait this statement can have is on that
 # unique index, for another claim of a run of the same job, which then fails.
 CLAIM_EXCLUSIVE_RUNS = """
@@ -119,6 +125,7 @@ WITH next_per_job AS (
      CROSS JOIN LATERAL (
            SELECT r.id FROM job_runs r
             WHERE r.job_id = j.id AND r.state = 'pending' AND r.due_at <= now() + $4::interval
+              AND r.overlap IS DISTINCT FROM 'allow'
             ORDER BY r.scheduled_at
             LIMIT 1) n
      WHERE j.enabled AND NOT j.paused AND j.overlap <> 'allow'
@@ -159,7 +166,9 @@ PENDING_CHANNEL = "claimd_runs_pending"
 
 # Due runs that must not run are recorded skipped, with the reason, before
 # each claim: what MUST_NOT_RUN says (start deadline, catchup = latest), and,
-# with overlap = forbid, a due run while another run of the job is active.
+# with overlap = forbid, a due run while another run of the job is active
+# (unless the run carries its own overlap, queue or allow, sql/0015: an
+# operator's backfill waits its turn instead).
 # The claims and the start judge the first two again, on the row as they lock
 # it; this pass records the bulk (a backlog after an outage) a bounded number
 # at a time, so that the claims rarely meet such a run.
@@ -182,7 +191,7 @@ WITH nominated AS (
      CROSS JOIN LATERAL (
            SELECT r.id FROM job_runs r
             WHERE r.job_id = p.id AND r.state = 'pending' AND r.scheduled_at <= now()
-              AND r.due_at <= now()
+              AND r.due_at <= now() AND COALESCE(r.overlap, 'forbid') = 'forbid'
             ORDER BY r.scheduled_at LIMIT $1) x
      WHERE p.enabled AND NOT p.paused AND p.overlap = 'forbid'
        AND EXISTS (SELECT 1 FROM job_runs a

@@ -140,9 +140,11 @@ SELECT id, at, actor, via, origin, action, job, run_id::text AS run_id, argument
 """
 LAST_ACTION_ID = "SELECT COALESCE(max(id), 0) FROM operator_actions"
 # What a replica recorded after a SIGHUP from this pid, newer than a given action.
+# A signal's verdict (actor 'sighup'), not the config watch's ('config-watch').
 RELOAD_VERDICT = """
 SELECT id, ok, result, arguments FROM operator_actions
- WHERE action = 'reload' AND via = 'signal' AND id > $1 AND arguments ->> 'pid' = $2
+ WHERE action = 'reload' AND via = 'signal' AND actor = 'sighup' AND id > $1
+   AND arguments ->> 'pid' = $2
  ORDER BY id LIMIT 1
 """
 

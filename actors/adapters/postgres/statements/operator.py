@@ -58,10 +58,11 @@ MOVE_MARK_TO_NOW = """
 UPDATE jobs SET materialized_until = GREATEST(materialized_until, now()) WHERE id = $1
 """
 # An ad-hoc or backfilled run is still one row per (job, instant): a repeated
-# trigger for the same instant, or a second backfill, inserts nothing.
+# trigger for the same instant, or a second backfill, inserts nothing. $4: the
+# runs' own overlap mode (sql/0015), NULL for the job's.
 INSERT_RUNS_AT = """
-INSERT INTO job_runs (job_id, scheduled_at, due_at, trigger)
-SELECT $1, t, now(), $3 FROM unnest($2::timestamptz[]) AS t
+INSERT INTO job_runs (job_id, scheduled_at, due_at, trigger, overlap)
+SELECT $1, t, now(), $3, $4::text FROM unnest($2::timestamptz[]) AS t
 ON CONFLICT ON CONSTRAINT job_runs_one_row_per_instant DO NOTHING
 RETURNING id::text
 """
@@ -100,4 +101,11 @@ SELECT count(*) FROM gone
 # locks it) so that two pauses of one job are decided one after the other.
 LOCK_JOB = "SELECT id, paused FROM jobs WHERE name = $1 AND enabled FOR UPDATE"
 RUN_STATE = "SELECT state FROM job_runs WHERE id = $1::uuid"
+# A job's run claimed or running, if any (job_runs_active_by_job): what an
+# operator's new run of a forbid or queue job would wait for, or be skipped by.
+ACTIVE_RUN = """
+SELECT r.id::text AS id, r.state FROM job_runs r JOIN jobs j ON j.id = r.job_id
+ WHERE j.name = $1 AND r.state IN ('claimed', 'running')
+ ORDER BY r.scheduled_at LIMIT 1
+"""
 RUN_JOB = "SELECT j.name FROM job_runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1::uuid"
