@@ -71,3 +71,9 @@ def leaking_job(ctx: RunContext) -> None:
     import os
 
     raise RuntimeError("cannot use " + os.environ["CLAIMD_TEST_LEAKED_SECRET"])
+
+
+async def leaking_async_job(ctx: RunContext) -> None:
+    """The same in the replica's process (async), where claimd's environment is readable."""
+    await asyncio.sleep(0)
+    raise RuntimeError("cannot use " + os.environ["CLAIMD_TEST_LEAKED_SECRET"])
