@@ -55,11 +55,11 @@ def nats_url() -> str:
 
 
 def noop(ctx: RunContext) -> None:
-    """A sync python job that does nothing (run in a thread, like any sync job)."""
+    """A sync python job that does nothing (run in a child process, like any sync job)."""
 
 
 async def anoop(ctx: RunContext) -> None:
-    """An async python job that does nothing (runs on the event loop)."""
+    """An async python job that does nothing (runs on a job event loop in the replica)."""
 
 
 # --- a private schema and stream ----------------------------------------------------------

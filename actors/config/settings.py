@@ -112,7 +112,7 @@ class Settings(StrictModel):
     # they all start within a lease at the rate the workers execute them.
     max_claimed: int = Field(default=20_000, ge=1, le=1_000_000)
     worker_concurrency: int = Field(default=64, ge=1, le=10_000)
-    # Async python callables at once: they run on the worker's event loop, not
+    # Async python callables at once: they run on job event loops in the replica, not
     # in the slots above (a herd of them does not queue behind shell jobs).
     worker_async_concurrency: int = Field(
         default=defaults.WORKER_ASYNC_CONCURRENCY, ge=1, le=100_000

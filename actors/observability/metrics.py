@@ -187,6 +187,19 @@ RUN_DURATION = _per_job(
         buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 30, 60, 300, 1800, 3600),
     )
 )
+# Async python jobs run on job event loops of their own (not the worker's): a
+# job that blocks one (time.sleep in an async def) delays only the jobs on that
+# loop, and this says which job did, for how long.
+JOB_LOOP_BLOCKED = Counter(
+    "claimd_job_loop_blocked_seconds_total",
+    "Seconds a job event loop was held by one async python job without yielding "
+    "(counted once a stall passes the watchdog's threshold)",
+    [JOB_LABEL],
+)
+PYTHON_CHILDREN_STARTED = Counter(
+    "claimd_python_children_started_total",
+    "Processes forked for sync python job executions by this replica's fork server",
+)
 # Intake: the worker stops fetching while it cannot keep its leases or record
 # its completions (or the broker does not answer), the claimer stops claiming
 # while this replica cannot publish; the work goes to the other replicas.

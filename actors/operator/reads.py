@@ -316,6 +316,7 @@ def unrecorded_attempt(row: RunDetail, recorded: Sequence[AttemptRecord]) -> lis
             "outcome": outcome,
             "exit_code": None,
             "error": row["error"] if outcome == "cancelled" else None,
+            "output_tail": None,
         }
     ]
 

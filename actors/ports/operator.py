@@ -182,6 +182,7 @@ class AttemptRecord(TypedDict):
     outcome: str
     exit_code: int | None
     error: str | None
+    output_tail: str | None  # what this attempt printed and logged (None before sql/0014)
 
 
 class RejectedRecord(TypedDict):

@@ -111,7 +111,9 @@ class ProductionAdapters:
         return store
 
     def executor(self) -> Executor:
-        return LocalExecutor()
+        # Python jobs get neither claimd's CLAIMD_* settings nor its API token.
+        token = self.settings.api_token_env
+        return LocalExecutor(withheld_env=() if token is None else (token,))
 
     def database_clock(self, store: ReplicaStore) -> DatabaseClock:
         return DatabaseClock(store)

@@ -181,6 +181,7 @@ class InMemoryHistory:
                 "outcome": a.outcome.value,
                 "exit_code": a.exit_code,
                 "error": a.error,
+                "output_tail": a.output_tail,
             }
             for a in sorted(
                 (a for a in self.store.attempts if a.run_id == run_id),

@@ -102,6 +102,7 @@ class AttemptRow:
     error: str | None
     exit_code: int | None = None
     finished_at: datetime | None = None
+    output_tail: str | None = None
 
 
 def must_not_run(

@@ -136,7 +136,14 @@ class InMemoryWorkerStatements(InMemoryClaims):
             if run is None or run.epoch != c.epoch or run.state is not RunState.RUNNING:
                 continue  # fenced: the run moved on
             verdict = c.verdict or AttemptVerdict.final(c.result.outcome)
-            self._attempt(run, c.worker, c.result.outcome, c.result.error, c.result.exit_code)
+            self._attempt(
+                run,
+                c.worker,
+                c.result.outcome,
+                c.result.error,
+                c.result.exit_code,
+                c.result.output_tail,
+            )
             run.apply(verdict, now)
             run.outcome = c.result.outcome.value
             run.exit_code = c.result.exit_code
@@ -175,6 +182,7 @@ class InMemoryWorkerStatements(InMemoryClaims):
         outcome: Outcome,
         error: str | None,
         exit_code: int | None = None,
+        output_tail: str | None = None,
     ) -> None:
         """One row of job_run_attempts: the attempt as it ran, before its verdict moves it."""
         self.attempts.append(
@@ -188,5 +196,6 @@ class InMemoryWorkerStatements(InMemoryClaims):
                 error,
                 exit_code,
                 finished_at=self.clock.now(),
+                output_tail=output_tail,
             )
         )

@@ -33,8 +33,8 @@ class Holding:
 
     Two pools of slots. ``concurrency`` slots for work that takes a process, a
     thread or an outbound connection (shell, sync python, http), and
-    ``inline_concurrency`` for async python callables, which run on this
-    event loop and cost a task each: a herd of them does not wait behind the
+    ``inline_concurrency`` for async python callables, which run in this
+    process (on the job event loops) and cost a task each: a herd of them does not wait behind the
     shell jobs' slots, nor for them. A slot is taken from the moment a
     delivery is admitted to a start until its execution ends. It is free again
     once the verdict is queued, while the run stays in the in-flight set, and

@@ -10,7 +10,7 @@ from typing import cast
 import pytest
 
 from actors.adapters.postgres import PostgresOperatorStore, PostgresRunStore
-from actors.domain import ExecutionResult, Outcome, RunState
+from actors.domain import AttemptVerdict, ExecutionResult, Outcome, RunState
 from actors.operator import BadInput, NotFound, NothingToDo, OperatorService, Unprocessable
 from actors.ports import Caller, Completion, ReplicaStore
 from actors.testing.memory import InMemoryRunStore
@@ -95,6 +95,29 @@ async def test_a_run_shows_every_attempt_with_its_verdict(
     assert detail["attempts"][0]["finished_at"] is not None
     with pytest.raises(NotFound):
         await service.run(rows.unknown_run())
+
+
+async def test_each_attempt_keeps_its_own_output(
+    store: ReplicaStore, rows: Rows, service: OperatorService
+) -> None:
+    """A retry does not overwrite what the attempt before it printed (sql/0014)."""
+    await store.sync_jobs([job(max_attempts=2)])
+    run_id = await rows.insert("job", ago(30))
+    [first] = await store.claim_due_runs("c", 1, LEASE, 100)
+    await store.start_runs("w1", [message(first)], LEASE)
+    failed = ExecutionResult(Outcome.FAILED, error="boom", output_tail="first says hi\n")
+    again = AttemptVerdict(RunState.PENDING, 2, timedelta(0))
+    await store.complete_runs([Completion(run_id, first.epoch, failed, again, "w1")])
+    [second] = await store.claim_due_runs("c", 1, LEASE, 100)
+    await store.start_runs("w1", [message(second)], LEASE)
+    succeeded = ExecutionResult(Outcome.SUCCEEDED, output_tail="second says hi\n")
+    await store.complete_runs([Completion(run_id, second.epoch, succeeded, None, "w1")])
+    detail = await service.run(run_id)
+    assert [(a["attempt"], a["output_tail"]) for a in detail["attempts"]] == [
+        (1, "first says hi\n"),
+        (2, "second says hi\n"),
+    ]
+    assert detail["output_tail"] == "second says hi\n"  # the run's: its latest attempt's
 
 
 async def test_a_trigger_refuses_a_future_instant_and_adds_one_run_per_instant(

@@ -36,8 +36,9 @@ RARE_CRON = "0 0 1 1 *"
 CALLS: list[tuple[str, int, int]] = []
 
 
-def record_call(ctx: RunContext) -> None:
-    """A python job that only records that it ran."""
+async def record_call(ctx: RunContext) -> None:
+    """A python job that only records that it ran (async: in this process, where tests read
+    CALLS; a sync job would run in a child process)."""
     CALLS.append((ctx.run_id, ctx.attempt, ctx.fencing_token))
 
 

@@ -39,10 +39,16 @@ def executed_run_ids(job: str) -> set[str]:
     return {e.run_id for e in executions(job)}
 
 
-def record(ctx: RunContext) -> None:
-    """Records that it ran."""
+# The recorders are async: they run in this process (on a job event loop),
+# where the tests read EXECUTIONS; a sync job would run in a child process.
+def _record(ctx: RunContext) -> None:
     now = time.monotonic()
     EXECUTIONS.append(Execution(ctx.job, ctx.run_id, ctx.attempt, now, now))
+
+
+async def record(ctx: RunContext) -> None:
+    """Records that it ran."""
+    _record(ctx)
 
 
 async def slow(ctx: RunContext) -> None:
@@ -52,11 +58,11 @@ async def slow(ctx: RunContext) -> None:
     EXECUTIONS.append(Execution(ctx.job, ctx.run_id, ctx.attempt, started, time.monotonic()))
 
 
-def fails_twice(ctx: RunContext) -> None:
+async def fails_twice(ctx: RunContext) -> None:
     """Fails on its first two executions of a run, succeeds on the third."""
     with _lock:
         _attempts[ctx.run_id] = n = _attempts.get(ctx.run_id, 0) + 1
-    record(ctx)
+    _record(ctx)
     if n <= 2:
         raise RuntimeError(f"planned failure number {n} of run {ctx.run_id}")
 

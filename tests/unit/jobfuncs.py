@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import sys
+import time
+from pathlib import Path
 
 from actors.domain import RunContext
 
@@ -11,7 +16,31 @@ SEEN: list[tuple[str, RunContext]] = []
 
 
 def sync_job(ctx: RunContext) -> None:
+    """Runs in a child process: what it saw is in its output, not in SEEN."""
     SEEN.append(("sync", ctx))
+    print("sync", ctx.run_id, ctx.attempt, ctx.fencing_token, ctx.scheduled_at.isoformat())
+    print("env", os.environ.get("CLAIMD_RUN_ID"), os.environ.get("CLAIMD_DATABASE_URL"))
+
+
+def talking_job(ctx: RunContext) -> None:
+    """Prints, writes to stderr and logs: every line is the attempt's output."""
+    print(f"printed by attempt {ctx.attempt}")
+    sys.stderr.write("to stderr\n")
+    logging.getLogger("talking").info("logged at info")
+
+
+async def talking_async_job(ctx: RunContext) -> None:
+    await asyncio.sleep(0)
+    print(f"printed by attempt {ctx.attempt}")
+    sys.stderr.write("to stderr\n")
+    logging.getLogger("talking").warning("logged at warning")
+
+
+def sleeping_job(ctx: RunContext) -> None:
+    """Writes its pid to the file JOBFUNCS_PID_FILE names, then outlives any timeout."""
+    Path(os.environ["JOBFUNCS_PID_FILE"]).write_text(str(os.getpid()))
+    print("about to sleep", flush=True)
+    time.sleep(300)
 
 
 async def async_job(ctx: RunContext) -> None:
@@ -41,4 +70,10 @@ def leaking_job(ctx: RunContext) -> None:
     """Fails quoting a secret of claimd's environment (another job's) in its error."""
     import os
 
+    raise RuntimeError("cannot use " + os.environ["CLAIMD_TEST_LEAKED_SECRET"])
+
+
+async def leaking_async_job(ctx: RunContext) -> None:
+    """The same in the replica's process (async), where claimd's environment is readable."""
+    await asyncio.sleep(0)
     raise RuntimeError("cannot use " + os.environ["CLAIMD_TEST_LEAKED_SECRET"])

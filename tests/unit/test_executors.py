@@ -270,17 +270,61 @@ async def test_leader_exit_ends_the_run_even_if_a_child_holds_stdout(tmp_path: P
 # -- python --------------------------------------------------------------------------------
 
 
+async def test_async_python_job_gets_the_run_context() -> None:
+    result = await run_python(PythonSpec("tests.unit.jobfuncs:async_job"), CTX, TIMEOUT)
+    assert result.outcome is Outcome.SUCCEEDED, result
+    assert list(jobfuncs.SEEN) == [("async", CTX)]
+
+
+async def test_sync_python_job_runs_in_a_child_with_the_job_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The child is told its run (context and CLAIMD_RUN_ID) but not claimd's own settings."""
+    monkeypatch.setenv("CLAIMD_DATABASE_URL", "postgresql://claimd:hunter2-secret@db/claimd")
+    result = await run_python(PythonSpec("tests.unit.jobfuncs:sync_job"), CTX, TIMEOUT)
+    assert result.outcome is Outcome.SUCCEEDED, result
+    assert jobfuncs.SEEN == []  # it ran in another process
+    assert result.output_tail is not None
+    lines = result.output_tail.splitlines()
+    assert f"sync {CTX.run_id} 2 7 {CTX.scheduled_at.isoformat()}" in lines
+    assert f"env {CTX.run_id} None" in lines
+
+
 @pytest.mark.parametrize(
-    ("target", "kind"),
+    ("target", "logged"),
     [
-        ("tests.unit.jobfuncs:sync_job", "sync"),
-        ("tests.unit.jobfuncs:async_job", "async"),
+        ("tests.unit.jobfuncs:talking_job", "INFO talking: logged at info"),
+        ("tests.unit.jobfuncs:talking_async_job", "WARNING talking: logged at warning"),
     ],
 )
-async def test_python_job_gets_the_run_context(target: str, kind: str) -> None:
+async def test_python_job_output_is_kept(target: str, logged: str) -> None:
+    """Printed, stderr and logging lines are the attempt's output tail."""
     result = await run_python(PythonSpec(target), CTX, TIMEOUT)
     assert result.outcome is Outcome.SUCCEEDED, result
-    assert list(jobfuncs.SEEN) == [(kind, CTX)]
+    assert result.output_tail is not None
+    lines = result.output_tail.splitlines()
+    assert "printed by attempt 2" in lines
+    assert "to stderr" in lines
+    assert logged in lines
+
+
+async def test_sync_python_timeout_kills_the_child_before_the_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The verdict comes only once the child is dead: a retry cannot overlap it."""
+    monkeypatch.setenv("JOBFUNCS_PID_FILE", str(tmp_path / "pid"))
+    executor = LocalExecutor()
+    executor.python.kill_grace = GRACE
+    async with asyncio.timeout(30):
+        result = await executor.execute(
+            PythonSpec("tests.unit.jobfuncs:sleeping_job"), CTX, timedelta(seconds=3)
+        )
+    assert result.outcome is Outcome.TIMED_OUT, result
+    pid = _pid_in(tmp_path / "pid")
+    assert pid is not None, result
+    assert _gone(pid)  # already reaped when the verdict was handed back: no waiting here
+    assert result.output_tail is not None
+    assert "about to sleep" in result.output_tail
 
 
 @pytest.mark.parametrize(
@@ -330,3 +374,54 @@ async def test_local_executor_dispatches_on_the_spec() -> None:
     python = await executor.execute(PythonSpec("tests.unit.jobfuncs:async_job"), CTX, TIMEOUT)
     assert python.outcome is Outcome.SUCCEEDED
     assert list(jobfuncs.SEEN) == [("async", CTX)]
+
+
+async def test_a_herd_of_sync_python_runs_all_get_their_verdict() -> None:
+    """More requests at once than the fork server's socket buffers: each is sent in
+    turn, none is stranded waiting for a buffer that drained for another."""
+    executor = LocalExecutor()
+
+    async def one(i: int) -> Outcome:
+        context = RunContext(f"run-{i}", "herd", CTX.scheduled_at, 1, 1)
+        result = await executor.execute(PythonSpec("bench.common:noop"), context, TIMEOUT)
+        return result.outcome
+
+    async with asyncio.timeout(120):
+        outcomes = await asyncio.gather(*(one(i) for i in range(300)))
+    assert set(outcomes) == {Outcome.SUCCEEDED}
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan's zombie waits for whoever reaps orphans here)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def test_a_fork_server_killed_mid_run_takes_its_child_along_and_is_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run fails (it does not hang), its child does not run on, the next run works."""
+    monkeypatch.setenv("JOBFUNCS_PID_FILE", str(tmp_path / "pid"))
+    executor = LocalExecutor()
+    running = asyncio.ensure_future(
+        executor.execute(PythonSpec("tests.unit.jobfuncs:sleeping_job"), CTX, TIMEOUT)
+    )
+    child = await _read_pid(tmp_path / "pid")
+    server = executor.python.children._proc
+    assert server is not None
+    os.kill(server.pid, signal.SIGKILL)
+    async with asyncio.timeout(30):
+        result = await running
+    assert result.outcome is Outcome.FAILED
+    assert result.error is not None
+    assert "fork server ended" in result.error
+    loop = asyncio.get_running_loop()
+    end = loop.time() + 15
+    while _running(child) and loop.time() < end:
+        await asyncio.sleep(0.05)
+    assert not _running(child)
+    async with asyncio.timeout(60):
+        again = await executor.execute(PythonSpec("tests.unit.jobfuncs:sync_job"), CTX, TIMEOUT)
+    assert again.outcome is Outcome.SUCCEEDED, again

@@ -11,7 +11,10 @@ from actors.adapters.postgres.migrations import LOCK_ORDER, migrations, read_loc
 
 def test_every_migration_reads_with_its_locks_in_the_one_order() -> None:
     found = migrations()
-    assert [m.version for m in found] == list(range(1, len(found) + 1))
+    versions = [m.version for m in found]
+    # In order, each once (a branch may hold a number whose predecessor is another's).
+    assert versions == sorted(set(versions))
+    assert versions[0] == 1
     for migration in found:
         tables = [table for table, _ in migration.locks]
         assert tables == sorted(tables, key=LOCK_ORDER.index)

@@ -9,6 +9,7 @@ after (the process group killed) and re-raised.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 
 from actors.adapters.executors.common import (
@@ -18,13 +19,25 @@ from actors.adapters.executors.common import (
     scrub,
 )
 from actors.adapters.executors.http import run_http
-from actors.adapters.executors.python import resolve_callable, run_python, runs_on_the_loop
+from actors.adapters.executors.python import (
+    PythonRunner,
+    resolve_callable,
+    run_python,
+    runs_on_the_loop,
+)
 from actors.adapters.executors.shell import run_shell
 from actors.domain import ExecutionResult, ExecutorSpec, PythonSpec, RunContext, ShellSpec
 
 
 class LocalExecutor:
-    """Executor port: dispatches on the spec's kind."""
+    """Executor port: dispatches on the spec's kind.
+
+    ``withheld_env``: variables of claimd's environment, besides its own
+    ``CLAIMD_*`` settings, that python jobs do not get (the API token's).
+    """
+
+    def __init__(self, withheld_env: Iterable[str] = ()) -> None:
+        self.python = PythonRunner(withheld_env)
 
     async def execute(
         self, spec: ExecutorSpec, context: RunContext, timeout: timedelta
@@ -35,13 +48,13 @@ class LocalExecutor:
         if isinstance(spec, ShellSpec):
             return scrub(await run_shell(spec, context, timeout))
         if isinstance(spec, PythonSpec):
-            return scrub(await run_python(spec, context, timeout))
+            return scrub(await self.python.run(spec, context, timeout))
         return scrub(await run_http(spec, context, timeout))
 
     def runs_inline(self, executor: str | None) -> bool:
         """Whether runs of that kind (a dispatch's ``executor`` hint) execute on the event loop.
 
-        An async python callable does; a sync one takes a thread, shell a
+        An async python callable does (on a job loop); a sync one takes a child, shell a
         process and http a connection: those take the worker's slots. A
         target that does not import is not inline (its run fails in a slot).
         """
@@ -54,6 +67,7 @@ __all__ = [
     "OUTPUT_TAIL_BYTES",
     "LocalExecutor",
     "MissingSecret",
+    "PythonRunner",
     "resolve_callable",
     "resolve_secrets",
     "run_http",

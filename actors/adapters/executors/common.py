@@ -111,3 +111,22 @@ def scrub(result: ExecutionResult, secrets: Iterable[str] = ()) -> ExecutionResu
     return dataclasses.replace(
         result, error=clean(result.error), output_tail=clean(result.output_tail)
     )
+
+
+# claimd's own settings travel in CLAIMD_* variables (the database URL among
+# them); a job is told its run in CLAIMD_* variables too, set afresh per run.
+CLAIMD_PREFIX = "CLAIMD_"
+
+
+def python_environment(also_withheld: Iterable[str] = ()) -> dict[str, str]:
+    """What a python job's child process starts from: claimd's environment without its
+    own settings (every ``CLAIMD_*``), the variables ``also_withheld`` names (the API
+    token's) and any variable holding a secret the replica knows (another job's
+    ``secret_env``, a token). The run's ``CLAIMD_*`` values are added per run.
+    """
+    extra = frozenset(also_withheld)
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(CLAIMD_PREFIX) and name not in extra and not MASKER.knows(value)
+    }

@@ -1,88 +1,33 @@
-"""The python executor: a sync or async callable(ctx), sync ones on daemon threads."""
+"""The python executor: a sync callable(ctx) in a child process, an async one on a job loop."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import dataclasses
 import importlib
 import inspect
-import queue
 import sys
-import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
-from actors.adapters.executors.common import OUTPUT_TAIL_BYTES, elapsed
+from actors.adapters.executors.children import ForkServer
+from actors.adapters.executors.common import (
+    KILL_GRACE,
+    OUTPUT_TAIL_BYTES,
+    Tail,
+    elapsed,
+)
+from actors.adapters.executors.job_loops import JobLoops
 from actors.domain import (
     ExecutionResult,
     Outcome,
     PythonSpec,
     RunContext,
 )
-
-
-class _DaemonThreads:
-    """A pool of daemon threads that grows to the peak of concurrent sync jobs.
-
-    Not asyncio.to_thread: the default executor's threads are joined when the
-    loop closes, so a sync job that outlived its timeout (Python cannot kill a
-    thread) would keep the process from ever exiting after SIGTERM. Threads are
-    reused: starting one per run cost a quarter more CPU per run.
-    """
-
-    def __init__(self) -> None:
-        self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._idle = 0
-        self._lock = threading.Lock()
-
-    def submit(self, task: Callable[[], None]) -> None:
-        with self._lock:
-            spawn = self._idle == 0
-            if not spawn:
-                self._idle -= 1
-        self._tasks.put(task)
-        if spawn:
-            threading.Thread(target=self._serve, name="claimd-sync-job", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            self._tasks.get()()
-            with self._lock:
-                self._idle += 1
-
-
-_SYNC_JOBS = _DaemonThreads()
-
-
-def _in_daemon_thread(
-    func: Callable[[RunContext], Any], context: RunContext
-) -> asyncio.Future[Any]:
-    """Run a sync job on a daemon thread; the future settles on the event loop."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if future.done():
-            return  # abandoned at its timeout
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-
-    def target() -> None:
-        try:
-            result, error = func(context), None
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-            result, error = None, exc
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting
-            loop.call_soon_threadsafe(settle, result, error)
-
-    _SYNC_JOBS.submit(target)
-    return future
 
 
 def resolve_callable(target: str) -> Callable[..., Any]:
@@ -124,36 +69,85 @@ def _resolved(target: str) -> tuple[Callable[..., Any], bool]:
     return found[0], found[1]
 
 
-async def run_python(spec: PythonSpec, context: RunContext, timeout: timedelta) -> ExecutionResult:
-    """Call ``module:function(ctx)``; async functions are cancelled at the timeout.
+class PythonRunner:
+    """Runs python jobs: sync callables in child processes, async ones on job loops.
 
-    A sync function runs in a thread; at the timeout its result is abandoned
-    (Python cannot kill a thread) and the attempt is recorded as timed out.
-    The timeout is a deadline on the calling task (``asyncio.timeout``), not
-    ``wait_for``: that would run every job in a task of its own, with a timer.
+    A sync callable runs in a child forked from the fork server (``children``):
+    killable at its timeout, its death awaited before the verdict. An async one
+    runs in this process on a job event loop (``job_loops``), never on the
+    worker's. Either way its printed and logged output is kept as the
+    attempt's output tail, with claimd's own secrets scrubbed from it.
     """
-    start = time.monotonic()
-    try:
-        func, is_async = _resolved(spec.target)
-    except Exception as exc:  # noqa: BLE001 - a bad target fails the run, not the worker
+
+    def __init__(self, withheld_env: Iterable[str] = (), kill_grace: float = KILL_GRACE) -> None:
+        self.withheld_env = tuple(withheld_env)
+        self.kill_grace = kill_grace
+        self.children = ForkServer(self.withheld_env)
+        self.job_loops = JobLoops()
+
+    async def run(
+        self, spec: PythonSpec, context: RunContext, timeout: timedelta
+    ) -> ExecutionResult:
+        """Call ``module:function(ctx)``; the attempt ends at the timeout, whatever it does."""
+        start = time.monotonic()
+        try:
+            func, is_async = _resolved(spec.target)
+        except Exception as exc:  # noqa: BLE001 - a bad target fails the run, not the worker
+            return ExecutionResult(
+                Outcome.FAILED, error=f"cannot load {spec.target}: {exc!r}", duration=elapsed(start)
+            )
+        if is_async:
+            result = await self._run_async(func, context, timeout, start)
+        else:
+            result, output = await self.children.run(spec.target, context, timeout, self.kill_grace)
+            result = dataclasses.replace(result, output_tail=output or None)
+        return result  # masked by the executor (every secret the replica knows)
+
+    async def _run_async(
+        self,
+        func: Callable[[RunContext], Awaitable[Any]],
+        context: RunContext,
+        timeout: timedelta,
+        start: float,
+    ) -> ExecutionResult:
+        tail = Tail()
+        try:
+            await self.job_loops.run(
+                context.job,
+                context.run_id,
+                lambda: func(context),
+                tail,
+                timeout.total_seconds(),
+                self.kill_grace,
+            )
+        except TimeoutError:
+            return ExecutionResult(
+                Outcome.TIMED_OUT,
+                error=f"timed out after {timeout}",
+                output_tail=tail.text() or None,
+                duration=elapsed(start),
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the job's failure, recorded on the run
+            tail.add("".join(traceback.format_exception(exc))[-OUTPUT_TAIL_BYTES:].encode())
+            return ExecutionResult(
+                Outcome.FAILED,
+                error=repr(exc)[:1000],
+                output_tail=tail.text(),
+                duration=elapsed(start),
+            )
         return ExecutionResult(
-            Outcome.FAILED, error=f"cannot load {spec.target}: {exc!r}", duration=elapsed(start)
+            Outcome.SUCCEEDED, output_tail=tail.text() or None, duration=elapsed(start)
         )
-    try:
-        async with asyncio.timeout(timeout.total_seconds()):
-            if is_async:
-                await func(context)
-            else:
-                await _in_daemon_thread(func, context)
-    except TimeoutError:
-        return ExecutionResult(
-            Outcome.TIMED_OUT, error=f"timed out after {timeout}", duration=elapsed(start)
-        )
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the job's failure, recorded on the run
-        tb = "".join(traceback.format_exception(exc))[-OUTPUT_TAIL_BYTES:]
-        return ExecutionResult(
-            Outcome.FAILED, error=repr(exc)[:1000], output_tail=tb, duration=elapsed(start)
-        )
-    return ExecutionResult(Outcome.SUCCEEDED, duration=elapsed(start))
+
+
+_DEFAULT_RUNNER: PythonRunner | None = None
+
+
+async def run_python(spec: PythonSpec, context: RunContext, timeout: timedelta) -> ExecutionResult:
+    """Run one attempt on this process's default runner (no extra variables withheld)."""
+    global _DEFAULT_RUNNER
+    if _DEFAULT_RUNNER is None:
+        _DEFAULT_RUNNER = PythonRunner()
+    return await _DEFAULT_RUNNER.run(spec, context, timeout)

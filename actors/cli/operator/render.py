@@ -283,7 +283,16 @@ def run(r: dict[str, Any]) -> str:
         if attempts
         else "no attempt has started"
     )
-    if r["output_tail"]:
+    # Each attempt's own output (sql/0014); attempts recorded before kept none:
+    # then the run's, which is its latest attempt's.
+    kept = [a for a in attempts if a.get("output_tail")]
+    for a in kept:
+        lines += [
+            "",
+            f"output of attempt {a['attempt']} (epoch {a['claim_epoch']}, tail):",
+            a["output_tail"].rstrip("\n"),
+        ]
+    if not kept and r["output_tail"]:
         lines += ["", "output (tail):", r["output_tail"].rstrip("\n")]
     return "\n".join(lines)
 

@@ -60,6 +60,11 @@ class Attempt(_Answer):
     )
     exit_code: int | None
     error: str | None
+    output_tail: str | None = Field(
+        default=None,
+        description="the last bytes this attempt printed and logged, secrets scrubbed "
+        "(none while it runs, and none for attempts recorded before claimd kept them)",
+    )
     duration_s: float | None = Field(
         description="seconds from start to verdict (so far, while running)"
     )

@@ -739,7 +739,10 @@
         a.exit_code === null ? null : el("span", {}, `exit ${a.exit_code}`),
         el("span", { class: "muted" }, `epoch ${a.claim_epoch}`)),
       el("div", { class: "muted" }, `${a.worker || "?"} · ${wall(a.started_at)} → ${wall(a.finished_at)} UTC`),
-      a.error ? el("pre", { class: "error" }, a.error) : null)));
+      a.error ? el("pre", { class: "error" }, a.error) : null,
+      // The attempt's own output (none for attempts recorded before claimd kept it).
+      a.output_tail ? el("pre", { class: "output", "data-role": "attempt-output" }, a.output_tail)
+        : null)));
   }
 
   // "10:00 Europe/Berlin · 09:00 UTC", once when the job's zone is UTC.

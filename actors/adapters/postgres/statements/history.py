@@ -94,7 +94,8 @@ SELECT r.id::text AS id, j.name AS job,
   FROM job_runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1::uuid
 """
 RUN_ATTEMPTS = """
-SELECT attempt, claim_epoch, worker, started_at, finished_at, outcome, exit_code, error
+SELECT attempt, claim_epoch, worker, started_at, finished_at, outcome, exit_code, error,
+       output_tail
   FROM job_run_attempts WHERE run_id = $1::uuid ORDER BY finished_at, claim_epoch
 """
 JOB_RECORD = """

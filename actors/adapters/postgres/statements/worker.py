@@ -197,11 +197,11 @@ done AS (
       FROM prior p
      WHERE r.id = p.id AND p.at_epoch = p.epoch AND p.at_state = 'running'
     RETURNING r.id, r.claim_epoch, p.prior_attempt, p.prior_started_at, p.worker, p.outcome,
-              p.exit_code, p.error
+              p.exit_code, p.error, p.tail
 )
 INSERT INTO job_run_attempts (run_id, attempt, claim_epoch, worker, started_at, outcome,
-                              exit_code, error)
-SELECT id, prior_attempt, claim_epoch, worker, prior_started_at, outcome, exit_code, error
+                              exit_code, error, output_tail)
+SELECT id, prior_attempt, claim_epoch, worker, prior_started_at, outcome, exit_code, error, tail
   FROM done
 RETURNING run_id::text, claim_epoch
 """

@@ -1,0 +1,243 @@
+"""Async python jobs: in-process, on job event loops of their own, watched.
+
+An ``async def`` job runs on one of a few job event loops, each on its own
+thread, never on the worker's loop: a job that blocks (``time.sleep`` in an
+async def) holds only the jobs of its loop, while the worker's loop keeps
+starting runs and heartbeating leases. A watchdog thread notices a job loop
+that has not come round for ``BLOCKED_AFTER`` seconds and names the job
+holding it (a warning, and ``claimd_job_loop_blocked_seconds_total{job}``).
+
+What a job prints (``sys.stdout``/``sys.stderr``) and logs (``logging``) while
+it runs is routed by a context variable to that attempt's output tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import logging
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import Any, TextIO
+
+from actors.adapters.executors.common import Tail
+from actors.observability import JOB_LOOP_BLOCKED, get_logger
+
+log = get_logger("executor")
+
+JOB_LOOPS = 4
+BLOCKED_AFTER = 1.0  # seconds a job loop may go without coming round
+BEAT = 0.1
+AVOID_AFTER = 0.3  # a loop this late is not given new runs
+WATCH_EVERY = 0.25
+
+_CAPTURE: contextvars.ContextVar[Tail | None] = contextvars.ContextVar(
+    "claimd_job_output", default=None
+)
+
+
+class _RoutedStream:
+    """sys.stdout / sys.stderr: a running job's writes go to its tail, the rest pass."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        tail = _CAPTURE.get()
+        if tail is None:
+            return self._inner.write(text)
+        tail.add(text.encode("utf-8", "backslashreplace"))
+        return len(text)
+
+    def flush(self) -> None:
+        if _CAPTURE.get() is None:
+            self._inner.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _CaptureHandler(logging.Handler):
+    """A root handler: a running job's log records go to its tail too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tail = _CAPTURE.get()
+        if tail is not None:
+            with contextlib.suppress(Exception):
+                tail.add((self.format(record) + "\n").encode("utf-8", "backslashreplace"))
+
+
+_HANDLER = _CaptureHandler()
+
+
+def _route_output() -> None:
+    """Install the routing (again, if someone replaced the streams or the root's handlers)."""
+    if not isinstance(sys.stdout, _RoutedStream):
+        sys.stdout = _RoutedStream(sys.stdout)
+    if not isinstance(sys.stderr, _RoutedStream):
+        sys.stderr = _RoutedStream(sys.stderr)
+    root = logging.getLogger()
+    if _HANDLER not in root.handlers:
+        root.addHandler(_HANDLER)
+
+
+class _JobLoop:
+    """One event loop on a thread of its own, beating while it comes round."""
+
+    def __init__(self, index: int) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.beat = time.monotonic()
+        # task -> (job, run id): who holds the loop when it stops beating.
+        self.jobs: dict[asyncio.Task[Any], tuple[str, str]] = {}
+        self.blocked_since: float | None = None
+        self.counted = 0.0
+        self.thread = threading.Thread(
+            target=self._serve, name=f"claimd-job-loop-{index}", daemon=True
+        )
+        self.thread.start()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._beat)
+        self.loop.run_forever()
+
+    def _beat(self) -> None:
+        self.beat = time.monotonic()
+        self.loop.call_later(BEAT, self._beat)
+
+    def holder(self) -> tuple[str, str] | None:
+        """The job whose task is running on the loop now (read from the watchdog)."""
+        task = asyncio.current_task(self.loop)
+        return None if task is None else self.jobs.get(task)
+
+
+class JobLoops:
+    """The job event loops and their watchdog, started at the first async job."""
+
+    def __init__(self, count: int = JOB_LOOPS, blocked_after: float = BLOCKED_AFTER) -> None:
+        self.count = count
+        self.blocked_after = blocked_after
+        self._loops: list[_JobLoop] = []
+        self._lock = threading.Lock()
+
+    def _started(self) -> list[_JobLoop]:
+        with self._lock:
+            if not self._loops:
+                self._loops = [_JobLoop(i) for i in range(self.count)]
+                watchdog = threading.Thread(
+                    target=self._watch, name="claimd-job-watchdog", daemon=True
+                )
+                watchdog.start()
+            return self._loops
+
+    def loop_for(self, job: str) -> _JobLoop:
+        """The job's own loop (by its name), unless that loop has stopped coming round.
+
+        A run is not placed on a loop a job is blocking: it goes to the loop
+        that came round last. What already waits on the blocked loop waits.
+        """
+        loops = self._started()
+        chosen = loops[zlib.crc32(job.encode()) % len(loops)]
+        if time.monotonic() - chosen.beat > AVOID_AFTER:
+            chosen = max(loops, key=lambda candidate: candidate.beat)
+        return chosen
+
+    async def run(
+        self,
+        job: str,
+        run_id: str,
+        call: Callable[[], Awaitable[Any]],
+        tail: Tail,
+        timeout: float,
+        grace: float,
+    ) -> None:
+        """Await ``call()`` on the job's loop, its output into ``tail``.
+
+        At the timeout (or a cancellation) the job's task is cancelled and its
+        end awaited (up to ``grace``): the attempt after this one does not
+        start while this one still runs, unless the job refuses to end.
+        Raises TimeoutError at the timeout and the job's own exception.
+        """
+        _route_output()
+        job_loop = self.loop_for(job)
+        worker_loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = worker_loop.create_future()
+
+        def settle() -> None:
+            if not ended.done():
+                ended.set_result(None)
+
+        async def wrapped() -> Any:
+            _CAPTURE.set(tail)
+            task = asyncio.current_task()
+            assert task is not None
+            job_loop.jobs[task] = (job, run_id)
+            try:
+                return await call()
+            finally:
+                job_loop.jobs.pop(task, None)
+                with contextlib.suppress(RuntimeError):  # the worker's loop is closed
+                    worker_loop.call_soon_threadsafe(settle)
+
+        future: concurrent.futures.Future[Any] = asyncio.run_coroutine_threadsafe(
+            wrapped(), job_loop.loop
+        )
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.wrap_future(future)
+        except BaseException:
+            future.cancel()
+            try:
+                await asyncio.wait_for(asyncio.shield(ended), grace)
+            except TimeoutError:
+                log.warning(
+                    "async python job did not end when cancelled",
+                    job=job,
+                    run_id=run_id,
+                    grace_s=grace,
+                )
+            raise
+
+    def _watch(self) -> None:
+        """The watchdog: names the job holding a loop that stopped coming round."""
+        while True:
+            time.sleep(WATCH_EVERY)
+            now = time.monotonic()
+            for job_loop in self._loops:
+                self._check(job_loop, now)
+
+    def _check(self, job_loop: _JobLoop, now: float) -> None:
+        lag = now - job_loop.beat
+        if lag < self.blocked_after:
+            if job_loop.blocked_since is not None:
+                log.info(
+                    "job event loop free again",
+                    loop=job_loop.thread.name,
+                    blocked_s=round(now - job_loop.blocked_since, 3),
+                )
+                job_loop.blocked_since = None
+            return
+        holder = job_loop.holder()
+        job, run_id = holder if holder is not None else ("", "")
+        if job_loop.blocked_since is None:
+            job_loop.blocked_since = job_loop.beat
+            job_loop.counted = 0.0
+            log.warning(
+                "job event loop blocked by an async python job that does not yield",
+                job=job or None,
+                run_id=run_id or None,
+                loop=job_loop.thread.name,
+                blocked_s=round(lag, 3),
+            )
+        if job:
+            JOB_LOOP_BLOCKED.labels(job).inc(lag - job_loop.counted)
+        job_loop.counted = lag
