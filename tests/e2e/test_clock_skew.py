@@ -150,6 +150,9 @@ class Cluster:
             "claim_interval": "100ms",
             "materialize_interval": "500ms",
             "horizon": f"{int(HORIZON.total_seconds())}s",
+            # The reloads here are SIGHUPs to one replica at a time, as the scenario
+            # says; the file watch would reload all three at each write (one file).
+            "config_poll": "0s",
         }
         self.replicas: dict[str, ClaimdProcess] = {}
         self.write_jobs(JOBS)
