@@ -179,7 +179,8 @@ class DstNote:
     ``wall``: the local wall-clock slot; ``kind``: ``gap`` (skipped by the
     clock) or ``fold`` (repeated); ``at``: the instant of the change (gap) or
     the slot's first occurrence (fold); ``fired``: the instants it runs at
-    (none: skipped); ``missed``: the real occurrences it does not run at.
+    (none: skipped); ``missed``: the real occurrences it does not run at;
+    ``change``: the instant the offset changes.
     """
 
     wall: datetime
@@ -188,6 +189,7 @@ class DstNote:
     fired: tuple[datetime, ...]
     missed: tuple[datetime, ...]
     rule: str
+    change: datetime
 
 
 @dataclass(frozen=True)
@@ -458,31 +460,37 @@ class CronSchedule:
         slot = next(self.cron.slots_after(lo - _JUST_BEFORE, hi.date()), None)
         return slot is not None and slot < hi
 
-    def near_transition(self, instant: datetime) -> bool:
-        """Whether ``instant``'s local day is near a change of the zone's UTC offset."""
-        day = instant.astimezone(self.zone).toordinal()
-        return _steady_local_offset(self.zone, day) is None
+    def offset_changes(
+        self, after: datetime, until: datetime
+    ) -> list[tuple[datetime, timedelta, timedelta]]:
+        """The zone's UTC-offset changes in ``(after, until]``: (instant, offset before, after)."""
+        out: list[tuple[datetime, timedelta, timedelta]] = []
+        for stretch in self._stretches(after, until):
+            for i in range(1, len(stretch.offsets)):
+                if after < stretch.bounds[i] <= until:
+                    out.append((stretch.bounds[i], stretch.offsets[i - 1], stretch.offsets[i]))
+        return out
 
     def dst_notes(self, after: datetime, until: datetime) -> list[DstNote]:
         """The slots skipped or repeated by offset changes in ``(after, until]``, and their fate."""
+        notes = [n for stretch in self._stretches(after, until) for n in self._notes(stretch)]
+        return [
+            n
+            for n in notes
+            if after < n.at <= until or any(after < t <= until for t in (*n.fired, *n.missed))
+        ]
+
+    def _stretches(self, after: datetime, until: datetime) -> Iterator[_Stretch]:
         zone = self.zone
-        first = after.astimezone(zone).toordinal() - 1
+        day = after.astimezone(zone).toordinal() - 1
         final = until.astimezone(zone).toordinal() + 1
-        seen: set[int] = set()
-        notes: list[DstNote] = []
-        day = first
         while day <= final:
             if _steady_local_offset(zone, day) is not None:
                 day += 1
                 continue
             stretch = _stretch(zone, day)
-            if stretch.first_day not in seen:
-                seen.add(stretch.first_day)
-                notes.extend(self._notes(stretch))
+            yield stretch
             day = stretch.last_day + 1
-        return [
-            n for n in notes if after < n.at <= until or any(after < t <= until for t in n.fired)
-        ]
 
     def _notes(self, stretch: _Stretch) -> Iterator[DstNote]:
         fixed, policy = self.fixed_time, self.dst
@@ -506,7 +514,7 @@ class CronSchedule:
                         if fixed
                         else "wildcard minute/hour: that wall time does not exist, no run"
                     )
-                    yield DstNote(wall, "gap", at, (at,) if shift else (), (), rule)
+                    yield DstNote(wall, "gap", at, (at,) if shift else (), (), rule, at)
                     continue
                 both: tuple[datetime, ...] = (
                     (wall - before).replace(tzinfo=UTC),
@@ -522,7 +530,7 @@ class CronSchedule:
                 else:
                     fired, rule = both[:1], "dst.fold = first: runs at the first occurrence"
                 missed = tuple(t for t in both if t not in fired)
-                yield DstNote(wall, "fold", both[0], fired, missed, rule)
+                yield DstNote(wall, "fold", both[0], fired, missed, rule, at)
 
     def describe(self) -> str:
         text = f"cron {self.expression!r} in {self.timezone}"
