@@ -166,28 +166,29 @@ def _schedule_from(path: str, name: str, model: JobModel) -> CronSchedule | Inte
         # Shared: the jobs on one expression and zone hold one schedule (and one
         # parsed expression) between them.
         if model.cron is not None:
-            schedule = shared(CronSchedule(model.cron, model.timezone, _dst_from(model)))
-            if model.dst is not None and not schedule.fixed_time:
-                raise ConfigError(
-                    path,
-                    f"dst applies to a fixed-time schedule (minute and hour both fixed); "
-                    f"cron {model.cron!r} has a wildcard minute or hour, which runs at every "
-                    "real instant that matches (cron(8)); remove dst",
-                    job=name,
-                    field_name="dst",
-                )
-            return schedule
-        if model.dst is not None:
-            raise ConfigError(
-                path, "dst applies to cron schedules, not to every", job=name, field_name="dst"
+            schedule: CronSchedule | IntervalSchedule = shared(
+                CronSchedule(model.cron, model.timezone, _dst_from(model))
             )
-        if model.timezone != defaults.TIMEZONE:
-            load_zone(model.timezone)  # validates the zone
-        assert model.every is not None
-        return shared(IntervalSchedule(parse_duration(model.every)))
+        else:
+            if model.timezone != defaults.TIMEZONE:
+                load_zone(model.timezone)  # validates the zone
+            assert model.every is not None
+            schedule = shared(IntervalSchedule(parse_duration(model.every)))
     except ClaimdError as exc:
         bad = "timezone" if "time zone" in str(exc) else ("cron" if model.cron else "every")
         raise ConfigError(path, str(exc), job=name, field_name=bad) from None
+    if model.dst is not None and not (isinstance(schedule, CronSchedule) and schedule.fixed_time):
+        raise ConfigError(
+            path,
+            "dst applies to cron schedules, not to every"
+            if model.cron is None
+            else f"dst applies to a fixed-time schedule (minute and hour both fixed); "
+            f"cron {model.cron!r} has a wildcard minute or hour, which runs at every "
+            "real instant that matches (cron(8)); remove dst",
+            job=name,
+            field_name="dst",
+        )
+    return schedule
 
 
 def _dst_from(model: JobModel) -> DstPolicy:

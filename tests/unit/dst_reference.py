@@ -65,7 +65,8 @@ def transitions_between(name: str, start: datetime, end: datetime) -> tuple[date
     lo = start
     before = offset(lo)
     while lo < end:
-        hi = lo + timedelta(days=1)
+        # A week at a time: no zone changes its offset twice within a week.
+        hi = lo + timedelta(days=7)
         after = offset(hi)
         if after != before:
             a, b = lo, hi
