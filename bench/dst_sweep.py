@@ -50,24 +50,33 @@ def sweep(per_window: int, seed: int) -> tuple[int, int, Counter[str]]:
 
 
 def next_fire_micros(rounds: int) -> dict[str, float]:
-    """Microseconds per next-fire-time (what next_plan asks) on ordinary days."""
+    """Microseconds per next-fire-time (what next_plan asks) on ordinary days.
+
+    The best of five runs of ``rounds // 5``: the least disturbed by other
+    processes on a shared machine.
+    """
     out: dict[str, float] = {}
-    base = datetime(2026, 6, 10, 7, 13, 5, tzinfo=UTC)
-    for expr, zone in (
-        ("* * * * *", "UTC"),
-        ("* * * * *", "Europe/Berlin"),
-        ("*/15 * * * *", "America/New_York"),
-        ("30 2 * * *", "Europe/Berlin"),
-        ("0 9 * * 1-5", "Asia/Tokyo"),
+    ordinary = datetime(2026, 6, 10, 7, 13, 5, tzinfo=UTC)
+    change_day = datetime(2026, 10, 24, 22, 0, tzinfo=UTC)  # Berlin's 25-hour day
+    for expr, zone, base in (
+        ("* * * * *", "UTC", ordinary),
+        ("* * * * *", "Europe/Berlin", ordinary),
+        ("*/15 * * * *", "America/New_York", ordinary),
+        ("30 2 * * *", "Europe/Berlin", ordinary),
+        ("0 9 * * 1-5", "Asia/Tokyo", ordinary),
+        ("* * * * *", "Europe/Berlin", change_day),
     ):
         schedule = CronSchedule(expr, zone)
         far = timedelta(days=400)
         take(schedule.fire_times(base, base + far), 1)  # warm the memos
-        began = time.perf_counter()
-        for i in range(rounds):
-            after = base + timedelta(minutes=i % 5000)
-            take(schedule.fire_times(after, after + far), 1)
-        out[f"{expr!r} {zone}"] = (time.perf_counter() - began) / rounds * 1e6
+        best = float("inf")
+        for _ in range(5):
+            began = time.perf_counter()
+            for i in range(rounds // 5):
+                after = base + timedelta(minutes=i % 1440)
+                take(schedule.fire_times(after, after + far), 1)
+            best = min(best, (time.perf_counter() - began) / (rounds // 5) * 1e6)
+        out[f"{expr!r} {zone}{' (change day)' if base is change_day else ''}"] = best
     return out
 
 
@@ -79,7 +88,7 @@ def main() -> None:
     parser.add_argument("--no-sweep", action="store_true")
     args = parser.parse_args()
     for label, micros in next_fire_micros(args.rounds).items():
-        print(f"next fire time {label:40s} {micros:7.2f} us")
+        print(f"next fire time {label:54s} {micros:7.2f} us")
     if args.no_sweep:
         return
     began = time.perf_counter()
