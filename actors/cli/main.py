@@ -7,11 +7,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime
 from pathlib import Path
 
 from actors.adapters.embedded import (
@@ -26,8 +27,9 @@ from actors.adapters.nats import StreamSettingsRefused
 from actors.adapters.postgres import PostgresRunStore
 from actors.adapters.resources import config_dir
 from actors.cli import operator as operator_cli
+from actors.cli.fire_times import job_fire_times, text_lines
 from actors.config import CodeImport, ConfigError, LoadedConfig, load_config
-from actors.domain import CronSchedule, decode_job, encode_job, take
+from actors.domain import CronSchedule, decode_job, encode_job
 from actors.http.server import PortUnavailable, listen_problem
 from actors.observability import LOG_FORMATS, configure_logging, get_logger, redact
 from actors.observability.tracing import configure as configure_tracing
@@ -309,18 +311,25 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     # On stderr with the summary: stdout stays the jobs and their fire times.
     for line in loaded.settings.timeouts.describe():
         print(line, file=sys.stderr)
+    records: list[dict[str, object]] = []
     for name, configured in sorted(loaded.jobs.items()):
         schedule = decode_job(name, encode_job(configured)).schedule
-        zone: tzinfo
+        header = f"{name}: {schedule.describe()}"
         if isinstance(schedule, CronSchedule):
-            zone = schedule.zone
-            print(f"{name}: {schedule.describe()}: {schedule.cron.explain()}")
-        else:
-            zone = UTC
-            print(f"{name}: {schedule.describe()}")
-        far = start.replace(year=start.year + 10)
-        for instant in take(schedule.fire_times(start, far), args.count):
-            print(f"  {instant.isoformat()}  {instant.astimezone(zone).isoformat()}")
+            header += f": {schedule.cron.explain()}"
+        record: dict[str, object] = {"job": name, "schedule": schedule.describe()}
+        record.update(job_fire_times(schedule, start, args.count))
+        records.append(record)
+        if not args.json:
+            print(header)
+            for line in text_lines(record):
+                print(line)
+    if args.json:
+        print(
+            json.dumps(
+                {"jobs": records, "errors": [str(e) for e in loaded.errors]}, ensure_ascii=False
+            )
+        )
     for error in loaded.errors:
         print(f"error: {error}", file=sys.stderr)
     if loaded.errors:
@@ -380,6 +389,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=30.0,
         help="seconds the import of the python code it names may take (default 30)",
+    )
+    chk.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object on stdout: each job's fire times (utc, local, offset, dst)",
     )
     chk.set_defaults(func=cmd_check_config)
     # The logging options are accepted after the subcommand too (`claimd run

@@ -16,9 +16,13 @@ from pydantic import Field, ValidationError, field_validator
 
 from actors.config.errors import ConfigError, StrictModel, first_error_field
 from actors.domain import (
+    DEFAULT_DST,
     Catchup,
     ClaimdError,
     CronSchedule,
+    DstFold,
+    DstGap,
+    DstPolicy,
     ExecutorSpec,
     HttpSpec,
     IntervalSchedule,
@@ -79,6 +83,11 @@ class BackoffModel(StrictModel):
     multiplier: float = Field(default=defaults.RETRY_MULTIPLIER, ge=1.0, le=10.0)
 
 
+class DstModel(StrictModel):
+    gap: Literal["shift", "skip"] = defaults.DST_GAP
+    fold: Literal["first", "last", "both"] = defaults.DST_FOLD
+
+
 class JobModel(StrictModel):
     cron: str | None = None
     every: DurationText | None = None
@@ -92,6 +101,7 @@ class JobModel(StrictModel):
     starting_deadline: DurationText | None = None
     jitter: DurationText | None = None
     backoff: BackoffModel = Field(default_factory=BackoffModel)
+    dst: DstModel | None = None
     run: RunModel
 
 
@@ -176,14 +186,35 @@ def _schedule_from(path: str, name: str, model: JobModel) -> CronSchedule | Inte
         # Shared: the jobs on one expression and zone hold one schedule (and one
         # parsed expression) between them.
         if model.cron is not None:
-            return shared(CronSchedule(model.cron, model.timezone))
-        if model.timezone != defaults.TIMEZONE:
-            load_zone(model.timezone)  # validates the zone
-        assert model.every is not None
-        return shared(IntervalSchedule(parse_duration(model.every)))
+            schedule: CronSchedule | IntervalSchedule = shared(
+                CronSchedule(model.cron, model.timezone, _dst_from(model))
+            )
+        else:
+            if model.timezone != defaults.TIMEZONE:
+                load_zone(model.timezone)  # validates the zone
+            assert model.every is not None
+            schedule = shared(IntervalSchedule(parse_duration(model.every)))
     except ClaimdError as exc:
         bad = "timezone" if "time zone" in str(exc) else ("cron" if model.cron else "every")
         raise ConfigError(path, str(exc), job=name, field_name=bad) from None
+    if model.dst is not None and not (isinstance(schedule, CronSchedule) and schedule.fixed_time):
+        raise ConfigError(
+            path,
+            "dst applies to cron schedules, not to every"
+            if model.cron is None
+            else f"dst applies to a fixed-time schedule (minute and hour both fixed); "
+            f"cron {model.cron!r} has a wildcard minute or hour, which runs at every "
+            "real instant that matches (cron(8)); remove dst",
+            job=name,
+            field_name="dst",
+        )
+    return schedule
+
+
+def _dst_from(model: JobModel) -> DstPolicy:
+    if model.dst is None:
+        return DEFAULT_DST
+    return shared(DstPolicy(DstGap(model.dst.gap), DstFold(model.dst.fold)))
 
 
 def job_from_raw(path: str, name: str, raw: Any) -> Job:

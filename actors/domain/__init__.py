@@ -62,11 +62,23 @@ from actors.domain.runs import (
     RunState,
     check_transition,
 )
-from actors.domain.schedule import CronSchedule, IntervalSchedule, Schedule, load_zone, take
+from actors.domain.schedule import (
+    DEFAULT_DST,
+    CronSchedule,
+    DstFold,
+    DstGap,
+    DstNote,
+    DstPolicy,
+    IntervalSchedule,
+    Schedule,
+    load_zone,
+    take,
+)
 from actors.domain.sharing import shared
 
 __all__ = [
     "DEFAULT_CLAIM_AHEAD",
+    "DEFAULT_DST",
     "DEFAULT_LEASE",
     "DEFAULT_TIMEOUTS",
     "DEFINITION_VERSION",
@@ -81,6 +93,10 @@ __all__ = [
     "CronExpression",
     "CronSchedule",
     "DecodedJobs",
+    "DstFold",
+    "DstGap",
+    "DstNote",
+    "DstPolicy",
     "ExecutionResult",
     "ExecutorSpec",
     "HttpSpec",

@@ -41,7 +41,8 @@ Fire times are found by skipping field by field (month, then day, then the
 precomputed hour and minute lists), never by testing minute after minute, so
 a sparse expression costs a few month steps and a dense one a tuple lookup per
 slot. This module works on naive local wall-clock times; mapping a slot to an
-instant (the DST rule) is :func:`actors.domain.schedule.local_to_instant`'s job.
+instant (cron(8)'s DST rule, which depends on ``wildcard_time``) is
+:class:`actors.domain.schedule.CronSchedule`'s job.
 """
 
 from __future__ import annotations
@@ -118,6 +119,10 @@ class CronExpression:
     months: tuple[int, ...]
     weekdays: frozenset[int]  # 0 = Sunday ... 6 = Saturday (7 already folded into 0)
     either_day: bool  # both day fields restricted: a day matches if either does
+    # cron(8)'s DST class: the minute or the hour field starts with '*' (as
+    # cronsim reads it). Such a schedule fires at every real instant that
+    # matches; one with both fixed is a "fixed time" (actors.domain.schedule).
+    wildcard_time: bool = False
 
     def matches(self, wall: datetime) -> bool:
         """Whether a local wall-clock time (seconds ignored) is one of the expression's slots."""
@@ -242,6 +247,7 @@ def _parse_cron(expression: str) -> CronExpression:
         weekdays=frozenset(w % 7 for w in weekdays),
         # crontab(5): a field is restricted unless its text starts with '*'.
         either_day=not (parts[2].startswith("*") or parts[4].startswith("*")),
+        wildcard_time=parts[0].startswith("*") or parts[1].startswith("*"),
     )
     _require_a_date(cron)
     return cron
@@ -261,7 +267,14 @@ def _parse_macro(expression: str, text: str) -> CronExpression:
         )
     cron = parse_cron(MACROS[name])
     return CronExpression(
-        expression, cron.minutes, cron.hours, cron.days, cron.months, cron.weekdays, cron.either_day
+        expression,
+        cron.minutes,
+        cron.hours,
+        cron.days,
+        cron.months,
+        cron.weekdays,
+        cron.either_day,
+        cron.wildcard_time,
     )
 
 

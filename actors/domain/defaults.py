@@ -40,6 +40,10 @@ OVERLAP: Final = "allow"  # actors.domain.jobs.Overlap
 CATCHUP: Final = "all"  # actors.domain.jobs.Catchup
 CATCHUP_WINDOW = timedelta(hours=1)
 JITTER = timedelta(0)
+# A fixed-time cron job at DST transitions (``dst = {...}``; actors.domain.schedule.DstPolicy):
+# a time the clock skips runs at the end of the gap, a time it repeats runs once, first.
+DST_GAP: Final = "shift"  # shift | skip
+DST_FOLD: Final = "first"  # first | last | both
 # starting_deadline has no default value: unset, the catch-up window decides
 # (Job.start_deadline).
 

@@ -39,10 +39,21 @@ from actors.domain.jobs import (
     PythonSpec,
     ShellSpec,
 )
-from actors.domain.schedule import CronSchedule, IntervalSchedule
+from actors.domain.schedule import (
+    DEFAULT_DST,
+    CronSchedule,
+    DstFold,
+    DstGap,
+    DstPolicy,
+    IntervalSchedule,
+)
 from actors.domain.sharing import shared
 
-DEFINITION_VERSION = 1
+# Version 2 added the schedule's "dst" policy (absent: cron(8)'s default). A
+# definition is written as version 2 only when it carries one, so a build that
+# reads version 1 alone refuses exactly the jobs it would fire by another rule.
+DEFINITION_VERSION = 2
+_VERSION_BEFORE_DST = 1
 
 
 class UnreadableDefinition(ValueError):
@@ -55,7 +66,9 @@ def encode_job(job: Job) -> dict[str, Any]:
     The version is not part of the fingerprint (``Job.fingerprint``): a job is
     edited when its definition changes, not when the format's number does.
     """
-    return {"version": DEFINITION_VERSION, **job.definition()}
+    definition = job.definition()
+    version = DEFINITION_VERSION if "dst" in definition["schedule"] else _VERSION_BEFORE_DST
+    return {"version": version, **definition}
 
 
 def decode_job(name: str, data: Mapping[str, Any] | str, enabled: bool = True) -> Job:
@@ -143,15 +156,31 @@ def decode_executor(data: Mapping[str, Any]) -> ExecutorSpec:
 
 # Schedules are immutable: jobs with the same expression and zone share one
 # (10,000 jobs on "* * * * *" parse it once, and hold one object between them).
-_SCHEDULES: dict[tuple[str, str] | int, CronSchedule | IntervalSchedule] = {}
+_SCHEDULES: dict[tuple[str, str, DstPolicy] | int, CronSchedule | IntervalSchedule] = {}
 _SCHEDULES_KEPT = 100_000
+
+
+def decode_dst(data: Mapping[str, Any] | None) -> DstPolicy:
+    """A stored ``dst`` policy; absent (every definition before version 2): the default."""
+    if not data:
+        return DEFAULT_DST
+    return shared(
+        DstPolicy(
+            gap=DstGap(data.get("gap", defaults.DST_GAP)),
+            fold=DstFold(data.get("fold", defaults.DST_FOLD)),
+        )
+    )
 
 
 def decode_schedule(data: Mapping[str, Any]) -> CronSchedule | IntervalSchedule:
     """The schedule part of a stored definition (shared with every job that has the same)."""
-    key: tuple[str, str] | int
+    key: tuple[str, str, DstPolicy] | int
     if "cron" in data:
-        key = (str(data["cron"]), str(data.get("timezone", defaults.TIMEZONE)))
+        key = (
+            str(data["cron"]),
+            str(data.get("timezone", defaults.TIMEZONE)),
+            decode_dst(data.get("dst")),
+        )
     else:
         key = int(data["every_us"])
     schedule = _SCHEDULES.get(key)

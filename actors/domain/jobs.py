@@ -12,7 +12,7 @@ from typing import Any
 
 from actors.domain import defaults
 from actors.domain.attempts import RetryPolicy
-from actors.domain.schedule import CronSchedule, IntervalSchedule
+from actors.domain.schedule import DEFAULT_DST, CronSchedule, IntervalSchedule
 
 # catchup = "none" without a starting_deadline: a run that could not start
 # within this long after its instant is skipped rather than run late.
@@ -143,6 +143,13 @@ class Job:
         schedule: dict[str, Any]
         if isinstance(self.schedule, CronSchedule):
             schedule = {"cron": self.schedule.expression, "timezone": self.schedule.timezone}
+            if self.schedule.dst != DEFAULT_DST:
+                # Written only when set: the definitions (and fingerprints) of
+                # jobs on the default stay what they were before the policy.
+                schedule["dst"] = {
+                    "gap": self.schedule.dst.gap.value,
+                    "fold": self.schedule.dst.fold.value,
+                }
         else:
             schedule = {"every_us": int(self.schedule.every.total_seconds() * 1_000_000)}
         return {

@@ -1,14 +1,19 @@
 """Schedules: which instants a job is due at. Pure, DST-correct, replica-independent.
 
-The DST rule (documented in docs/scheduling.md):
+Cron follows cron(8) at a change of the zone's UTC offset (DST; documented in
+docs/scheduling.md, "Time zones and DST"):
 
 * Cron expressions (read by :mod:`actors.domain.cron`) are evaluated on the
   job's local wall clock (IANA zone).
-* A wall-clock time that does not exist (spring forward) fires once, at the
-  next instant that exists (the end of the gap). Several slots in one gap fire
-  once between them.
-* A wall-clock time that happens twice (fall back) fires once, at its first
-  occurrence.
+* A schedule whose minute or hour field starts with ``*`` (``* * * * *``,
+  ``*/15 * * * *``, ``30 * * * *``, ``0 */2 * * *``) fires at every real
+  instant whose wall time matches: both passes of a repeated hour, nothing in
+  a skipped one.
+* A fixed-time schedule (minute and hour both fixed: ``30 2 * * *``,
+  ``0,30 1-3 * * *``) fires once per local day. Its ``DstPolicy`` says where
+  when its wall time is skipped (``gap``: ``shift``, the default, runs at the
+  end of the gap, several slots in one gap once between them; ``skip`` does
+  not run) or repeated (``fold``: ``first``, the default, ``last`` or ``both``).
 * Interval schedules (``every``) are anchored at a fixed instant (the Unix
   epoch unless the job names another), so every replica computes the same
   instants whatever time it started.
@@ -16,6 +21,7 @@ The DST rule (documented in docs/scheduling.md):
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -62,7 +68,8 @@ def _require_aware(value: datetime) -> None:
 
 
 def local_to_instant(naive: datetime, zone: ZoneInfo) -> datetime:
-    """Map a local wall-clock time to the UTC instant the DST rule says it fires at."""
+    """An operator's local time as an instant: a skipped time is the end of its gap,
+    a repeated one its first occurrence (cron's default for a fixed time)."""
     candidate = naive.replace(tzinfo=zone, fold=0)
     if candidate.astimezone(UTC).astimezone(zone).replace(tzinfo=None) == naive:
         # Exists. In a repeated hour fold=0 is the first occurrence.
@@ -128,16 +135,187 @@ def _steady_local_offset(zone: ZoneInfo, ordinal: int) -> timedelta | None:
     return value
 
 
+class DstGap(enum.StrEnum):
+    """A fixed-time slot the clock skips (spring forward)."""
+
+    SHIFT = "shift"  # runs once at the end of the gap (cron(8))
+    SKIP = "skip"  # does not run that day (recorded as skipped by check-config)
+
+
+class DstFold(enum.StrEnum):
+    """A fixed-time slot the clock repeats (fall back)."""
+
+    FIRST = "first"  # runs at its first occurrence (cron(8))
+    LAST = "last"  # runs at its second occurrence
+    BOTH = "both"  # runs at both
+
+
+DEFAULT_GAP = DstGap(defaults.DST_GAP)
+DEFAULT_FOLD = DstFold(defaults.DST_FOLD)
+
+
+@dataclass(frozen=True)
+class DstPolicy:
+    """Where a fixed-time cron job runs when its wall-clock time is skipped or repeated.
+
+    Only fixed-time schedules (minute and hour both fixed) have a choice: a
+    wildcard one runs at every real instant that matches (cron(8)).
+    """
+
+    gap: DstGap = DEFAULT_GAP
+    fold: DstFold = DEFAULT_FOLD
+
+    def describe(self) -> str:
+        return f"gap = {self.gap.value}, fold = {self.fold.value}"
+
+
+DEFAULT_DST = DstPolicy()
+
+
+@dataclass(frozen=True)
+class DstNote:
+    """A slot of a schedule that a UTC-offset change skips or repeats, and what runs.
+
+    ``wall``: the local wall-clock slot; ``kind``: ``gap`` (skipped by the
+    clock) or ``fold`` (repeated); ``at``: the instant of the change (gap) or
+    the slot's first occurrence (fold); ``fired``: the instants it runs at
+    (none: skipped); ``missed``: the real occurrences it does not run at;
+    ``change``: the instant the offset changes.
+    """
+
+    wall: datetime
+    kind: str
+    at: datetime
+    fired: tuple[datetime, ...]
+    missed: tuple[datetime, ...]
+    rule: str
+    change: datetime
+
+
+@dataclass(frozen=True)
+class _Stretch:
+    """Consecutive local days whose wall times are not all one instant each, and their offsets.
+
+    Segment ``i`` is the real time ``[bounds[i], bounds[i + 1])``, all at
+    ``offsets[i]``; a wall time of the days ``first_day``..``last_day`` is
+    the instant ``wall - offsets[i]`` in each segment whose walls hold it.
+    """
+
+    first_day: int
+    last_day: int
+    bounds: tuple[datetime, ...]
+    offsets: tuple[timedelta, ...]
+
+
+_STRETCHES: dict[tuple[ZoneInfo, int], _Stretch] = {}
+# Offsets lie within -12 h and +14 h (LMT a little beyond): an instant whose
+# wall time falls on a day lies within this much of that day.
+_WALL_REACH = timedelta(hours=27)
+_STRETCH_DAYS = 62  # a longer run of unsteady days is cut (none in tzdata)
+
+
+def _clamped(moment: datetime, delta: timedelta) -> datetime:
+    try:
+        return moment + delta
+    except OverflowError:
+        return (
+            datetime.max.replace(tzinfo=UTC)
+            if delta > timedelta(0)
+            else datetime.min.replace(tzinfo=UTC)
+        )
+
+
+def _offset_at(zone: ZoneInfo, moment: datetime) -> timedelta:
+    offset = moment.astimezone(zone).utcoffset()
+    assert offset is not None
+    return offset
+
+
+def _segments(
+    zone: ZoneInfo, start: datetime, end: datetime
+) -> tuple[tuple[datetime, ...], tuple[timedelta, ...]]:
+    """``start``, each change of the zone's offset before ``end`` (to the second), ``end``.
+
+    Sampled every hour (no zone changes its offset twice within one), each
+    change then bisected to the second.
+    """
+    bounds, offsets = [start], [_offset_at(zone, start)]
+    t = start
+    while t < end:
+        nxt = min(t + timedelta(hours=1), end)
+        offset = _offset_at(zone, nxt)
+        if offset != offsets[-1]:
+            lo, hi = t, nxt
+            while hi - lo > timedelta(seconds=1):
+                mid = lo + (hi - lo) // 2
+                if _offset_at(zone, mid) == offsets[-1]:
+                    lo = mid
+                else:
+                    hi = mid
+            bounds.append(hi.replace(microsecond=0))
+            offsets.append(offset)
+        t = nxt
+    bounds.append(end)
+    return tuple(bounds), tuple(offsets)
+
+
+def _stretch(zone: ZoneInfo, ordinal: int) -> _Stretch:
+    """The run of unsteady local days around ``ordinal`` (an unsteady day), memoized."""
+    found = _STRETCHES.get((zone, ordinal))
+    if found is not None:
+        return found
+    first = last = ordinal
+    low, high = date.min.toordinal() + 1, date.max.toordinal() - 2
+    while first > low and ordinal - first < _STRETCH_DAYS:
+        if _steady_local_offset(zone, first - 1) is not None:
+            break
+        first -= 1
+    while last < high and last - ordinal < _STRETCH_DAYS:
+        if _steady_local_offset(zone, last + 1) is not None:
+            break
+        last += 1
+    start = _clamped(datetime.combine(date.fromordinal(first), time(), UTC), -_WALL_REACH)
+    end = _clamped(datetime.combine(date.fromordinal(last), time(), UTC), _WALL_REACH * 2)
+    bounds, offsets = _segments(zone, start, end)
+    stretch = _Stretch(first, last, bounds, offsets)
+    if len(_STRETCHES) >= _MEMO_LIMIT:
+        _STRETCHES.clear()
+    for day in range(first, last + 1):
+        _STRETCHES[(zone, day)] = stretch
+    return stretch
+
+
+def _naive(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=None)
+
+
+def _day_start(ordinal: int) -> datetime:
+    return datetime.combine(date.fromordinal(ordinal), time())
+
+
+def _days_end(ordinal: int) -> datetime:
+    """The wall time just after local day ``ordinal`` (its last microsecond on date.max)."""
+    if ordinal >= date.max.toordinal():
+        return datetime.max
+    return _day_start(ordinal + 1)
+
+
+_JUST_BEFORE = timedelta(microseconds=1)
+
+
 @dataclass(frozen=True)
 class CronSchedule:
-    """A five-field cron expression evaluated in an IANA time zone.
+    """A five-field cron expression evaluated in an IANA time zone, with cron(8)'s DST rule.
 
     The expression is read by :mod:`actors.domain.cron` (crontab(5) rules, not
-    croniter's); this class adds the zone and the DST rule.
+    croniter's); this class adds the zone and the DST rule (module docstring):
+    a wildcard minute or hour fires at every real instant whose wall time
+    matches; a fixed time fires once per local day, where ``dst`` says.
     """
 
     expression: str
     timezone: str = defaults.TIMEZONE
+    dst: DstPolicy = DEFAULT_DST
 
     def __post_init__(self) -> None:
         zone = load_zone(self.timezone)
@@ -158,25 +336,21 @@ class CronSchedule:
         cron: CronExpression = object.__getattribute__(self, "_cron")
         return cron
 
+    @property
+    def fixed_time(self) -> bool:
+        """Minute and hour both fixed: cron(8)'s once-a-day rule (and ``dst``) applies."""
+        return not self.cron.wildcard_time
+
     def fire_times(self, after: datetime, until: datetime) -> Iterator[datetime]:
         _require_aware(after)
         _require_aware(until)
         zone = self.zone
-        # Iterate on the naive local wall clock, then map each slot to an
-        # instant with the DST rule above (gap -> its end, repeated -> first).
-        # On a local day whose UTC offset holds all around it (most days of
-        # every zone) a slot maps by one subtraction; only days near a
-        # transition take the zone conversions of local_to_instant.
+        # Iterate on the naive local wall clock. On a local day whose UTC
+        # offset holds all around it (most days of every zone) a slot is one
+        # instant, found by one subtraction. A run of days near an offset
+        # change (a "stretch") is walked on real time instead, segment by
+        # segment of one offset (_across), where the DST rule is applied.
         after_local = after.astimezone(zone).replace(tzinfo=None)
-        # Start two hours early when a transition is near: the slot just after
-        # `after` may sit in a repeated hour whose first occurrence is before
-        # `after` in naive terms. On a steady day there is no repeated hour.
-        early = after_local - timedelta(hours=2)
-        steady = (
-            _steady_local_offset(zone, after_local.toordinal()) is not None
-            and _steady_local_offset(zone, early.toordinal()) is not None
-        )
-        start_local = after_local if steady else early
         # No slot two days past `until`'s wall clock can map to an instant at or
         # before `until` (UTC offsets differ by at most 26 hours), so stop there
         # rather than search on for a sparse expression's next slot.
@@ -184,26 +358,185 @@ class CronSchedule:
         last_day = (
             until_day + timedelta(days=2) if until_day < date.max - timedelta(days=2) else date.max
         )
-        last: datetime | None = None
-        day = -1
-        offset: timedelta | None = None
-        for naive in self.cron.slots_after(start_local, last_day):
-            ordinal = naive.toordinal()
-            if ordinal != day:
-                day, offset = ordinal, _steady_local_offset(zone, ordinal)
-            if offset is not None:
+        cursor = after_local
+        today = after_local.toordinal()
+        if _steady_local_offset(zone, today) is None:
+            # `after` may sit in a repeated hour: instants after it can have
+            # earlier wall times, so the whole stretch is walked on real time.
+            stretch = _stretch(zone, today)
+            yield from self._across(stretch, after, until)
+            cursor = datetime.combine(date.fromordinal(stretch.last_day), time(23, 59))
+        while True:
+            day = -1
+            offset: timedelta | None = None
+            for naive in self.cron.slots_after(cursor, last_day):
+                ordinal = naive.toordinal()
+                if ordinal != day:
+                    day, offset = ordinal, _steady_local_offset(zone, ordinal)
+                if offset is None:
+                    stretch = _stretch(zone, ordinal)
+                    yield from self._across(stretch, after, until)
+                    cursor = datetime.combine(date.fromordinal(stretch.last_day), time(23, 59))
+                    break
                 instant = (naive - offset).replace(tzinfo=UTC)
+                if instant > until:
+                    return
+                if instant <= after:
+                    continue
+                yield instant
             else:
-                instant = local_to_instant(naive, zone)
-            if instant > until:
                 return
-            if instant <= after or instant == last:
+
+    def _across(self, stretch: _Stretch, after: datetime, until: datetime) -> Iterator[datetime]:
+        """The instants in ``(after, until]`` of the slots on a stretch's days, increasing.
+
+        Real time, segment by segment: a slot whose wall time a segment holds
+        is the instant ``wall - offset`` there, so a wildcard schedule fires at
+        both passes of a repeated hour and at nothing in a skipped one. A
+        fixed time follows ``dst``: a skipped slot runs at the change (shift)
+        or not (skip); a repeated one in the first pass, the second, or both.
+        """
+        bounds, offsets = stretch.bounds, stretch.offsets
+        days_lo, days_hi = _day_start(stretch.first_day), _days_end(stretch.last_day)
+        last = after
+        for i, offset in enumerate(offsets):
+            start, end = bounds[i], bounds[i + 1]
+            if end <= after:
                 continue
-            last = instant
-            yield instant
+            if start > until:
+                return
+            if self._shifted_into(stretch, i) and start > last:
+                # Slots the clock skipped at `start` run there, once between them.
+                last = start
+                yield start
+            lo, hi = self._walls_run(stretch, i)
+            lo, hi = max(lo, days_lo), min(hi, days_hi)
+            if lo >= hi:
+                continue
+            cursor = max(lo - _JUST_BEFORE, _naive(last + offset))
+            for naive in self.cron.slots_after(cursor, hi.date()):
+                if naive >= hi:
+                    break
+                instant = (naive - offset).replace(tzinfo=UTC)
+                if instant > until:
+                    return
+                if instant > last:
+                    last = instant
+                    yield instant
+
+    def _shifted_into(self, stretch: _Stretch, i: int) -> bool:
+        """Whether fixed-time slots the gap starting segment ``i`` skips run at its start."""
+        if not self.fixed_time or i == 0 or self.dst.gap is not DstGap.SHIFT:
+            return False
+        start, before, offset = stretch.bounds[i], stretch.offsets[i - 1], stretch.offsets[i]
+        if before >= offset:
+            return False
+        lo = max(_naive(start + before), _day_start(stretch.first_day))
+        return self._any_slot(lo, min(_naive(start + offset), _days_end(stretch.last_day)))
+
+    def _walls_run(self, stretch: _Stretch, i: int) -> tuple[datetime, datetime]:
+        """The wall times ``[lo, hi)`` whose slots run in segment ``i``.
+
+        All the segment holds, but for a fixed time in a repeated stretch of
+        wall clock: ``first`` leaves out the walls that ran before the change
+        that starts the segment, ``last`` those that come again after the
+        change that ends it.
+        """
+        bounds, offsets = stretch.bounds, stretch.offsets
+        offset = offsets[i]
+        lo, hi = _naive(bounds[i] + offset), _naive(bounds[i + 1] + offset)
+        if not self.fixed_time:
+            return lo, hi
+        if i > 0 and offsets[i - 1] > offset and self.dst.fold is DstFold.FIRST:
+            lo = _naive(bounds[i] + offsets[i - 1])
+        if i + 1 < len(offsets) and offsets[i + 1] < offset and self.dst.fold is DstFold.LAST:
+            hi = _naive(bounds[i + 1] + offsets[i + 1])
+        return lo, hi
+
+    def _any_slot(self, lo: datetime, hi: datetime) -> bool:
+        """Whether a slot has a wall time in ``[lo, hi)``."""
+        if lo >= hi:
+            return False
+        slot = next(self.cron.slots_after(lo - _JUST_BEFORE, hi.date()), None)
+        return slot is not None and slot < hi
+
+    def offset_changes(
+        self, after: datetime, until: datetime
+    ) -> list[tuple[datetime, timedelta, timedelta]]:
+        """The zone's UTC-offset changes in ``(after, until]``: (instant, offset before, after)."""
+        out: list[tuple[datetime, timedelta, timedelta]] = []
+        for stretch in self._stretches(after, until):
+            for i in range(1, len(stretch.offsets)):
+                if after < stretch.bounds[i] <= until:
+                    out.append((stretch.bounds[i], stretch.offsets[i - 1], stretch.offsets[i]))
+        return out
+
+    def dst_notes(self, after: datetime, until: datetime) -> list[DstNote]:
+        """The slots skipped or repeated by offset changes in ``(after, until]``, and their fate."""
+        notes = [n for stretch in self._stretches(after, until) for n in self._notes(stretch)]
+        return [
+            n
+            for n in notes
+            if after < n.at <= until or any(after < t <= until for t in (*n.fired, *n.missed))
+        ]
+
+    def _stretches(self, after: datetime, until: datetime) -> Iterator[_Stretch]:
+        zone = self.zone
+        day = after.astimezone(zone).toordinal() - 1
+        final = until.astimezone(zone).toordinal() + 1
+        while day <= final:
+            if _steady_local_offset(zone, day) is not None:
+                day += 1
+                continue
+            stretch = _stretch(zone, day)
+            yield stretch
+            day = stretch.last_day + 1
+
+    def _notes(self, stretch: _Stretch) -> Iterator[DstNote]:
+        fixed, policy = self.fixed_time, self.dst
+        days_lo, days_hi = _day_start(stretch.first_day), _days_end(stretch.last_day)
+        for i in range(1, len(stretch.offsets)):
+            at, before, offset = stretch.bounds[i], stretch.offsets[i - 1], stretch.offsets[i]
+            gap = before < offset
+            lo = max(_naive(at + min(before, offset)), days_lo)
+            hi = min(_naive(at + max(before, offset)), days_hi)
+            if lo >= hi:
+                continue
+            for wall in self.cron.slots_after(lo - _JUST_BEFORE, hi.date()):
+                if wall >= hi:
+                    break
+                if gap:
+                    shift = fixed and policy.gap is DstGap.SHIFT
+                    rule = (
+                        "dst.gap = shift: runs at the end of the gap"
+                        if shift
+                        else "dst.gap = skip: does not run"
+                        if fixed
+                        else "wildcard minute/hour: that wall time does not exist, no run"
+                    )
+                    yield DstNote(wall, "gap", at, (at,) if shift else (), (), rule, at)
+                    continue
+                both: tuple[datetime, ...] = (
+                    (wall - before).replace(tzinfo=UTC),
+                    (wall - offset).replace(tzinfo=UTC),
+                )
+                fired: tuple[datetime, ...]
+                if not fixed:
+                    fired, rule = both, "wildcard minute/hour: runs at both occurrences"
+                elif policy.fold is DstFold.BOTH:
+                    fired, rule = both, "dst.fold = both: runs at both occurrences"
+                elif policy.fold is DstFold.LAST:
+                    fired, rule = both[1:], "dst.fold = last: runs at the second occurrence"
+                else:
+                    fired, rule = both[:1], "dst.fold = first: runs at the first occurrence"
+                missed = tuple(t for t in both if t not in fired)
+                yield DstNote(wall, "fold", both[0], fired, missed, rule, at)
 
     def describe(self) -> str:
-        return f"cron {self.expression!r} in {self.timezone}"
+        text = f"cron {self.expression!r} in {self.timezone}"
+        if self.dst != DEFAULT_DST:
+            text += f" (dst: {self.dst.describe()})"
+        return text
 
 
 @dataclass(frozen=True)

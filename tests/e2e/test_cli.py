@@ -266,8 +266,13 @@ run = { shell = ["/bin/true"] }
         "check-config", str(path), "--from", "2026-03-28T00:00:00+00:00", "--count", "3"
     )
     assert await checker.wait(30) == 0, checker.stderr()
-    lines = [line.split() for line in checker.stdout().splitlines() if line.startswith("  ")]
-    # 2026-03-29 02:30 does not exist in Berlin (clocks jump 02:00 -> 03:00): it fires at 03:00.
+    fire_lines = [line for line in checker.stdout().splitlines() if line.startswith("  ")]
+    lines = [line.split()[:2] for line in fire_lines]
+    # 2026-03-29 02:30 does not exist in Berlin (clocks jump 02:00 -> 03:00): it fires at 03:00,
+    # and check-config says which rule put it there.
+    assert fire_lines[1].endswith(
+        "[dst gap, offset +02:00: dst.gap = shift: runs at the end of the gap]"
+    )
     assert lines == [
         ["2026-03-28T01:30:00+00:00", "2026-03-28T02:30:00+01:00"],
         ["2026-03-29T01:00:00+00:00", "2026-03-29T03:00:00+02:00"],

@@ -127,16 +127,19 @@ DST_CASES = [
         "Europe/Berlin",
         date(2026, 10, 25),
         ["2026-10-24T00:30:00+00:00", "2026-10-25T00:30:00+00:00", "2026-10-26T01:30:00+00:00"],
-        # 02:00 and 02:30 happen twice: once each, at their first occurrence (+02:00).
+        # 02:00 and 02:30 happen twice: "*/30" (a wildcard hour) fires at both
+        # occurrences (cron(8)); the daily 02:30, a fixed time, at the first.
         [
             "2026-10-25T01:30+02:00",
             "2026-10-25T02:00+02:00",
             "2026-10-25T02:30+02:00",
+            "2026-10-25T02:00+01:00",
+            "2026-10-25T02:30+01:00",
             "2026-10-25T03:00+01:00",
             "2026-10-25T03:30+01:00",
         ],
         ("2026-10-24T23:30:00+00:00", "2026-10-25T02:30:00+00:00"),
-        48,
+        50,
         id="berlin-fall-back",
     ),
     pytest.param(
@@ -161,18 +164,20 @@ DST_CASES = [
             "2026-11-01T00:30-04:00",
             "2026-11-01T01:00-04:00",
             "2026-11-01T01:30-04:00",
+            "2026-11-01T01:00-05:00",
+            "2026-11-01T01:30-05:00",
             "2026-11-01T02:00-05:00",
             "2026-11-01T02:30-05:00",
         ],
         ("2026-11-01T04:30:00+00:00", "2026-11-01T07:30:00+00:00"),
-        48,
+        50,
         id="new-york-fall-back",
     ),
 ]
 
 
 @pytest.mark.parametrize(("zone_name", "day", "daily", "around", "span", "day_count"), DST_CASES)
-async def test_dst_one_row_per_existing_wall_clock_slot(
+async def test_dst_rows_follow_cron8s_rule(
     store: PostgresRunStore,
     zone_name: str,
     day: date,
@@ -226,17 +231,13 @@ async def test_dst_one_row_per_existing_wall_clock_slot(
     for t in half:
         per_day[t.astimezone(zone).date()] = per_day.get(t.astimezone(zone).date(), 0) + 1
     assert per_day == {day - timedelta(days=1): 48, day: day_count, day + timedelta(days=1): 48}
-    # Independently of the rule's wording: every UTC half hour fires unless it repeats
-    # the wall-clock time of the instant an hour before it (the second pass of a
-    # repeated hour); gap slots coincide with the first valid slot after the gap.
+    # Independently of the rule's wording: every real half hour fires (cron(8): a
+    # wildcard hour runs at every real instant whose wall time matches; in these
+    # zones every UTC half hour is a local :00 or :30).
     expected = []
     t = first
     while t < end:
-        again = (t - timedelta(hours=1)).astimezone(zone).replace(tzinfo=None) == t.astimezone(
-            zone
-        ).replace(tzinfo=None)
-        if not again:
-            expected.append(t)
+        expected.append(t)
         t += timedelta(minutes=30)
     assert half == expected
 

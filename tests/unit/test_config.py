@@ -8,7 +8,17 @@ from pathlib import Path
 import pytest
 
 from actors.config import ConfigError, ConfigErrors, LoadedConfig, load_config, parse_config
-from actors.domain import Catchup, CronSchedule, IntervalSchedule, PythonSpec, ShellSpec
+from actors.domain import (
+    DEFAULT_DST,
+    Catchup,
+    CronSchedule,
+    DstFold,
+    DstGap,
+    DstPolicy,
+    IntervalSchedule,
+    PythonSpec,
+    ShellSpec,
+)
 
 PATH = "/etc/claimd/claimd.toml"
 ROOT = Path(__file__).resolve().parents[2]
@@ -378,6 +388,42 @@ CASES: list[tuple[str, str, str | None, str | None, str]] = [
         "claimd.config_version",
         "greater than or equal to 0",
     ),
+    # dst: a fixed-time cron's policy at DST changes (docs/scheduling.md)
+    (
+        "dst-bad-gap",
+        job(f'cron = "30 2 * * *"\ndst = {{ gap = "later" }}\n{RUN}'),
+        "export",
+        "dst.gap",
+        "'shift' or 'skip'",
+    ),
+    (
+        "dst-bad-fold",
+        job(f'cron = "30 2 * * *"\ndst = {{ fold = "twice" }}\n{RUN}'),
+        "export",
+        "dst.fold",
+        "'first', 'last' or 'both'",
+    ),
+    (
+        "dst-unknown-key",
+        job(f'cron = "30 2 * * *"\ndst = {{ folds = "both" }}\n{RUN}'),
+        "export",
+        "dst.folds",
+        "unknown key",
+    ),
+    (
+        "dst-on-a-wildcard-schedule",
+        job(f'cron = "*/15 2 * * *"\ndst = {{ fold = "both" }}\n{RUN}'),
+        "export",
+        "dst",
+        "has a wildcard minute or hour",
+    ),
+    (
+        "dst-on-every",
+        job(f'every = "1h"\ndst = {{ gap = "skip" }}\n{RUN}'),
+        "export",
+        "dst",
+        "dst applies to cron schedules",
+    ),
 ]
 
 
@@ -403,6 +449,25 @@ def test_bad_input_gives_one_clear_error(
     # One error, one line: no pydantic dump, no traceback text.
     assert "\n" not in message
     assert "validation error" not in message
+
+
+def test_a_dst_policy_is_read_into_the_schedule() -> None:
+    loaded = parse_config(
+        job(
+            'cron = "30 2 * * *"\ntimezone = "Europe/Berlin"\n'
+            f'dst = {{ gap = "skip", fold = "both" }}\n{RUN}'
+        )
+        + job(f'cron = "0 3 * * *"\n{RUN}', name="plain"),
+        PATH,
+        env={},
+    )
+    assert loaded.errors == []
+    schedule = loaded.jobs["export"].schedule
+    assert isinstance(schedule, CronSchedule)
+    assert schedule.dst == DstPolicy(DstGap.SKIP, DstFold.BOTH)
+    plain = loaded.jobs["plain"].schedule
+    assert isinstance(plain, CronSchedule)
+    assert plain.dst == DEFAULT_DST
 
 
 def test_toml_errors_say_where() -> None:

@@ -7,8 +7,9 @@ zones: the next fire times must be equal, instant for instant, or both
 evaluators must refuse the expression as never firing.
 
 The comparison stops at the zone's first UTC-offset change after the start:
-at a DST transition the two evaluators follow different rules by design
-(claimd's rule is tested on its own in test_schedule.py). When a change is
+what happens at a change (cron(8)'s DST rule, which both follow) is compared
+around every change of every zone in test_dst_sweep.py, with the places
+cronsim departs from its own rule set aside there. When a change is
 close after the random start, the start moves past it, so zones with DST still
 compare months of fire times.
 

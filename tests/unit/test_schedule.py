@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from actors.domain import CronSchedule, IntervalSchedule, InvalidSchedule, take
 from actors.domain.schedule import EPOCH, local_to_instant
+from tests.unit.dst_reference import walked_fires
 
 BERLIN = "Europe/Berlin"
 NEW_YORK = "America/New_York"
@@ -110,14 +111,27 @@ SPRING_FORWARD = [
             "08 06:00-0400",
         ],
     ),
-    # Four slots inside one gap, none of them 03:00: they fire once, at 03:00.
-    (BERLIN, (2026, 3, 29), "*/15 2 * * *", ["29 03:00+0200"]),
-    (NEW_YORK, (2026, 3, 8), "*/15 2 * * *", ["08 03:00-0400"]),
+    # A wildcard minute in an hour that does not exist: no real instant matches
+    # (cron(8); the rule before issue 22 fired it once at 03:00).
+    (BERLIN, (2026, 3, 29), "*/15 2 * * *", []),
+    (NEW_YORK, (2026, 3, 8), "*/15 2 * * *", []),
+    # A wildcard hour: 02:30 does not exist, nothing fires in its place (it was
+    # shifted to 03:00 before issue 22: an extra run).
+    (
+        BERLIN,
+        (2026, 3, 29),
+        "30 * * * *",
+        ["29 00:30+0100", "29 01:30+0100", "29 03:30+0200", "29 04:30+0200", "29 05:30+0200"],
+    ),
+    # A fixed time: two slots inside one gap, none of them 03:00: they fire
+    # once, at the end of the gap (dst.gap = shift, the default).
+    (BERLIN, (2026, 3, 29), "0,30 2 * * *", ["29 03:00+0200"]),
+    (NEW_YORK, (2026, 3, 8), "0,30 2 * * *", ["08 03:00-0400"]),
 ]
 
 FALL_BACK = [
-    # Berlin: 03:00 CEST falls back to 02:00 CET. 02:00-02:59 happens twice and
-    # fires at its first occurrence only (+0200).
+    # Berlin: 03:00 CEST falls back to 02:00 CET. 02:00-02:59 happens twice: a
+    # wildcard minute or hour fires at both occurrences (+0200, then +0100).
     (
         BERLIN,
         (2026, 10, 25),
@@ -125,6 +139,7 @@ FALL_BACK = [
         [
             "25 01:00+0200",
             "25 02:00+0200",
+            "25 02:00+0100",
             "25 03:00+0100",
             "25 04:00+0100",
             "25 05:00+0100",
@@ -138,6 +153,7 @@ FALL_BACK = [
         [
             "31 01:00+0200",
             "31 02:00+0200",
+            "31 02:00+0100",
             "31 03:00+0100",
             "31 04:00+0100",
             "31 05:00+0100",
@@ -154,6 +170,8 @@ FALL_BACK = [
             "25 01:30+0200",
             "25 02:00+0200",
             "25 02:30+0200",
+            "25 02:00+0100",
+            "25 02:30+0100",
             "25 03:00+0100",
             "25 03:30+0100",
             "25 04:00+0100",
@@ -170,6 +188,7 @@ FALL_BACK = [
         "0 * * * *",
         [
             "01 01:00-0400",
+            "01 01:00-0500",
             "01 02:00-0500",
             "01 03:00-0500",
             "01 04:00-0500",
@@ -185,6 +204,8 @@ FALL_BACK = [
             "01 00:30-0400",
             "01 01:00-0400",
             "01 01:30-0400",
+            "01 01:00-0500",
+            "01 01:30-0500",
             "01 02:00-0500",
             "01 02:30-0500",
             "01 03:00-0500",
@@ -204,6 +225,8 @@ FALL_BACK = [
             "07 00:30-0400",
             "07 01:00-0400",
             "07 01:30-0400",
+            "07 01:00-0500",
+            "07 01:30-0500",
             "07 02:00-0500",
             "07 02:30-0500",
             "07 03:00-0500",
@@ -219,13 +242,25 @@ FALL_BACK = [
         NEW_YORK,
         (2026, 11, 1),
         "*/15 1 * * *",
-        ["01 01:00-0400", "01 01:15-0400", "01 01:30-0400", "01 01:45-0400"],
+        [
+            "01 01:00-0400",
+            "01 01:15-0400",
+            "01 01:30-0400",
+            "01 01:45-0400",
+            "01 01:00-0500",
+            "01 01:15-0500",
+            "01 01:30-0500",
+            "01 01:45-0500",
+        ],
     ),
+    # A fixed time in the repeated hour fires once, at its first occurrence
+    # (dst.fold = first, the default).
+    (BERLIN, (2026, 10, 25), "0,30 2 * * *", ["25 02:00+0200", "25 02:30+0200"]),
 ]
 
 
 @pytest.mark.parametrize(("zone", "date", "expr", "expected"), SPRING_FORWARD + FALL_BACK)
-def test_dst_day_fires_once_per_wall_clock_slot(
+def test_dst_day_follows_cron8s_rule(
     zone: str, date: tuple[int, int, int], expr: str, expected: list[str]
 ) -> None:
     got = fires(expr, zone, day(*date), day(*date, hour=6))
@@ -268,8 +303,9 @@ def test_daily_in_new_yorks_repeated_hour_fires_at_the_first_occurrence() -> Non
     [
         # `after` in the first pass of the repeated hour: 02:30 is still to come.
         (0, "25 02:30+0200"),
-        # `after` in the second pass: 02:30 fired already (first occurrence); next is 03:00.
-        (1, "25 03:00+0100"),
+        # `after` in the second pass: a wildcard minute fires there too (cron(8));
+        # before issue 22 the next was 03:00.
+        (1, "25 02:30+0100"),
     ],
 )
 def test_after_inside_the_repeated_hour(after_fold: int, expected_next: str) -> None:
@@ -282,7 +318,7 @@ def test_after_inside_the_repeated_hour(after_fold: int, expected_next: str) -> 
 
 @pytest.mark.parametrize("zone", [BERLIN, NEW_YORK])
 @pytest.mark.parametrize("year", [2026, 2027])
-def test_hourly_for_a_whole_year_one_instant_per_existing_slot(zone: str, year: int) -> None:
+def test_hourly_for_a_whole_year_one_instant_per_real_occurrence(zone: str, year: int) -> None:
     z = ZoneInfo(zone)
     got = fires("0 * * * *", zone, datetime(year, 1, 1), datetime(year + 1, 1, 1))
     local = [t.astimezone(z).replace(tzinfo=None) for t in got]
@@ -291,12 +327,14 @@ def test_hourly_for_a_whole_year_one_instant_per_existing_slot(zone: str, year: 
     # Exactly one slot a year (spring forward, 02:00) does not exist ...
     assert [g.month for g in gap] == [3]
     assert [g.hour for g in gap] == [2]
-    # ... and it merges with 03:00; every other slot fires once and only once, the
-    # repeated 01:00 or 02:00 included, and nothing else fires.
-    assert sorted(local) == local
-    assert len(set(local)) == len(local)
+    # ... and fires nowhere; every other slot fires once, but the repeated
+    # 01:00 or 02:00 (a wildcard hour), which fires at both of its occurrences.
     assert set(local) == set(slots) - set(gap)
-    assert len(got) == 365 * 24 - 1
+    assert len(got) == 365 * 24 - 1 + 1
+    assert all(a < b for a, b in itertools.pairwise(got))
+    repeated = [wall for wall in set(local) if local.count(wall) > 1]
+    assert len(repeated) == 1
+    assert repeated[0].month in (10, 11)
 
 
 # -- bounds: strictly after `after`, at most `until` ---------------------------------------
@@ -496,7 +534,12 @@ def test_cron_properties(
     assert all(after < t <= until for t in got)
     assert all(a < b for a, b in itertools.pairwise(got))
     local = [t.astimezone(zone).replace(tzinfo=None) for t in got]
-    assert len(set(local)) == len(local), "two instants share one wall-clock time"
+    schedule = CronSchedule(expr, zone_name)
+    if not schedule.fixed_time:
+        # cron(8): every real instant whose wall time matches, and nothing else.
+        assert got == walked_fires(expr, zone_name, after, until)
+        return
+    assert len(set(local)) == len(local), "a fixed time fires once per wall-clock slot"
     for t, wall in zip(got, local, strict=True):
         assert _cronsim_matches(expr, wall) or _is_gap_end(t, zone), (t, wall)
 

@@ -2,9 +2,10 @@
 
 ``fire_times`` maps a wall-clock slot to its instant by one subtraction on a
 local day whose UTC offset holds all around it, and by ``local_to_instant``'s
-zone conversions only near a transition. This test holds the shortcut to the
-walk it replaced, written out here: every slot through ``local_to_instant``,
-starting two hours early. Ranges are drawn around the zones' real transitions
+zone conversions only near a transition. This test holds the shortcut to a
+plain walk written out here: every slot through zoneinfo's ``fold`` (cron(8)'s
+rule: every occurrence for a wildcard minute or hour; a fixed time once, its
+first occurrence or the end of its gap). Ranges are drawn around the zones' real transitions
 (spring forward, fall back, offset changes of whole days such as Samoa's in
 2011), in every zone that has them, so both branches and their border run.
 """
@@ -45,20 +46,33 @@ EXPRESSIONS = (
 )
 
 
+def occurrences(wall: datetime, zone: ZoneInfo) -> list[datetime]:
+    """The real instants whose wall time is ``wall``: none (skipped), one, or two (repeated)."""
+    out: list[datetime] = []
+    for fold in (0, 1):
+        instant = wall.replace(tzinfo=zone, fold=fold).astimezone(UTC)
+        if instant.astimezone(zone).replace(tzinfo=None) == wall and instant not in out:
+            out.append(instant)
+    return sorted(out)
+
+
 def reference(schedule: CronSchedule, after: datetime, until: datetime) -> Iterator[datetime]:
-    """The walk before the shortcut: every slot through local_to_instant, two hours early."""
+    """Slot by slot through zoneinfo's folds, cron(8)'s rule, with the default dst policy.
+
+    A wildcard minute or hour: every occurrence of every slot. A fixed time:
+    the first occurrence, or for a skipped slot the end of the gap
+    (``local_to_instant``), once.
+    """
     zone = schedule.zone
-    start_local = after.astimezone(zone).replace(tzinfo=None) - timedelta(hours=2)
+    start_local = after.astimezone(zone).replace(tzinfo=None) - timedelta(days=2)
     last_day = until.astimezone(zone).date() + timedelta(days=2)
-    last: datetime | None = None
+    found: set[datetime] = set()
     for naive in schedule.cron.slots_after(start_local, last_day):
-        instant = local_to_instant(naive, zone)
-        if instant > until:
-            return
-        if instant <= after or instant == last:
-            continue
-        last = instant
-        yield instant
+        real = occurrences(naive, zone)
+        if schedule.fixed_time:
+            real = real[:1] or [local_to_instant(naive, zone)]
+        found.update(t for t in real if after < t <= until)
+    yield from sorted(found)
 
 
 def transitions(zone: ZoneInfo, year: int) -> list[datetime]:
