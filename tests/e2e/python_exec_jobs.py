@@ -66,6 +66,12 @@ async def ticks(ctx: RunContext) -> None:
     _note("tick", ctx.run_id, ctx.attempt, ctx.scheduled_at.isoformat(), began.isoformat())
 
 
+def ticks_sync(ctx: RunContext) -> None:
+    """The same note from a sync job (a child process of its own)."""
+    began = datetime.now(UTC)
+    _note("tick", ctx.run_id, ctx.attempt, ctx.scheduled_at.isoformat(), began.isoformat())
+
+
 def talks_then_fails_twice(ctx: RunContext) -> None:
     """Prints and logs a line naming its attempt; fails on attempts 1 and 2."""
     print(f"printed by attempt {ctx.attempt}")

@@ -1,9 +1,14 @@
 """Async python jobs: in-process, on job event loops of their own, watched.
 
-An ``async def`` job runs on one of a few job event loops, each on its own
-thread, never on the worker's loop: a job that blocks (``time.sleep`` in an
-async def) holds only the jobs of its loop, while the worker's loop keeps
-starting runs and heartbeating leases. A watchdog thread notices a job loop
+An ``async def`` job runs on the job event loop, on its own thread, never on
+the worker's loop: a job that blocks (``time.sleep`` in an async def) holds
+only the async jobs, while the worker's loop keeps starting runs and
+heartbeating leases, and shell and sync python jobs run on. One job loop, not
+several: async job code keeps module-level clients (an asyncpg pool, an
+aiohttp session) made on the loop it first ran on, and such a client used from
+a second loop fails or, in C extensions, crashes the replica (seen with four
+loops in the fault harness: asyncpg "another operation is in progress" and
+SIGSEGV). A watchdog thread notices a job loop
 that has not come round for ``BLOCKED_AFTER`` seconds and names the job
 holding it (a warning, and ``claimd_job_loop_blocked_seconds_total{job}``).
 
@@ -30,7 +35,7 @@ from actors.observability import JOB_LOOP_BLOCKED, get_logger
 
 log = get_logger("executor")
 
-JOB_LOOPS = 4
+JOB_LOOPS = 1  # see the module's docstring: async job code expects one loop
 BLOCKED_AFTER = 1.0  # seconds a job loop may go without coming round
 BEAT = 0.1
 AVOID_AFTER = 0.3  # a loop this late is not given new runs
