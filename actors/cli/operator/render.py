@@ -103,7 +103,9 @@ def jobs(
         narrow = [
             [
                 j["name"],
-                f"{j['schedule']} ({j['timezone']})",
+                j["schedule"]
+                if j["timezone"] in j["schedule"]
+                else f"{j['schedule']} ({j['timezone']})",
                 when(j["next_fire_local"]),
                 _outcome(j["last_outcome"], j.get("running", 0), NARROW_ERROR),
                 "-" if j["paused"] else j["backlog"],
