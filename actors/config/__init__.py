@@ -156,7 +156,7 @@ def _parse_config(
         try:
             jobs[name] = reader.job(name, job_raw)
         except ConfigError as exc:
-            errors.append(exc)
+            errors.extend(exc.each())
     MASKER.add(_job_secrets(jobs.values(), env))
     # The jobs' secrets are known only now: the errors are masked again with them.
     errors = [e.masked() for e in errors]

@@ -126,7 +126,7 @@ def _declared_jobs(
                     raise ConfigError(target, d["error"], job=d["name"], field_name="run.python")
                 job = job_from_raw(target, d["name"], d["keys"])
             except ConfigError as exc:
-                errors.append(exc)
+                errors.extend(exc.each())
             declared.setdefault(d["name"], []).append((target, job))
     return declared, errors
 

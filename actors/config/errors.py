@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from actors.domain import ClaimdError
@@ -29,6 +31,26 @@ class ConfigError(ClaimdError):
     def masked(self) -> ConfigError:
         """The same error, masked again (with the secrets known since it was made)."""
         return ConfigError(self.path, self.message, job=self.job, field_name=self.field_name)
+
+    def each(self) -> list[ConfigError]:
+        """Every problem this error stands for (one; a job's several: :class:`JobErrors`)."""
+        return [self]
+
+
+class JobErrors(ConfigError):
+    """Every problem of one job at once, so a job with three mistakes takes one round.
+
+    Itself the first of them (a caller that wants one error gets it); ``each()``
+    gives them all, in the order the file would be fixed.
+    """
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        first = errors[0]
+        super().__init__(first.path, first.message, job=first.job, field_name=first.field_name)
+        self.errors = errors
+
+    def each(self) -> list[ConfigError]:
+        return list(self.errors)
 
 
 class ConfigErrors(ClaimdError):
@@ -61,7 +83,20 @@ _VARIABLE_MAPS = ("secret_env", "secret_headers", "inherit_env")
 
 def first_error_field(exc: ValidationError) -> tuple[str | None, str]:
     """The first error of a validation: the dotted field it names and our words for it."""
-    err = exc.errors()[0]
+    return _field_and_words(exc.errors()[0])
+
+
+def error_fields(exc: ValidationError) -> list[tuple[str | None, str]]:
+    """Every error of a validation, each as :func:`first_error_field` words it (once each)."""
+    seen: list[tuple[str | None, str]] = []
+    for err in exc.errors():
+        found = _field_and_words(err)
+        if found not in seen:
+            seen.append(found)
+    return seen
+
+
+def _field_and_words(err: Any) -> tuple[str | None, str]:
     parts = [str(p) for p in err["loc"]]
     for key in _VARIABLE_MAPS:
         # A key of these tables may be a secret pasted in the wrong place:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 
-from actors.config.errors import ConfigError, StrictModel, first_error_field
+from actors.config.errors import ConfigError, JobErrors, StrictModel, error_fields
 from actors.domain import (
     DEFAULT_DST,
     Catchup,
@@ -226,17 +226,24 @@ def job_from_raw(path: str, name: str, raw: Any) -> Job:
     try:
         model = JobModel.model_validate(raw)
     except ValidationError as exc:
-        loc, msg = first_error_field(exc)
-        raise ConfigError(path, msg, job=name, field_name=loc) from None
+        # Every field pydantic refused, not the first alone: one round of fixes.
+        raise JobErrors(
+            [ConfigError(path, msg, job=name, field_name=loc) for loc, msg in error_fields(exc)]
+        ) from None
 
-    def fail(field_name: str, exc: Exception) -> ConfigError:
-        return ConfigError(path, str(exc), job=name, field_name=field_name)
+    problems: list[ConfigError] = []
 
-    schedule = _schedule_from(path, name, model)
+    def fail(field_name: str, exc: Exception) -> None:
+        problems.append(ConfigError(path, str(exc), job=name, field_name=field_name))
+
+    try:
+        schedule = _schedule_from(path, name, model)
+    except ConfigError as exc:
+        problems.append(exc)
     try:
         executor = shared(_executor_from(model.run))
     except ValueError as exc:
-        raise fail("run", exc) from None
+        fail("run", exc)
     values: dict[str, timedelta | None] = {}
     for key in ("timeout", "catchup_window", "starting_deadline", "jitter"):
         text = getattr(model, key)
@@ -244,13 +251,15 @@ def job_from_raw(path: str, name: str, raw: Any) -> Job:
             # jitter = "0s" reads as "no jitter"; every other duration must be positive.
             values[key] = None if text is None else parse_duration(text, allow_zero=key == "jitter")
         except ClaimdError as exc:
-            raise fail(key, exc) from None
+            fail(key, exc)
     backoff: dict[str, timedelta] = {}
     for key in ("initial", "max"):
         try:
             backoff[key] = parse_duration(getattr(model.backoff, key))
         except ClaimdError as exc:
-            raise fail(f"backoff.{key}", exc) from None
+            fail(f"backoff.{key}", exc)
+    if problems:
+        raise JobErrors(problems)
     retry = shared(
         RetryPolicy(
             initial=backoff["initial"], maximum=backoff["max"], multiplier=model.backoff.multiplier

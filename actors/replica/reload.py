@@ -82,6 +82,24 @@ def file_bytes_digest(path: Path) -> str | None:
         return None
 
 
+def rejected_jobs(errors: list[ConfigError]) -> list[RejectedJob]:
+    """One record per rejected job (its first field), with every problem of it in the text."""
+    by_job: dict[str, list[ConfigError]] = {}
+    for e in errors:
+        if e.job is not None:
+            by_job.setdefault(e.job, []).append(e)
+    records = []
+    for job, found in by_job.items():
+        first = found[0]
+        text = first.message
+        if len(found) > 1:
+            text = "; ".join(
+                f"field {e.field_name!r}: {e.message}" if e.field_name else e.message for e in found
+            )
+        records.append(RejectedJob(job=job, path=first.path, field=first.field_name, error=text))
+    return records
+
+
 class JobsConfig:
     """The replica's config as loaded, and the reload that replaces its jobs.
 
@@ -230,11 +248,7 @@ class JobsConfig:
         status page name them whichever process asks; never a reason for the
         load itself to fail.
         """
-        rejected = [
-            RejectedJob(job=e.job, path=e.path, field=e.field_name, error=e.message)
-            for e in loaded.errors
-            if e.job is not None
-        ]
+        rejected = rejected_jobs(loaded.errors)
         CONFIG_JOB_ERRORS.set(len(loaded.errors))
         CONFIG_JOB_REJECTED.clear()
         for r in rejected:

@@ -109,3 +109,18 @@ async def test_a_reload_of_deeply_nested_toml_gets_a_verdict(
     assert refused.code == 1, refused
     assert "nested too deeply" in refused.err, refused
     assert replica.returncode() is None, "the replica died of the reload"
+
+
+def test_check_config_lists_every_mistake_of_a_job_at_once(tmp_path: Path) -> None:
+    """Three mistakes in one job: three error lines in one round, each naming the field."""
+    path = write_config(
+        tmp_path / "claimd.toml",
+        jobs='[jobs.report]\ncron = "61 * * * *"\ntimeout = "soon"\n'
+        'backoff = { initial = "x" }\nrun = { shell = ["/bin/true"] }\n',
+    )
+    checked = check_config(path)
+    assert checked.returncode == 2, checked
+    errors = [line for line in checked.stderr.splitlines() if line.startswith("error:")]
+    fields = [line.split("field ", 1)[1].split(":", 1)[0] for line in errors]
+    assert fields == ["'cron'", "'timeout'", "'backoff.initial'"], checked.stderr
+    assert all("job 'report'" in line for line in errors), errors

@@ -701,3 +701,26 @@ def test_inherit_env_is_read_checked_and_for_shell_jobs_only() -> None:
     assert "inherit_env: entry 2 is not a variable name" in messages["b"]
     assert "1-no" not in messages["b"]
     assert "apply only to shell jobs" in messages["c"]
+
+
+def test_a_job_with_several_mistakes_reports_every_one_in_one_round() -> None:
+    """A newcomer's job with three mistakes took three rounds of check-config: each
+    field's error now comes at once, each naming the job and its field."""
+    loaded = parse_config(
+        '[jobs.report]\ncron = "61 * * * *"\ntimeout = "soon"\nbackoff = { initial = "x" }\n'
+        'run = { shell = ["/bin/true"] }\n\n'
+        '[jobs.typo]\nevery = "1m"\nmax_attempts = 0\nretries = 3\n'
+        'run = { shell = ["/bin/true"] }\n\n'
+        '[jobs.fine]\nevery = "1m"\nrun = { shell = ["/bin/true"] }\n',
+        "jobs.toml",
+        env={},
+    )
+    assert list(loaded.jobs) == ["fine"]
+    found = [(e.job, e.field_name) for e in loaded.errors]
+    assert found == [
+        ("report", "cron"),
+        ("report", "timeout"),
+        ("report", "backoff.initial"),
+        ("typo", "max_attempts"),
+        ("typo", "retries"),
+    ], [str(e) for e in loaded.errors]
