@@ -452,11 +452,24 @@ async def test_the_page_offers_actions_to_an_operate_token_and_links_each_run(
                     )
                     == 1
                 )
-                # A link per run: it opens the page on that run.
-                run_id = await store.pool.fetchval(
-                    "SELECT r.id::text FROM job_runs r JOIN jobs j ON j.id = r.job_id"
-                    " WHERE j.name = 'heartbeat' AND r.state = 'succeeded' LIMIT 1"
+
+                # A link per run: it opens the page on that run (the manual run, once
+                # it has succeeded).
+                async def manual_run() -> str | None:
+                    found: str | None = await store.pool.fetchval(
+                        "SELECT r.id::text FROM job_runs r JOIN jobs j ON j.id = r.job_id"
+                        " WHERE j.name = 'heartbeat' AND r.trigger = 'manual'"
+                        " AND r.state = 'succeeded'"
+                    )
+                    return found
+
+                async def manual_run_succeeded() -> bool:
+                    return await manual_run() is not None
+
+                await eventually(
+                    manual_run_succeeded, what="the manual run of heartbeat to succeed"
                 )
+                run_id = await manual_run()
                 await page.goto(f"{base}/?refresh=1&job=heartbeat&run={run_id}")
                 await page.wait_for_selector(
                     "#detail:not([hidden]) [data-role='run-state']", timeout=DEADLINE_MS

@@ -12,8 +12,11 @@ from actors.domain import RunContext
 PROVIDER: Any = None
 
 
-def traced(ctx: RunContext) -> None:
-    """The job's own work, a span whose parent is claimd's execution span."""
+async def traced(ctx: RunContext) -> None:
+    """The job's own work, a span whose parent is claimd's execution span.
+
+    Async: it runs in the replica's process, where the test's provider is (a sync
+    job runs in a child process of its own, docs/python-execution.md)."""
     parent = TraceContextTextMapPropagator().extract(ctx.trace_headers())
     tracer = PROVIDER.get_tracer("tests.traced_jobs")
     with tracer.start_as_current_span("job.work", context=parent) as span:
