@@ -26,7 +26,9 @@ from actors.adapters.executors.common import (
     KILL_GRACE,
     OUTPUT_TAIL_BYTES,
     Tail,
+    drain_output,
     elapsed,
+    pump_output,
     python_environment,
 )
 from actors.domain import ExecutionResult, Outcome, RunContext
@@ -193,7 +195,7 @@ class ForkServer:
         tail = Tail()
         pumping: asyncio.Future[None] | None = None
         try:
-            pumping = asyncio.ensure_future(_pump(out_r, tail))
+            pumping = asyncio.ensure_future(pump_output(out_r, tail))
             out_r = -1  # the pump owns it now
             # The timeout is the job's: it starts at the fork, not while a cold
             # server starts, a herd's requests queue or the job's module is
@@ -231,7 +233,7 @@ class ForkServer:
                     status = await asyncio.shield(child.exited)
             except TimeoutError:
                 await self._end(sock, key, child, kill_grace)
-                await _drain(pumping)
+                await drain_output(pumping)
                 return (
                     ExecutionResult(
                         Outcome.TIMED_OUT,
@@ -243,7 +245,7 @@ class ForkServer:
             except asyncio.CancelledError:
                 await asyncio.shield(self._end(sock, key, child, kill_grace))
                 raise
-            await _drain(pumping)
+            await drain_output(pumping)
             return _verdict(verdict_r, status, start), tail.text()
         except ForkServerLost as exc:
             return (
@@ -343,30 +345,6 @@ def _verdict(verdict_fd: int, status: int, start: float) -> ExecutionResult:
         error=str(verdict.get("error", "failed"))[:1000],
         duration=elapsed(start),
     )
-
-
-async def _pump(read_fd: int, tail: Tail) -> None:
-    """Read the child's output into the tail until every writer has closed the pipe."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", 0)
-    )
-    try:
-        while chunk := await reader.read(65536):
-            tail.add(chunk)
-    finally:
-        transport.close()
-
-
-async def _drain(pumping: asyncio.Future[None], limit: float = 2.0) -> None:
-    """Let the pump read what is left; a process outside the group may hold the pipe."""
-    try:
-        await asyncio.wait_for(asyncio.shield(pumping), limit)
-    except TimeoutError:
-        pass
-    except Exception as exc:  # noqa: BLE001 - losing the tail must not lose the verdict
-        log.warning("output capture failed; the verdict stands without it", error=repr(exc))
 
 
 __all__ = ["OUTPUT_TAIL_BYTES", "ForkServer", "ForkServerLost"]

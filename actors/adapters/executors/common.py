@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import time
@@ -14,6 +15,7 @@ from actors.domain import (
     RunContext,
     ShellSpec,
 )
+from actors.observability.logs import get_logger
 from actors.observability.secrets import MASKER, looks_like_secret
 
 OUTPUT_TAIL_BYTES = 4096
@@ -130,3 +132,30 @@ def python_environment(also_withheld: Iterable[str] = ()) -> dict[str, str]:
         for name, value in os.environ.items()
         if not name.startswith(CLAIMD_PREFIX) and name not in extra and not MASKER.knows(value)
     }
+
+
+async def pump_output(read_fd: int, tail: Tail) -> None:
+    """Read a job's output pipe into ``tail`` until every writer has closed it."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", 0)
+    )
+    try:
+        while chunk := await reader.read(65536):
+            tail.add(chunk)
+    finally:
+        transport.close()
+
+
+async def drain_output(pumping: asyncio.Future[None], limit: float = 2.0) -> None:
+    """Let the pump read what is left, up to ``limit`` seconds (a process outside the
+    job's group may hold the pipe open; then the pump is cancelled)."""
+    try:
+        await asyncio.wait_for(pumping, limit)
+    except TimeoutError:
+        pass
+    except Exception as exc:  # noqa: BLE001 - losing the tail must not lose the verdict
+        get_logger("executor").warning(
+            "output capture failed; the verdict stands without it", error=repr(exc)
+        )

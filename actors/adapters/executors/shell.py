@@ -13,9 +13,11 @@ from actors.adapters.executors.common import (
     KILL_GRACE,
     MissingSecret,
     Tail,
+    drain_output,
     elapsed,
     fill,
     job_environment,
+    pump_output,
     resolve_secrets,
     scrub,
 )
@@ -89,20 +91,6 @@ async def _spawn(
     )
 
 
-async def _pump(read_fd: int, tail: Tail) -> None:
-    """Read the job's output into the tail until every writer has closed the pipe."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", 0)
-    )
-    try:
-        while chunk := await reader.read(65536):
-            tail.add(chunk)
-    finally:
-        transport.close()
-
-
 async def run_shell(
     spec: ShellSpec, context: RunContext, timeout: timedelta, kill_grace: float = KILL_GRACE
 ) -> ExecutionResult:
@@ -145,12 +133,12 @@ async def _run_shell(
     finally:
         os.close(write_fd)  # the child holds its own copy
     tail = Tail()
-    pumping = asyncio.ensure_future(_pump(read_fd, tail))
+    pumping = asyncio.ensure_future(pump_output(read_fd, tail))
     try:
         await asyncio.wait_for(proc.wait(), timeout.total_seconds())
     except TimeoutError:
         await _terminate(proc, kill_grace, marker)
-        await _drain(pumping)
+        await drain_output(pumping)
         return ExecutionResult(
             Outcome.TIMED_OUT,
             exit_code=proc.returncode,
@@ -164,7 +152,7 @@ async def _run_shell(
         raise
     # The leader exited; make sure nothing it left behind in its group lingers.
     _kill_group(proc.pid, signal.SIGKILL)
-    await _drain(pumping)
+    await drain_output(pumping)
     code = proc.returncode
     if code == 0:
         return ExecutionResult(
@@ -177,13 +165,3 @@ async def _run_shell(
         output_tail=tail.text(),
         duration=elapsed(start),
     )
-
-
-async def _drain(pumping: asyncio.Future[None], limit: float = 2.0) -> None:
-    """Let the pump read what is left; a process outside the group may hold the pipe."""
-    try:
-        await asyncio.wait_for(pumping, limit)
-    except TimeoutError:
-        pass
-    except Exception as exc:  # noqa: BLE001 - losing the tail must not lose the verdict
-        log.warning("output capture failed; the verdict stands without it", error=repr(exc))
