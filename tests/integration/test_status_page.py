@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -313,17 +314,17 @@ async def _phone(browser: Any, base: str, shots: Path) -> None:
 READ_TOKEN = "a-read-token-for-the-page-0123456789"
 
 
-async def test_status_page_asks_for_a_read_token_then_works(
-    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
-) -> None:
-    """Reads protected (a token configured): the page shows nothing but a token form,
-    refuses a wrong token, then renders with a read token, kept for the tab only
-    (sessionStorage: a reload keeps it, a new browser session asks again)."""
+@asynccontextmanager
+async def _page_browser(
+    make_config: Callable[..., LoadedConfig], tmp_path: Path, tokens: str
+) -> AsyncIterator[tuple[str, Any]]:
+    """A replica whose reads need a token (``tokens``: the token file) serving the
+    page, and a headless Chromium: (the page's base URL, the browser)."""
     async_playwright, executable = _browser_or_skip()
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"viewer {READ_TOKEN} read\n")
+    token_file = tmp_path / "tokens"
+    token_file.write_text(tokens)
     replica = Replica(
-        tmp_path / "claimd.toml", make_config(JOBS, api_token_file=str(tokens), **FAST)
+        tmp_path / "claimd.toml", make_config(JOBS, api_token_file=str(token_file), **FAST)
     )
     async with running(replica):
 
@@ -331,52 +332,58 @@ async def test_status_page_asks_for_a_read_token_then_works(
             return replica.http_port not in (None, 0)
 
         await eventually(serving, what="the replica's HTTP server")
-        base = f"http://127.0.0.1:{replica.http_port}"
         async with async_playwright() as pw:
             browser = await pw.chromium.launch(
                 executable_path=executable, args=["--no-sandbox", "--disable-dev-shm-usage"]
             )
             try:
-                context = await browser.new_context()
-                page = await context.new_page()
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                await page.goto(f"{base}/?refresh=1")
-                await page.wait_for_selector("#token-form:not([hidden])", timeout=DEADLINE_MS)
-                assert await page.eval_on_selector_all("#jobs tr.job-row", "rs => rs.length") == 0
-                await page.fill("#token-input", "not-the-token-" + "x" * 20)
-                await page.click("#token-submit")
-                await page.wait_for_function(
-                    "document.getElementById('token-why').textContent.includes('not accepted')",
-                    timeout=DEADLINE_MS,
-                )
-                assert await page.is_visible("#token-form")
-                await page.fill("#token-input", READ_TOKEN)
-                await page.click("#token-submit")
-                await page.wait_for_selector(
-                    "#jobs tr.job-row[data-job='heartbeat']", timeout=DEADLINE_MS
-                )
-                assert await page.is_hidden("#token-form")
-                kept = await page.evaluate(
-                    "[sessionStorage.getItem('claimd.token'), localStorage.length, document.cookie]"
-                )
-                assert kept == [READ_TOKEN, 0, ""], kept
-                # A reload in the same tab keeps it; the page refreshes on its own.
-                await page.reload()
-                await page.wait_for_selector(
-                    "#jobs tr.job-row[data-job='heartbeat']", timeout=DEADLINE_MS
-                )
-                assert await page.is_hidden("#token-form")
-                assert errors == [], errors
-                await context.close()
-                # Another browser session: asked again.
-                other = await browser.new_context()
-                fresh = await other.new_page()
-                await fresh.goto(base)
-                await fresh.wait_for_selector("#token-form:not([hidden])", timeout=DEADLINE_MS)
-                await other.close()
+                yield f"http://127.0.0.1:{replica.http_port}", browser
             finally:
                 await browser.close()
+
+
+async def test_status_page_asks_for_a_read_token_then_works(
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
+    """Reads protected (a token configured): the page shows nothing but a token form,
+    refuses a wrong token, then renders with a read token, kept for the tab only
+    (sessionStorage: a reload keeps it, a new browser session asks again)."""
+    tokens = f"viewer {READ_TOKEN} read\n"
+    async with _page_browser(make_config, tmp_path, tokens) as (base, browser):
+        context = await browser.new_context()
+        page = await context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        await page.goto(f"{base}/?refresh=1")
+        await page.wait_for_selector("#token-form:not([hidden])", timeout=DEADLINE_MS)
+        assert await page.eval_on_selector_all("#jobs tr.job-row", "rs => rs.length") == 0
+        await page.fill("#token-input", "not-the-token-" + "x" * 20)
+        await page.click("#token-submit")
+        await page.wait_for_function(
+            "() => document.getElementById('token-why').textContent.includes('not accepted')",
+            timeout=DEADLINE_MS,
+        )
+        assert await page.is_visible("#token-form")
+        await page.fill("#token-input", READ_TOKEN)
+        await page.click("#token-submit")
+        await page.wait_for_selector("#jobs tr.job-row[data-job='heartbeat']", timeout=DEADLINE_MS)
+        assert await page.is_hidden("#token-form")
+        kept = await page.evaluate(
+            "[sessionStorage.getItem('claimd.token'), localStorage.length, document.cookie]"
+        )
+        assert kept == [READ_TOKEN, 0, ""], kept
+        # A reload in the same tab keeps it; the page refreshes on its own.
+        await page.reload()
+        await page.wait_for_selector("#jobs tr.job-row[data-job='heartbeat']", timeout=DEADLINE_MS)
+        assert await page.is_hidden("#token-form")
+        assert errors == [], errors
+        await context.close()
+        # Another browser session: asked again.
+        other = await browser.new_context()
+        fresh = await other.new_page()
+        await fresh.goto(base)
+        await fresh.wait_for_selector("#token-form:not([hidden])", timeout=DEADLINE_MS)
+        await other.close()
 
 
 OPERATE_TOKEN = "an-operate-token-for-the-page-0123456789"
@@ -388,97 +395,70 @@ async def test_the_page_offers_actions_to_an_operate_token_and_links_each_run(
     """With a token the job's detail has buttons (run now, pause or resume): a read
     token is told it may only read, an operate token's action is done and shown;
     each run has a link that opens the page on it."""
-    async_playwright, executable = _browser_or_skip()
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"viewer {READ_TOKEN} read\nops {OPERATE_TOKEN} operate\n")
-    replica = Replica(
-        tmp_path / "claimd.toml", make_config(JOBS, api_token_file=str(tokens), **FAST)
-    )
-    async with running(replica):
-
-        async def serving() -> bool:
-            return replica.http_port not in (None, 0)
-
-        await eventually(serving, what="the replica's HTTP server")
-        base = f"http://127.0.0.1:{replica.http_port}"
+    async with _page_browser(
+        make_config, tmp_path, f"viewer {READ_TOKEN} read\nops {OPERATE_TOKEN} operate\n"
+    ) as (base, browser):
         detail = "article.job[data-job='heartbeat']"
-        async with async_playwright() as pw:
-            browser = await pw.chromium.launch(
-                executable_path=executable, args=["--no-sandbox", "--disable-dev-shm-usage"]
+        page = await (await browser.new_context()).new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        await page.goto(f"{base}/?refresh=1&job=heartbeat")
+        await page.wait_for_selector("#token-form:not([hidden])", timeout=DEADLINE_MS)
+        await page.fill("#token-input", READ_TOKEN)
+        await page.click("#token-submit")
+        await page.click(f"{detail} button[data-action='pause']", timeout=DEADLINE_MS)
+        await page.wait_for_function(
+            "() => document.querySelector(\"[data-role='action-result']\")"
+            ".textContent.includes('may only read')",
+            timeout=DEADLINE_MS,
+        )
+        assert (
+            await store.pool.fetchval("SELECT paused FROM jobs WHERE name = 'heartbeat'") is False
+        )
+        # The operate token: the action is done and the page follows it.
+        await page.evaluate(f"sessionStorage.setItem('claimd.token', '{OPERATE_TOKEN}')")
+        await page.reload()
+        await page.click(f"{detail} button[data-action='pause']", timeout=DEADLINE_MS)
+        await page.wait_for_selector(f"{detail} button[data-action='resume']", timeout=DEADLINE_MS)
+        assert await store.pool.fetchval("SELECT paused FROM jobs WHERE name = 'heartbeat'") is True
+        await page.click(f"{detail} button[data-action='resume']")
+        await page.wait_for_selector(f"{detail} button[data-action='pause']", timeout=DEADLINE_MS)
+        await page.click(f"{detail} button[data-action='trigger']")
+        await page.wait_for_function(
+            "() => document.querySelector(\"[data-role='action-result']\")"
+            ".textContent.includes('heartbeat')",
+            timeout=DEADLINE_MS,
+        )
+        assert (
+            await store.pool.fetchval(
+                "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id"
+                " WHERE j.name = 'heartbeat' AND r.trigger = 'manual'"
             )
-            try:
-                page = await (await browser.new_context()).new_page()
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                await page.goto(f"{base}/?refresh=1&job=heartbeat")
-                await page.wait_for_selector("#token-form:not([hidden])", timeout=DEADLINE_MS)
-                await page.fill("#token-input", READ_TOKEN)
-                await page.click("#token-submit")
-                await page.click(f"{detail} button[data-action='pause']", timeout=DEADLINE_MS)
-                await page.wait_for_function(
-                    "() => document.querySelector(\"[data-role='action-result']\")"
-                    ".textContent.includes('may only read')",
-                    timeout=DEADLINE_MS,
-                )
-                assert (
-                    await store.pool.fetchval("SELECT paused FROM jobs WHERE name = 'heartbeat'")
-                    is False
-                )
-                # The operate token: the action is done and the page follows it.
-                await page.evaluate(f"sessionStorage.setItem('claimd.token', '{OPERATE_TOKEN}')")
-                await page.reload()
-                await page.click(f"{detail} button[data-action='pause']", timeout=DEADLINE_MS)
-                await page.wait_for_selector(
-                    f"{detail} button[data-action='resume']", timeout=DEADLINE_MS
-                )
-                assert (
-                    await store.pool.fetchval("SELECT paused FROM jobs WHERE name = 'heartbeat'")
-                    is True
-                )
-                await page.click(f"{detail} button[data-action='resume']")
-                await page.wait_for_selector(
-                    f"{detail} button[data-action='pause']", timeout=DEADLINE_MS
-                )
-                await page.click(f"{detail} button[data-action='trigger']")
-                await page.wait_for_function(
-                    "() => document.querySelector(\"[data-role='action-result']\")"
-                    ".textContent.includes('heartbeat')",
-                    timeout=DEADLINE_MS,
-                )
-                assert (
-                    await store.pool.fetchval(
-                        "SELECT count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id"
-                        " WHERE j.name = 'heartbeat' AND r.trigger = 'manual'"
-                    )
-                    == 1
-                )
+            == 1
+        )
 
-                # A link per run: it opens the page on that run (the manual run, once
-                # it has succeeded).
-                async def manual_run() -> str | None:
-                    found: str | None = await store.pool.fetchval(
-                        "SELECT r.id::text FROM job_runs r JOIN jobs j ON j.id = r.job_id"
-                        " WHERE j.name = 'heartbeat' AND r.trigger = 'manual'"
-                        " AND r.state = 'succeeded'"
-                    )
-                    return found
+        # A link per run: it opens the page on that run (the manual run, once
+        # it has succeeded).
+        async def manual_run() -> str | None:
+            found: str | None = await store.pool.fetchval(
+                "SELECT r.id::text FROM job_runs r JOIN jobs j ON j.id = r.job_id"
+                " WHERE j.name = 'heartbeat' AND r.trigger = 'manual'"
+                " AND r.state = 'succeeded'"
+            )
+            return found
 
-                async def manual_run_succeeded() -> bool:
-                    return await manual_run() is not None
+        async def manual_run_succeeded() -> bool:
+            return await manual_run() is not None
 
-                await eventually(
-                    manual_run_succeeded, what="the manual run of heartbeat to succeed"
-                )
-                run_id = await manual_run()
-                await page.goto(f"{base}/?refresh=1&job=heartbeat&run={run_id}")
-                await page.wait_for_selector(
-                    "#detail:not([hidden]) [data-role='run-state']", timeout=DEADLINE_MS
-                )
-                link = await page.get_attribute("#detail [data-role='run-link']", "href")
-                assert link == f"?job=heartbeat&run={run_id}", link
-                body = await page.text_content("#detail-body")
-                assert body is not None
-                assert run_id in body, body
-                assert errors == [], errors
-            finally:
-                await browser.close()
+        await eventually(manual_run_succeeded, what="the manual run of heartbeat to succeed")
+        run_id = await manual_run()
+        await page.goto(f"{base}/?refresh=1&job=heartbeat&run={run_id}")
+        await page.wait_for_selector(
+            "#detail:not([hidden]) [data-role='run-state']", timeout=DEADLINE_MS
+        )
+        link = await page.get_attribute("#detail [data-role='run-link']", "href")
+        assert link == f"?job=heartbeat&run={run_id}", link
+        body = await page.text_content("#detail-body")
+        assert body is not None
+        assert run_id in body, body
+        assert errors == [], errors
