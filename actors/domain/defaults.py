@@ -58,3 +58,10 @@ RETRY_MULTIPLIER = 2.0
 HTTP_METHOD: Final = "POST"
 # The statuses an http job counts as success.
 HTTP_EXPECT_STATUS: tuple[int, ...] = (200, 201, 202, 204)
+
+# --- what an operator sees (actors.domain.job_state) ---------------------------------
+
+# A run due this long and not started makes its job overdue: one due a moment ago
+# is being started (the claimer takes runs ahead and starts them at their instant).
+# The API's state, the page, `claimd jobs` and claimd_job_overdue_runs all use it.
+OVERDUE_AFTER = timedelta(seconds=10)

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 from actors.domain import decode_job, take
+from actors.domain.job_state import JobFacts, job_state
 from actors.observability import (
     CLUSTER,
     ClusterCollector,
@@ -120,4 +121,14 @@ class ClusterMetrics:
             overdue_oldest_age=job.overdue_oldest_age,
             period=self._periods.get(job.fingerprint),
             materialized_behind=job.materialized_behind,
+            state=job_state(
+                JobFacts(
+                    enabled=True,  # the reading holds the jobs in the config file
+                    paused=job.paused,
+                    last_state=job.last_state,
+                    running=job.running,
+                    oldest_due_age=timedelta(seconds=job.overdue_oldest_age),
+                    rejected=job.rejected,
+                )
+            ).value,
         )

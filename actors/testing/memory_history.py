@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from actors.domain import RunState
+from actors.domain.defaults import OVERDUE_AFTER
 from actors.domain.history import Gap, RunRecord
 from actors.domain.pause import pause_spans
 from actors.ports import (
@@ -68,7 +69,10 @@ class InMemoryHistory:
             r for r in mine if r.state in (RunState.PENDING, RunState.CLAIMED) and r.due_at <= now
         ]
         last = _newest([r for r in mine if r.state in TERMINAL and r.scheduled_at <= now])
-        success = _newest([r for r in mine if r.state is RunState.SUCCEEDED])
+        success = max(
+            (r.finished_at for r in mine if r.state is RunState.SUCCEEDED and r.finished_at),
+            default=None,
+        )
         return {
             "id": job.id,
             "name": job.name,
@@ -81,6 +85,7 @@ class InMemoryHistory:
             "timezone": _zone(job),
             "backlog": len(due),
             "oldest_due": min((r.due_at for r in due), default=None),
+            "overdue": sum(r.due_at <= now - OVERDUE_AFTER for r in due),
             "ahead": sum(r.state is RunState.PENDING and r.due_at > now for r in mine),
             "running": sum(r.state is RunState.RUNNING for r in mine),
             "last_run_id": last.id if last else None,
@@ -90,7 +95,7 @@ class InMemoryHistory:
             "last_scheduled_at": last.scheduled_at if last else None,
             "last_finished_at": last.finished_at if last else None,
             "last_trigger": last.trigger if last else None,
-            "last_success": success.finished_at if success else None,
+            "last_success": success,
             "failures_24h": sum(
                 r.state is RunState.FAILED and r.scheduled_at > now - timedelta(hours=24)
                 for r in mine

@@ -54,6 +54,7 @@ from actors.domain import (
     decide_attempt,
     refusal_of,
 )
+from actors.domain.defaults import OVERDUE_AFTER
 from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.observability import RUNS_SKIPPED, get_logger
 from actors.ports import (
@@ -321,7 +322,7 @@ class PostgresRunStore(PostgresJobCatalog):
     async def cluster_figures(self, timeout: float) -> ClusterReading:
         """The cluster-wide figures /metrics reports (every replica reads the same)."""
         async with self._pool.acquire(timeout=timeout) as conn:
-            jobs = await conn.fetch(CLUSTER_JOB_FIGURES, timeout=timeout)
+            jobs = await conn.fetch(CLUSTER_JOB_FIGURES, OVERDUE_AFTER, timeout=timeout)
             leases = await conn.fetchrow(CLUSTER_LEASE_FIGURES, timeout=timeout)
         assert leases is not None
         definitions = await self._definitions.of(self._pool, jobs)
@@ -337,6 +338,9 @@ class PostgresRunStore(PostgresJobCatalog):
                     overdue=r["overdue"],
                     overdue_oldest_age=r["overdue_oldest_age"],
                     materialized_behind=r["materialized_behind"],
+                    last_state=r["last_state"],
+                    running=r["running"],
+                    rejected=r["rejected"],
                 )
                 for r in jobs
             ),

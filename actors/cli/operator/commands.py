@@ -80,7 +80,11 @@ async def _run(command: Command, args: argparse.Namespace) -> int:
         await backend.close()
     # JSON escapes control characters itself; a table or a run's output is the
     # job's text, and reaches the terminal escaped (render.terminal_safe).
-    print(json.dumps(payload, indent=2) if args.json else render.terminal_safe(text))
+    print(
+        json.dumps(render.json_ready(payload), indent=2)
+        if args.json
+        else render.terminal_safe(text)
+    )
     return code
 
 
@@ -103,9 +107,9 @@ def _command(command: Command) -> Callable[[argparse.Namespace], int]:
 
 async def jobs(backend: Backend, args: argparse.Namespace) -> Result:
     rows = await backend.get("jobs")
-    rows = rows if args.all else [j for j in rows if j["enabled"]]
+    rows = rows if args.all else [j for j in rows if j.enabled]
     if args.pattern:
-        rows = [j for j in rows if _name_matches(j["name"], args.pattern)]
+        rows = [j for j in rows if _name_matches(j.name, args.pattern)]
     # `--json` prints the API's job list as it is; the table adds the jobs the
     # config file rejected (GET /api/config/rejected), new ones included.
     rejected = [] if args.json else await backend.get("rejected_jobs")
@@ -151,12 +155,12 @@ async def show(backend: Backend, args: argparse.Namespace) -> Result:
     run_id = args.run_id
     if not _is_run_id(run_id):
         page = await backend.get("runs", job=run_id, limit=1)
-        if not page["runs"]:
+        if not page.runs:
             raise NotFound(
                 f"job {run_id!r} has no run yet (claimd runs {run_id} --ahead lists "
                 "the ones written ahead)"
             )
-        run_id = page["runs"][0]["id"]
+        run_id = page.runs[0].id
     found = await backend.get("run", run_id=run_id)
     return found, render.run(found), 0
 
@@ -168,7 +172,7 @@ async def audit(backend: Backend, args: argparse.Namespace) -> Result:
         raise BadInput("give --from and --to (a range), or --at (one instant)")
     start, end = (args.at, args.at) if args.at else (args.start, args.end)
     result = await backend.get("audit", job=args.job, start=start, end=end)
-    return (result, render.audit(result, args.problems), 0 if result["summary"]["complete"] else 1)
+    return (result, render.audit(result, args.problems), 0 if result.summary.complete else 1)
 
 
 async def actions(backend: Backend, args: argparse.Namespace) -> Result:
@@ -204,11 +208,11 @@ async def _trigger(backend: Backend, args: argparse.Namespace) -> Result:
     deadline = loop.time() + args.wait_timeout
     while True:
         run = await backend.get("run", run_id=answer["run_id"])
-        if run["state"] not in render.UNFINISHED:
-            return run, render.run(run), 0 if run["state"] == "succeeded" else 1
+        if run.state not in render.UNFINISHED:
+            return run, render.run(run), 0 if run.state == "succeeded" else 1
         if loop.time() >= deadline:
             raise WaitTimedOut(
-                f"run {answer['run_id']} still {run['state']} after {args.wait_timeout}s "
+                f"run {answer['run_id']} still {run.state} after {args.wait_timeout}s "
                 "(it goes on; claimd show follows it)"
             )
         await asyncio.sleep(WAIT_POLL_S)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
+from pydantic import TypeAdapter
 
 from actors.config import ConfigError, database_url_of
 from actors.domain.backfill import BACKFILL_CHUNK, BackfillProgress
@@ -36,6 +37,7 @@ from actors.operator import (
     Unavailable,
     Unprocessable,
 )
+from actors.operator.models import Audit, Job, JobDetail, RunDetail, RunsPage
 from actors.ports import Caller, OperatorStore
 
 ENDPOINTS_FILE = "endpoints.json"
@@ -201,6 +203,14 @@ _ACTIONS = {
     "backfill": "backfillJob",
     "cancel": "cancelRun",
 }
+# The answers parsed back into the operator's read models.
+_PARSED: dict[str, TypeAdapter[Any]] = {
+    "listJobs": TypeAdapter(list[Job]),
+    "getJob": TypeAdapter(JobDetail),
+    "listRuns": TypeAdapter(RunsPage),
+    "getRun": TypeAdapter(RunDetail),
+    "auditJob": TypeAdapter(Audit),
+}
 # The commands' names for the table's path parameters.
 _PATH_ALIASES = {"name": ("name", "job"), "run_id": ("run_id",)}
 _QUERY_NAMES = {"start": "from", "end": "to", "states": "state"}
@@ -245,7 +255,8 @@ class HttpBackend:
         raise error(f"{message or 'no message'} (HTTP {status} from {self.base})")
 
     async def get(self, what: str, **params: Any) -> Any:
-        path = _path(_READS[what], params)
+        operation_id = _READS[what]
+        path = _path(operation_id, params)
         query: list[tuple[str, str]] = []
         for key, value in params.items():
             if value is None:
@@ -255,7 +266,11 @@ class HttpBackend:
                 value = "true" if value else "false"
             values = value if isinstance(value, list | tuple) else [value]
             query.extend((name, str(v)) for v in values)
-        return await self._call("GET", path, params=query)
+        data = await self._call("GET", path, params=query)
+        # The operator's reads come back as the read models the service returns
+        # (actors.operator.models): the commands render the same typed values either way.
+        model = _PARSED.get(operation_id)
+        return data if model is None else model.validate_python(data)
 
     async def act(self, action: str, **params: Any) -> dict[str, Any]:
         path = _path(_ACTIONS[action], params)
