@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import fields
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any, cast
 
 from actors.domain import RunState
@@ -38,6 +40,14 @@ TERMINAL = (RunState.SUCCEEDED, RunState.FAILED, RunState.SKIPPED, RunState.CANC
 
 def _zone(job: JobRow) -> str:
     return str(json.loads(job.definition)["schedule"].get("timezone") or "UTC")
+
+
+# A RunRow field whose column is named otherwise in job_runs.
+_COLUMN = {"epoch": "claim_epoch"}
+
+
+def _value(value: Any) -> Any:
+    return value.value if isinstance(value, Enum) else value
 
 
 def _newest(runs: Sequence[RunRow]) -> RunRow | None:
@@ -121,25 +131,12 @@ class InMemoryHistory:
         }
 
     def _listing(self, run: RunRow) -> RunListing:
-        return {
-            "id": run.id,
-            "job": run.job,
-            "timezone": _zone(self.store.jobs[run.job]),
-            "scheduled_at": run.scheduled_at,
-            "due_at": run.due_at,
-            "state": run.state.value,
-            "trigger": run.trigger,
-            "attempt": run.attempt,
-            "claim_epoch": run.epoch,
-            "lease_owner": run.lease_owner,
-            "lease_expires_at": run.lease_expires_at,
-            "claimed_at": run.claimed_at,
-            "started_at": run.started_at,
-            "finished_at": run.finished_at,
-            "outcome": run.outcome,
-            "exit_code": run.exit_code,
-            "error": run.error,
+        """The run's row as RUNS_PAGE names its columns: every column of ``job_runs`` the
+        row holds (a listing's model takes the ones it names), and the job's zone."""
+        row: dict[str, Any] = {
+            _COLUMN.get(f.name, f.name): _value(getattr(run, f.name)) for f in fields(run)
         }
+        return {**row, "timezone": _zone(self.store.jobs[run.job])}
 
     async def runs(
         self,
