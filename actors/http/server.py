@@ -21,6 +21,7 @@ from actors.http.openapi import BY_ID
 from actors.observability import DELIVERIES_SKIPPED, FENCED_COMPLETIONS, REDELIVERIES, get_logger
 from actors.observability.exposition import render_chunks
 from actors.observability.memory import trim_heap
+from actors.operator.models import ConfigRollout, RejectedJob
 
 TRIM_AFTER_BYTES = 16 << 20  # a page this big leaves freed heap worth returning to the system
 log = get_logger("http")
@@ -71,7 +72,7 @@ def counters() -> dict[str, Any]:
     }
 
 
-async def _config_rollout(api: OperatorApi | None) -> dict[str, Any] | None:
+async def _config_rollout(api: OperatorApi | None) -> ConfigRollout | None:
     """The config generations and the replicas' files; None while it cannot say."""
     if api is None:
         return None
@@ -82,7 +83,7 @@ async def _config_rollout(api: OperatorApi | None) -> dict[str, Any] | None:
         return None
 
 
-async def _rejected_jobs(api: OperatorApi | None) -> list[dict[str, Any]] | None:
+async def _rejected_jobs(api: OperatorApi | None) -> list[RejectedJob] | None:
     """The jobs the config file rejected (the operator's record); None while it cannot say."""
     if api is None:
         return None

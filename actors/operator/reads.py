@@ -19,7 +19,18 @@ from actors.domain.history import (
 )
 from actors.operator.errors import NotFound, Unprocessable
 from actors.operator.grid import grid_of
-from actors.operator.models import Attempt, Audit, Job, JobDetail, RunDetail, RunsPage
+from actors.operator.models import (
+    Attempt,
+    Audit,
+    ConfigGeneration,
+    ConfigReplica,
+    ConfigRollout,
+    Job,
+    JobDetail,
+    RejectedJob,
+    RunDetail,
+    RunsPage,
+)
 from actors.operator.shapes import (
     audit_of,
     check_limit,
@@ -33,6 +44,7 @@ from actors.operator.shapes import (
     run_id_of,
     run_of,
     schedule_of,
+    utc,
     zone_named,
 )
 from actors.ports import AttemptRecord, JobRecord, OperatorStore, RunRow
@@ -56,7 +68,7 @@ class OperatorReads:
             raise NotFound(f"no job named {name!r}")
         return row
 
-    async def config_rollout(self) -> dict[str, Any]:
+    async def config_rollout(self) -> ConfigRollout:
         """The config generations and the replicas' files (docs/rollout.md).
 
         ``in_force``: the generation every replica runs (the stored definitions);
@@ -67,54 +79,52 @@ class OperatorReads:
         """
         rollout = await self.history.config_rollout(GENERATIONS_LISTED)
         generations = [
-            {
-                "generation": g.seq,
-                "digest": g.short,
-                "config_version": g.version,
-                "since": iso(g.first_seen_at),
-                "replica": g.replica,
-                "forced": g.forced,
-            }
+            ConfigGeneration(
+                generation=g.seq,
+                digest=g.short,
+                config_version=g.version,
+                since=utc(g.first_seen_at),
+                replica=g.replica,
+                forced=g.forced,
+            )
             for g in rollout.generations
         ]
         in_force = rollout.generations[0].digest if rollout.generations else None
         digests = rollout.file_digests()
-        return {
-            "in_force": generations[0] if generations else None,
-            "generations": generations,
-            "replicas": [
-                {
-                    "replica": r.replica,
-                    "digest": r.file_digest[:SHORT],
-                    "config_version": r.config_version,
-                    "in_force": r.file_digest == in_force,
-                    "stale": r.stale,
-                    "path": r.path,
-                    "seen_at": iso(r.seen_at),
-                }
+        return ConfigRollout(
+            in_force=generations[0] if generations else None,
+            generations=generations,
+            replicas=[
+                ConfigReplica(
+                    replica=r.replica,
+                    digest=r.file_digest[:SHORT],
+                    config_version=r.config_version,
+                    in_force=r.file_digest == in_force,
+                    stale=r.stale,
+                    path=r.path,
+                    seen_at=utc(r.seen_at),
+                )
                 for r in rollout.replicas
             ],
-            "digests": {d[:SHORT]: n for d, n in sorted(digests.items())},
-            "disagreement": disagreement(digests),
-        }
+            digests={d[:SHORT]: n for d, n in sorted(digests.items())},
+            disagreement=disagreement(digests),
+        )
 
-    async def rejected_jobs(self) -> list[dict[str, Any]]:
+    async def rejected_jobs(self) -> list[RejectedJob]:
         """The jobs the config file rejected at its last load, with the loader's error.
 
         ``old_definition_running``: the job is in the catalog, so the definition
         it had before the rejected edit keeps running; otherwise it never runs
         until the file is fixed and reloaded.
         """
-        return [
-            {**r, "recorded_at": iso(r["recorded_at"])} for r in await self.history.rejected_jobs()
-        ]
+        return [RejectedJob.from_row(r) for r in await self.history.rejected_jobs()]
 
     async def jobs(self, name: str | None = None) -> list[Job]:
         """Every job (or one): its state, schedule, next fire, backlog, last outcome and
         last success, and the config file's rejected edit of it (its old definition keeps
         running), if any."""
         now = await self.history.now()
-        rejected = {r["job"]: r for r in await self.rejected_jobs()}
+        rejected = {r.job: r for r in await self.rejected_jobs()}
         return [
             job_of(row, now, rejected.get(row["name"])) for row in await self.history.jobs(name)
         ]

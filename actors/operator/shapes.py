@@ -15,7 +15,16 @@ from actors.domain.pause import PausedInstants
 from actors.domain.schedule import CronSchedule, IntervalSchedule, load_zone
 from actors.operator.errors import BadInput, Unprocessable
 from actors.operator.models import Audit as AuditAnswer
-from actors.operator.models import AuditEntry, AuditRun, AuditSummary, Job, LastOutcome, Run
+from actors.operator.models import (
+    AuditEntry,
+    AuditRun,
+    AuditSummary,
+    Job,
+    JobRejection,
+    LastOutcome,
+    RejectedJob,
+    Run,
+)
 from actors.operator.words import schedule_words
 from actors.ports import Resumed
 
@@ -89,7 +98,7 @@ def run_of(row: Mapping[str, Any]) -> Run:
     return Run.from_row(row, scheduled_local=local(row["scheduled_at"], zone))
 
 
-def job_of(row: Mapping[str, Any], now: datetime, rejected: Mapping[str, Any] | None) -> Job:
+def job_of(row: Mapping[str, Any], now: datetime, rejected: RejectedJob | None) -> Job:
     """A job of the listing from its row, its state decided (actors.domain.job_state).
 
     ``rejected``: the config file's rejected edit of the job, if any.
@@ -142,7 +151,12 @@ def job_of(row: Mapping[str, Any], now: datetime, rejected: Mapping[str, Any] | 
         last_success_local=local(row["last_success"], zone),
         config_rejected=None
         if rejected is None
-        else {k: rejected[k] for k in ("path", "field", "error", "recorded_at")},
+        else JobRejection(
+            path=rejected.path,
+            field=rejected.field,
+            error=rejected.error,
+            recorded_at=rejected.recorded_at,
+        ),
     )
 
 

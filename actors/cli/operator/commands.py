@@ -114,7 +114,7 @@ async def jobs(backend: Backend, args: argparse.Namespace) -> Result:
     # config file rejected (GET /api/config/rejected), new ones included.
     rejected = [] if args.json else await backend.get("rejected_jobs")
     if args.pattern:
-        rejected = [r for r in rejected if _name_matches(r["job"], args.pattern)]
+        rejected = [r for r in rejected if _name_matches(r.job, args.pattern)]
     # And the config generation in force, and whether the replicas disagree (docs/rollout.md).
     config = None if args.json else await backend.get("config_rollout")
     return rows, render.jobs(rows, rejected, config, wide=args.wide), 0

@@ -37,7 +37,15 @@ from actors.operator import (
     Unavailable,
     Unprocessable,
 )
-from actors.operator.models import Audit, Job, JobDetail, RunDetail, RunsPage
+from actors.operator.models import (
+    Audit,
+    ConfigRollout,
+    Job,
+    JobDetail,
+    RejectedJob,
+    RunDetail,
+    RunsPage,
+)
 from actors.ports import Caller, OperatorStore
 
 ENDPOINTS_FILE = "endpoints.json"
@@ -210,6 +218,8 @@ _PARSED: dict[str, TypeAdapter[Any]] = {
     "listRuns": TypeAdapter(RunsPage),
     "getRun": TypeAdapter(RunDetail),
     "auditJob": TypeAdapter(Audit),
+    "listRejectedJobs": TypeAdapter(list[RejectedJob]),
+    "getConfig": TypeAdapter(ConfigRollout),
 }
 # The commands' names for the table's path parameters.
 _PATH_ALIASES = {"name": ("name", "job"), "run_id": ("run_id",)}

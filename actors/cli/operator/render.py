@@ -11,7 +11,15 @@ from typing import Any
 from pydantic import BaseModel
 
 from actors.domain import human_duration
-from actors.operator.models import Audit, Job, LastOutcome, RunDetail, RunsPage
+from actors.operator.models import (
+    Audit,
+    ConfigRollout,
+    Job,
+    LastOutcome,
+    RejectedJob,
+    RunDetail,
+    RunsPage,
+)
 
 MAX_CELL = 60
 UNFINISHED = ("pending", "claimed", "running")
@@ -99,8 +107,8 @@ def _job_state(j: Job) -> str:
 
 def jobs(
     rows: Sequence[Job],
-    rejected: Sequence[dict[str, Any]] = (),
-    config: dict[str, Any] | None = None,
+    rejected: Sequence[RejectedJob] = (),
+    config: ConfigRollout | None = None,
     *,
     wide: bool = False,
 ) -> str:
@@ -113,7 +121,7 @@ def jobs(
     written ahead, and the whole error.
     """
     listed = {j.name for j in rows}
-    new = [r for r in rejected if r["job"] not in listed]
+    new = [r for r in rejected if r.job not in listed]
     if not rows and not rejected:
         return "no jobs"
     if not wide:
@@ -128,7 +136,7 @@ def jobs(
             ]
             for j in rows
         ]
-        narrow += [[r["job"], *["-"] * 4, "rejected"] for r in new]
+        narrow += [[r.job, *["-"] * 4, "rejected"] for r in new]
         text = table(["JOB", "SCHEDULE", "NEXT FIRE", "LAST OUTCOME", "OVERDUE", "STATE"], narrow)
         return text + config_lines(config) + _rejected_lines(rejected)
     body = [
@@ -147,7 +155,7 @@ def jobs(
         ]
         for j in rows
     ]
-    body += [[r["job"], *["-"] * 9, "rejected"] for r in new]
+    body += [[r.job, *["-"] * 9, "rejected"] for r in new]
     text = table(
         [
             "JOB",
@@ -167,40 +175,39 @@ def jobs(
     return text + config_lines(config) + _rejected_lines(rejected)
 
 
-def _rejected_lines(rejected: Sequence[dict[str, Any]]) -> str:
+def _rejected_lines(rejected: Sequence[RejectedJob]) -> str:
     if not rejected:
         return ""
     lines = ["", "rejected by the config file (fix the file, then `claimd reload`):"]
     for r in rejected:
-        field = f"field {r['field']!r}: " if r["field"] else ""
-        running = r["old_definition_running"]
-        verdict = "the old definition keeps running" if running else "not running"
-        error = " ".join(r["error"].split())
-        lines.append(f"  {r['job']}: {r['path']}: {field}{error} -- {verdict}")
+        field = f"field {r.field!r}: " if r.field else ""
+        verdict = "the old definition keeps running" if r.old_definition_running else "not running"
+        error = " ".join(r.error.split())
+        lines.append(f"  {r.job}: {r.path}: {field}{error} -- {verdict}")
     return "\n" + "\n".join(lines)
 
 
-def config_lines(config: dict[str, Any] | None) -> str:
+def config_lines(config: ConfigRollout | None) -> str:
     """Under the jobs table: the config generation in force and each replica's file."""
-    if not config or config.get("in_force") is None:
+    if config is None or config.in_force is None:
         return ""
-    g = config["in_force"]
-    version = f", config_version {g['config_version']}" if g["config_version"] is not None else ""
-    forced = ", forced (rollback)" if g["forced"] else ""
+    g = config.in_force
+    version = f", config_version {g.config_version}" if g.config_version is not None else ""
+    forced = ", forced (rollback)" if g.forced else ""
     lines = [
         "",
-        f"config in force: generation {g['generation']}, digest {g['digest']}{version}, since "
-        f"{when(g['since'])}{forced}",
+        f"config in force: generation {g.generation}, digest {g.digest}{version}, since "
+        f"{when(g.since)}{forced}",
     ]
-    if config.get("disagreement"):
-        lines.append(str(config["disagreement"]))
-    for r in config.get("replicas", []):
+    if config.disagreement:
+        lines.append(config.disagreement)
+    for r in config.replicas:
         state = (
             "in force"
-            if r["in_force"]
-            else ("refused: older than the one in force" if r["stale"] else "not in force")
+            if r.in_force
+            else ("refused: older than the one in force" if r.stale else "not in force")
         )
-        lines.append(f"  {terminal_safe(r['replica'])}: digest {r['digest']} ({state})")
+        lines.append(f"  {terminal_safe(r.replica)}: digest {r.digest} ({state})")
     return "\n".join(lines)
 
 

@@ -9,7 +9,7 @@ key whose value may be null.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, RootModel
 
@@ -22,11 +22,17 @@ from actors.operator.models import (
     AuditEntry,
     AuditRun,
     AuditSummary,
+    ConfigGeneration,
+    ConfigReplica,
+    ConfigRollout,
+    Counters,
     Job,
     JobDetail,
     JobRejection,
     LastOutcome,
     LocalTime,
+    RejectedJob,
+    ReplicaStatus,
     Run,
     RunDetail,
     RunsPage,
@@ -43,10 +49,16 @@ __all__ = [
     "AuditEntry",
     "AuditRun",
     "AuditSummary",
+    "ConfigGeneration",
+    "ConfigReplica",
+    "ConfigRollout",
+    "Counters",
     "Job",
     "JobDetail",
     "JobRejection",
     "LastOutcome",
+    "RejectedJob",
+    "ReplicaStatus",
     "Run",
     "RunDetail",
     "RunsPage",
@@ -62,55 +74,6 @@ class Error(_Answer):
 
 class Jobs(RootModel[list[Job]]):
     pass
-
-
-class RejectedJob(_Answer):
-    job: str
-    path: str = Field(description="the config file")
-    field: str | None
-    error: str
-    replica: str = Field(description="the replica whose load found it")
-    recorded_at: UtcTime
-    old_definition_running: bool = Field(
-        description="the job is in the catalog and enabled: the definition it had before the "
-        "rejected edit keeps running (false: the job does not run at all)"
-    )
-
-
-class RejectedJobs(RootModel[list[RejectedJob]]):
-    pass
-
-
-class ConfigGeneration(_Answer):
-    generation: int = Field(description="its place in the order: the highest is in force")
-    digest: str = Field(description="the digest of the file's jobs (first 12 hex characters)")
-    config_version: int | None = Field(description="[claimd] config_version of the file")
-    since: UtcTime
-    replica: str = Field(description="the replica whose sync brought it into force")
-    forced: bool = Field(description="brought back by `claimd reload --force` (a rollback)")
-
-
-class ConfigReplica(_Answer):
-    replica: str
-    digest: str = Field(description="the digest of this replica's config file")
-    config_version: int | None
-    in_force: bool = Field(description="its file is the generation in force")
-    stale: bool = Field(
-        description="its file was refused as older than the generation in force (it runs the "
-        "jobs in force)"
-    )
-    path: str
-    seen_at: UtcTime
-
-
-class ConfigRollout(_Answer):
-    in_force: ConfigGeneration | None = Field(description="null before any sync")
-    generations: list[ConfigGeneration] = Field(description="the latest, newest first")
-    replicas: list[ConfigReplica] = Field(description="the replicas reporting now")
-    digests: dict[str, int] = Field(description="replicas per file digest")
-    disagreement: str | None = Field(
-        description="'replicas disagree: 2 on digest A, 1 on digest B', or null"
-    )
 
 
 class Action(_Answer):
@@ -223,30 +186,8 @@ class Ready(_Answer):
     checks: dict[str, str] = Field(description="each server: 'ok', or what is wrong")
 
 
-Count = Annotated[float, Field(ge=0)]
-
-
-class Counters(_Answer):
-    """What this replica counted since it started."""
-
-    deliveries_skipped: Count
-    deliveries_skipped_by_reason: dict[str, Count]
-    fenced_completions: Count
-    redeliveries: Count
-
-
-class ReplicaStatus(_Answer):
-    checks: dict[str, str] = Field(description="postgres and nats: 'ok', or what is wrong")
-    counters: Counters
-    config_rejected: list[RejectedJob] | None = Field(
-        description="the jobs the config file rejected at its last load (null while the "
-        "database cannot say)"
-    )
-    config: ConfigRollout | None = Field(
-        default=None,
-        description="the config generations and the replicas' files (null while the "
-        "database cannot say)",
-    )
+class RejectedJobs(RootModel[list[RejectedJob]]):
+    pass
 
 
 class Document(RootModel[dict[str, Any]]):
