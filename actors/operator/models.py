@@ -87,6 +87,10 @@ class Run(Answer):
     outcome: str | None
     exit_code: int | None
     error: str | None
+    overlap: OverlapName | None = Field(
+        description="the run's own overlap mode, as a trigger or backfill wrote it "
+        "(null: the job's)"
+    )
 
 
 class Attempt(Answer):

@@ -70,7 +70,7 @@ SELECT r.id::text AS id, j.name AS job,
        COALESCE(j.definition -> 'schedule' ->> 'timezone', 'UTC') AS timezone,
        r.scheduled_at, r.due_at, r.state, r.trigger, r.attempt, r.claim_epoch, r.lease_owner,
        r.lease_expires_at, r.claimed_at, r.started_at, r.finished_at, r.outcome, r.exit_code,
-       r.error, r.created_at, r.updated_at
+       r.error, r.overlap, r.created_at, r.updated_at
   FROM job_runs r JOIN jobs j ON j.id = r.job_id
  WHERE ($1::bigint IS NULL OR r.job_id = $1)
    AND ($2::text[] IS NULL OR r.state = ANY ($2))
@@ -86,7 +86,7 @@ SELECT r.id::text AS id, j.name AS job,
        COALESCE(j.definition -> 'schedule' ->> 'timezone', 'UTC') AS timezone,
        r.scheduled_at, r.due_at, r.state, r.trigger, r.attempt, r.claim_epoch, r.lease_owner,
        r.lease_expires_at, r.claimed_at, r.started_at, r.finished_at, r.outcome, r.exit_code,
-       r.error, r.created_at, r.updated_at,
+       r.error, r.overlap, r.created_at, r.updated_at,
        r.output_tail, now() AS now
   FROM job_runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1::uuid
 """
