@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 from actors.cli import main as cli
+from actors.cli import process
 from actors.config import ConfigError, load_config
 from actors.observability import configure_logging
 from actors.replica import Replica, Role
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         replica_id=replica_id,
         adapters=BrokenAdapters(loaded.settings, replica_id, faults=faults),
     )
-    return cli.run_replica(replica)
+    return process.run_replica(replica)
 
 
 if __name__ == "__main__":
