@@ -16,12 +16,13 @@ from actors.adapters.postgres import PostgresRunStore
 from actors.cli import operator as operator_cli
 from actors.cli.dev import cmd_dev
 from actors.cli.fire_times import job_fire_times, text_lines
+from actors.cli.operator_store import open_operator_store
 from actors.cli.process import load_or_exit, start_replica, write_pid_file
+from actors.clocks import utc_now
 from actors.config import CodeImport, ConfigError, load_config
 from actors.domain import CronSchedule, decode_job, encode_job
 from actors.observability import LOG_FORMATS, configure_logging, redact
 from actors.operator import OperatorError
-from actors.operator_root import open_operator_store
 from actors.replica import Role
 
 
@@ -76,7 +77,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    start = datetime.fromisoformat(args.from_time) if args.from_time else datetime.now(UTC)
+    start = datetime.fromisoformat(args.from_time) if args.from_time else utc_now()
     if start.tzinfo is None:
         start = start.replace(tzinfo=UTC)
     # On stderr with the summary: stdout stays the jobs and their fire times.

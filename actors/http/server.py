@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from actors.clocks import Stopwatch
 from actors.http.api import OperatorApi, answer_parser_errors_as_json, json_errors
 from actors.http.api.reading import answer
 from actors.http.guard import Guard, Tokens, connection_cap, safe_headers
@@ -128,7 +128,7 @@ class _Render:
         self.chunks: list[bytes] = []
         self.done = False
         self.error: BaseException | None = None
-        self.began = time.monotonic()
+        self.age = Stopwatch()
         self._more = asyncio.Event()
 
     def add(self, chunk: bytes) -> None:
@@ -186,7 +186,7 @@ class MetricsPage:
         render = self._render
         # Its age counts from its start: a render slowed by the probes of refresh (a
         # server that does not answer) is not then served for another second.
-        if render is None or (render.done and time.monotonic() - render.began >= self.max_age):
+        if render is None or (render.done and render.age.seconds() >= self.max_age):
             render = self._render = _Render()
             self.renders += 1
             self._task = asyncio.create_task(self._make(render))

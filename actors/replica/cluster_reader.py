@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
+from actors import clocks
+from actors.clocks import utc_now
 from actors.domain import decode_job, take
 from actors.observability import (
     CLUSTER,
@@ -67,7 +68,7 @@ class ClusterMetrics:
         collector: ClusterCollector = CLUSTER,
         min_interval: float = 1.0,
         timeout: float = 2.0,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = clocks.monotonic,
     ) -> None:
         self.read = read
         self.collector = collector
@@ -110,7 +111,7 @@ class ClusterMetrics:
 
     def _job(self, job: JobReading) -> JobSnapshot:
         if job.fingerprint not in self._periods and job.definition is not None:
-            self._periods[job.fingerprint] = schedule_period(job.definition, datetime.now(UTC))
+            self._periods[job.fingerprint] = schedule_period(job.definition, utc_now())
         return JobSnapshot(
             name=job.name,
             paused=job.paused,

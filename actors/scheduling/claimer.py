@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from actors.clocks import monotonic, utc_now
 from actors.observability import (
     INTAKE_PAUSED,
     INTAKE_PAUSES,
@@ -70,7 +70,7 @@ class Claimer:
         self.stop = stop
         self.ahead = ahead
         self.wake = wake
-        self.clock = clock or (lambda: datetime.now(UTC))
+        self.clock = clock or utc_now
         self._woken = asyncio.Event()
         self._rest_until: datetime | None = None  # None: not resting (a pass is under way)
         self._paused_since: float | None = None  # monotonic, while the gate's outage lasts
@@ -144,7 +144,7 @@ class Claimer:
     async def _while_gate_closed(self) -> None:
         """Wait for the gate; said once per outage, however many trials it takes."""
         if self._paused_since is None:
-            self._paused_since = time.monotonic()
+            self._paused_since = monotonic()
             INTAKE_PAUSED.labels(actor="claimer").set(1)
             INTAKE_PAUSES.labels(actor="claimer", reason="broker").inc()
             log.warning(
@@ -162,7 +162,7 @@ class Claimer:
         INTAKE_PAUSED.labels(actor="claimer").set(0)
         log.warning(
             "claiming resumed: publishes go through again",
-            paused_s=round(time.monotonic() - self._paused_since, 3),
+            paused_s=round(monotonic() - self._paused_since, 3),
             trials=self.gate.trials,
         )
         self._paused_since = None

@@ -8,9 +8,9 @@ heartbeats keep a live run's lease fresh.
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import timedelta
 
+from actors.clocks import monotonic
 from actors.observability import RUNS_FAILED_FINALLY, RUNS_PRUNED, RUNS_REAPED, get_logger
 from actors.pacing import wait_for_stop
 from actors.ports import ReapingStore
@@ -79,7 +79,7 @@ class Reaper:
         while not self.stop.is_set():
             if await self.reap_once() >= REAP_BATCH:
                 continue
-            if time.monotonic() - self._last_prune >= PRUNE_EVERY:
-                self._last_prune = time.monotonic()
+            if monotonic() - self._last_prune >= PRUNE_EVERY:
+                self._last_prune = monotonic()
                 await self.prune_once()
             await wait_for_stop(self.stop, self.interval.total_seconds())

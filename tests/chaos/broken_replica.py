@@ -20,7 +20,7 @@ from actors.cli import process
 from actors.config import ConfigError, load_config
 from actors.observability import configure_logging
 from actors.replica import Replica, Role
-from tests.chaos.broken import BrokenAdapters, Faults
+from tests.chaos.broken import BrokenPorts, Faults
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         loaded,
         Role(args.role),
         replica_id=replica_id,
-        adapters=BrokenAdapters(loaded.settings, replica_id, faults=faults),
+        bundle=BrokenPorts(loaded.settings, replica_id, faults=faults),
     )
     return process.run_replica(replica)
 

@@ -10,6 +10,7 @@ from actors.cli.operator import render
 from actors.cli.operator.connect import Backend
 from actors.cli.operator.options import TIME_NOTE, Commands, overlap_option, positive_int
 from actors.cli.operator.running import Command, Result
+from actors.clocks import Deadline
 from actors.domain.backfill import BACKFILL_CHUNK, BACKFILL_MAX_RUNS
 from actors.domain.pause import DEFAULT_PAUSED_INSTANTS, PausedInstants
 from actors.domain.trigger import EARLIEST_TRIGGER
@@ -37,13 +38,12 @@ async def _trigger(backend: Backend, args: argparse.Namespace) -> Result:
         return answer, message, code
     if not getattr(args, "json", False):
         print(message, file=sys.stderr)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + args.wait_timeout
+    deadline = Deadline.within(args.wait_timeout)
     while True:
         run = await backend.get("run", run_id=answer["run_id"])
         if run["state"] not in render.UNFINISHED:
             return run, render.run(run), 0 if run["state"] == "succeeded" else 1
-        if loop.time() >= deadline:
+        if deadline.passed():
             raise WaitTimedOut(
                 f"run {answer['run_id']} still {run['state']} after {args.wait_timeout}s "
                 "(it goes on; claimd show follows it)"

@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from actors.cli.operator import render
 from actors.cli.operator.connect import connect_database, database_url, os_user
 from actors.cli.operator.options import Commands, connection
 from actors.cli.operator.running import EXIT_CODES, fail
+from actors.clocks import Deadline
 from actors.config import CodeImport, ConfigError, load_config
 from actors.operator import OperatorError
 from actors.ports import Caller
@@ -90,8 +90,8 @@ async def _signal_and_wait(args: argparse.Namespace, pid: int) -> int:
             print(verdict_json(pid, None, sent, {}) if args.json else sent)
             return 0
         verdict = None
-        deadline = time.monotonic() + args.wait
-        while verdict is None and time.monotonic() < deadline:
+        deadline = Deadline.within(args.wait)
+        while verdict is None and not deadline.passed():
             verdict = await store.reload_verdict(pid, before)
             if verdict is None:
                 await asyncio.sleep(0.1)
