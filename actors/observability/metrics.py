@@ -232,7 +232,7 @@ DELIVERY_SKIP_REASONS = (
 POISON_REASONS = ("oversized", "not_json", "wrong_schema", "other_deployment", "invalid")
 REAP_TRANSITIONS = ("claimed->pending", "running->pending", "running->failed")
 ACTORS = ("materializer", "claimer", "dispatcher", "compensator", "reaper", "worker", "clock")
-# Why an actor stops taking in work (actors/heartbeat.py names the worker's sources).
+# Why an actor stops taking in work (actors/worker/heartbeat.py names the worker's sources).
 INTAKE_REASONS = {
     "worker": ("heartbeat", "completions", "starts", "broker"),
     "claimer": ("broker",),
