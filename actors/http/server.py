@@ -7,7 +7,7 @@ import errno
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -26,6 +26,7 @@ TRIM_AFTER_BYTES = 16 << 20  # a page this big leaves freed heap worth returning
 log = get_logger("http")
 
 ReadyCheck = Callable[[], Awaitable[dict[str, Any]]]
+T = TypeVar("T")
 
 # The status page: HTML, CSS and JS shipped in the package (no CDN: it works
 # offline). The page fetches /api/jobs, /api/grid and /api/status and renders
@@ -71,26 +72,28 @@ def counters() -> dict[str, Any]:
     }
 
 
-async def _config_rollout(api: OperatorApi | None) -> dict[str, Any] | None:
-    """The config generations and the replicas' files; None while it cannot say."""
+async def _unless_unknown(
+    api: OperatorApi | None, what: str, read: Callable[[OperatorApi], Awaitable[T]]
+) -> T | None:
+    """What ``read`` answers; None while it cannot say (no operator API, or the database
+    does not answer: the status answers whatever the database does)."""
     if api is None:
         return None
     try:
-        return await api.service.config_rollout()
-    except Exception as exc:  # noqa: BLE001 - the status answers whatever the database does
-        log.debug("status: config generations unknown", error=repr(exc))
+        return await read(api)
+    except Exception as exc:  # noqa: BLE001 - a status page of what is known
+        log.debug(f"status: {what} unknown", error=repr(exc))
         return None
 
 
-async def _rejected_jobs(api: OperatorApi | None) -> list[dict[str, Any]] | None:
-    """The jobs the config file rejected (the operator's record); None while it cannot say."""
-    if api is None:
-        return None
-    try:
-        return await api.service.rejected_jobs()
-    except Exception as exc:  # noqa: BLE001 - the status answers whatever the database does
-        log.debug("status: rejected jobs unknown", error=repr(exc))
-        return None
+def _config_rollout(api: OperatorApi | None) -> Awaitable[dict[str, Any] | None]:
+    """The config generations and the replicas' files."""
+    return _unless_unknown(api, "config generations", lambda a: a.service.config_rollout())
+
+
+def _rejected_jobs(api: OperatorApi | None) -> Awaitable[list[dict[str, Any]] | None]:
+    """The jobs the config file rejected (the operator's record)."""
+    return _unless_unknown(api, "rejected jobs", lambda a: a.service.rejected_jobs())
 
 
 async def status_page(_: web.Request) -> web.FileResponse:

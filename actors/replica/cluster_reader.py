@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime, timedelta
 
 from actors import clocks
@@ -58,27 +59,21 @@ def schedule_period(definition: str, now: datetime) -> float | None:
     return max(gaps) if gaps else None
 
 
+@dataclass(eq=False)
 class ClusterMetrics:
     """Refreshes the cluster gauges' snapshot; ``read`` is set once the store connects."""
 
-    def __init__(
-        self,
-        read: ReadFigures | None = None,
-        *,
-        collector: ClusterCollector = CLUSTER,
-        min_interval: float = 1.0,
-        timeout: float = 2.0,
-        monotonic: Callable[[], float] = clocks.monotonic,
-    ) -> None:
-        self.read = read
-        self.collector = collector
-        self.min_interval = min_interval
-        self.timeout = timeout
-        self.monotonic = monotonic
-        self._attempted: float | None = None
-        self._lock = asyncio.Lock()
-        self._periods: dict[str, float | None] = {}  # fingerprint -> period
-        self._warned: float | None = None
+    read: ReadFigures | None = None
+    _: KW_ONLY
+    collector: ClusterCollector = CLUSTER
+    min_interval: float = 1.0
+    timeout: float = 2.0
+    monotonic: Callable[[], float] = clocks.monotonic
+    _attempted: float | None = field(default=None, init=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    # A job's schedule period (seconds) by its definition's fingerprint.
+    _periods: dict[str, float | None] = field(default_factory=dict, init=False)
+    _warned: float | None = field(default=None, init=False)
 
     async def refresh(self) -> None:
         """Read the figures unless they were read (or tried) within ``min_interval``."""

@@ -294,12 +294,12 @@ class JobsConfig:
         self.in_force = synced.in_force
         self.stale = synced.standing is Standing.STALE
         self.show()
+        # Which file: every line about its standing names it the same way.
+        named = {"path": str(self.path), "digest": file.short, "config_version": file.version}
         if self.stale:
             log.warning(
                 "config file older than the generation in force; running the jobs in force",
-                path=str(self.path),
-                digest=file.short,
-                config_version=file.version,
+                **named,
                 in_force=synced.in_force.short,
                 in_force_version=synced.in_force.version,
                 in_force_since=synced.in_force.first_seen_at.isoformat(),
@@ -308,9 +308,7 @@ class JobsConfig:
         elif synced.standing.records:
             log.info(
                 "config generation in force",
-                path=str(self.path),
-                digest=file.short,
-                config_version=file.version,
+                **named,
                 generation=synced.in_force.seq,
                 standing=synced.standing.value,
             )

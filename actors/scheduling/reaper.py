@@ -8,6 +8,7 @@ heartbeats keep a live run's lease fresh.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from actors.clocks import monotonic
@@ -23,21 +24,15 @@ PRUNE_BATCH = 1000
 PRUNE_EVERY = 10.0  # seconds between retention passes
 
 
+@dataclass(eq=False)
 class Reaper:
     """Recovers expired leases every tick; prunes history past its retention now and then."""
 
-    def __init__(
-        self,
-        store: ReapingStore,
-        interval: timedelta,
-        stop: asyncio.Event,
-        retention: timedelta | None = None,
-    ) -> None:
-        self.store = store
-        self.interval = interval
-        self.stop = stop
-        self.retention = retention
-        self._last_prune = 0.0
+    store: ReapingStore
+    interval: timedelta
+    stop: asyncio.Event
+    retention: timedelta | None = None
+    _last_prune: float = field(default=0.0, init=False)
 
     async def prune_once(self) -> int:
         """Up to a few small batches of old terminal runs; the hot path never waits on it."""
