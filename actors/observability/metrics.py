@@ -134,6 +134,11 @@ CONFIG_JOB_REJECTED = Gauge(
 )
 # The rollout rule (docs/rollout.md): what this replica's file is, what is in
 # force, and (from the database) how many file digests the replicas report.
+CONFIG_FILE_REFUSED = Gauge(
+    "claimd_config_file_refused",
+    "1 while the config file this replica last read is refused as a whole (not TOML, a bad "
+    "[claimd] table): it runs the jobs of its last good load",
+)
 CONFIG_STALE = Gauge(
     "claimd_config_stale",
     "1 while this replica's config file is refused as older than the generation in force "
