@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 from datetime import timedelta
-from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
@@ -28,6 +27,7 @@ from pydantic import (
 from pydantic_core import core_schema
 
 from actors.config.errors import ConfigError, FieldProblem, StrictModel, first_error_field
+from actors.config.tokens import TOKEN_FIELDS, read_api_tokens
 from actors.domain import (
     DEFAULT_CLAIM_AHEAD,
     DEFAULT_LEASE,
@@ -81,10 +81,6 @@ ENV_OVERRIDES = {
     "allowed_hosts": "CLAIMD_ALLOWED_HOSTS",
     "tracing": "CLAIMD_TRACING",
 }
-MIN_TOKEN_LENGTH = 16
-# What a token allows: "read" every read of the API, the page's data and the
-# run output; "operate" those and the actions (trigger, pause, ...).
-TOKEN_SCOPES = ("read", "operate")
 # job_histograms unset: the run histograms are by job for configs up to this many jobs.
 JOB_HISTOGRAMS_UP_TO = 1_000
 _NATS_SCHEMES = ("nats", "tls", "ws", "wss")
@@ -272,7 +268,10 @@ class Settings(StrictModel):
     def _across_fields(self, info: ValidationInfo) -> Self:
         context = info.context or {}
         if context.get("read_tokens", True):
-            self._api_tokens = _read_api_tokens(self, context.get("env", os.environ))
+            self._api_tokens = read_api_tokens(
+                {name: getattr(self, name) for name in TOKEN_FIELDS},
+                context.get("env", os.environ),
+            )
         try:
             # The redelivery rule, then every deadline of the budget inside the lease.
             check_timeout_budget(self.timeouts)
@@ -352,58 +351,3 @@ class Settings(StrictModel):
     @property
     def subject(self) -> str:
         return f"claimd.{self.deployment}.runs"
-
-
-def _read_api_tokens(settings: Settings, env: Any) -> tuple[tuple[str, str, str], ...]:
-    """The API tokens the settings name, read now so that a bad one stops the load."""
-    tokens: list[tuple[str, str, str]] = []
-
-    def add(name: str, token: str, field_name: str, scope: str = "operate") -> None:
-        if len(token) < MIN_TOKEN_LENGTH:
-            # The message names the token's name, never the token.
-            raise FieldProblem(
-                field_name,
-                f"the API token named {name!r} is shorter than "
-                f"{MIN_TOKEN_LENGTH} characters (make one with "
-                "`openssl rand -hex 32`)",
-            )
-        tokens.append((name, token, scope))
-
-    token_file = settings.api_token_file
-    if token_file:
-        field_name = "api_token_file"
-        try:
-            text = Path(token_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise FieldProblem(field_name, f"cannot read {token_file}: {reason}") from None
-        lines = [
-            line.split()
-            for line in text.splitlines()
-            if line.strip() and not line.lstrip().startswith("#")
-        ]
-        for number, parts in enumerate(lines, 1):
-            if len(parts) == 1 and len(lines) == 1:
-                parts = ["api", parts[0]]
-            if len(parts) == 2:
-                parts.append("operate")
-            if len(parts) != 3 or parts[2] not in TOKEN_SCOPES:
-                raise FieldProblem(
-                    field_name,
-                    f"{token_file} line {number}: expected NAME TOKEN [read|operate] "
-                    "(or a file holding one bare token)",
-                )
-            add(parts[0], parts[1], field_name, parts[2])
-    for field_name, name, scope in (
-        ("api_token_env", "api", "operate"),
-        ("api_read_token_env", "read", "read"),
-    ):
-        variable = getattr(settings, field_name)
-        if variable:
-            value = env.get(variable, "").strip()
-            if not value:
-                raise FieldProblem(
-                    field_name, f"the environment variable {variable} is not set or empty"
-                )
-            add(name, value, field_name, scope)
-    return tuple(tokens)

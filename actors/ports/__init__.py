@@ -15,7 +15,7 @@ the proof of the distributed behaviour.
 Every name is exported here: ``from actors.ports import X`` is the way in.
 """
 
-from actors.ports.dispatch import Broker, Delivery, Inbox, ReplicaBroker
+from actors.ports.dispatch import Broker, Delivery, Inbox, ReplicaBroker, settle_quietly
 from actors.ports.errors import InboxSilent, Outage, RecordRejected, StoreUnavailable
 from actors.ports.execution import Callback, Clock, DatabaseTime, Executor, MovingClock
 from actors.ports.messages import (
@@ -115,4 +115,5 @@ __all__ = [
     "Unchanged",
     "UnknownJob",
     "WorkerStore",
+    "settle_quietly",
 ]

@@ -35,8 +35,8 @@ API_POOL_SIZE = 4
 
 
 @dataclass
-class ProductionAdapters:
-    """The Adapters of `claimd run` and `claimd dev`, from the ``[claimd]`` settings."""
+class ProductionPorts:
+    """The PortBundle of `claimd run` and `claimd dev`, from the ``[claimd]`` settings."""
 
     settings: Settings
     replica_id: str
@@ -154,5 +154,5 @@ class ProductionAdapters:
 
 
 def _postgres(store: ReplicaStore) -> PostgresRunStore:
-    assert isinstance(store, PostgresRunStore), "opened by ProductionAdapters.open_store"
+    assert isinstance(store, PostgresRunStore), "opened by ProductionPorts.open_store"
     return store

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime, timedelta
+from dataclasses import KW_ONLY, dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
+from actors.clocks import monotonic, utc_now
 from actors.observability import (
     INTAKE_PAUSED,
     INTAKE_PAUSES,
@@ -39,41 +40,30 @@ from actors.ports import ClaimingStore
 log = get_logger("claimer")
 
 
+@dataclass(eq=False)
 class Claimer:
-    """Claims while claimed-but-not-started runs stay under ``max_claimed``."""
+    """Claims while claimed-but-not-started runs stay under ``max_claimed``.
 
-    def __init__(
-        self,
-        store: ClaimingStore,
-        owner: str,
-        outbox: asyncio.Queue[ClaimedBatch | None],
-        gate: BrokerGate,
-        *,
-        batch: int,
-        lease: timedelta,
-        max_claimed: int,
-        interval: timedelta,
-        stop: asyncio.Event,
-        ahead: timedelta = timedelta(0),
-        wake: bool = False,
-        clock: Callable[[], datetime] | None = None,
-    ) -> None:
-        """``clock``: the database's time as estimated here (compares notified instants)."""
-        self.store = store
-        self.owner = owner
-        self.outbox = outbox
-        self.gate = gate
-        self.batch = batch
-        self.lease = lease
-        self.max_claimed = max_claimed
-        self.interval = interval
-        self.stop = stop
-        self.ahead = ahead
-        self.wake = wake
-        self.clock = clock or (lambda: datetime.now(UTC))
-        self._woken = asyncio.Event()
-        self._rest_until: datetime | None = None  # None: not resting (a pass is under way)
-        self._paused_since: float | None = None  # monotonic, while the gate's outage lasts
+    ``clock``: the database's time as estimated here (compares notified instants).
+    """
+
+    store: ClaimingStore
+    owner: str
+    outbox: asyncio.Queue[ClaimedBatch | None]
+    gate: BrokerGate
+    _: KW_ONLY
+    batch: int
+    lease: timedelta
+    max_claimed: int
+    interval: timedelta
+    stop: asyncio.Event
+    ahead: timedelta = timedelta(0)
+    wake: bool = False
+    clock: Callable[[], datetime] = utc_now
+    _woken: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _rest_until: datetime | None = field(default=None, init=False)  # None: not resting
+    # monotonic, while the gate's outage lasts
+    _paused_since: float | None = field(default=None, init=False)
 
     async def claim_once(self, limit: int | None = None, *, trial: bool = False) -> int:
         """One pass: skip what may not run, claim up to ``limit`` (the batch) and send it on."""
@@ -144,7 +134,7 @@ class Claimer:
     async def _while_gate_closed(self) -> None:
         """Wait for the gate; said once per outage, however many trials it takes."""
         if self._paused_since is None:
-            self._paused_since = time.monotonic()
+            self._paused_since = monotonic()
             INTAKE_PAUSED.labels(actor="claimer").set(1)
             INTAKE_PAUSES.labels(actor="claimer", reason="broker").inc()
             log.warning(
@@ -162,7 +152,7 @@ class Claimer:
         INTAKE_PAUSED.labels(actor="claimer").set(0)
         log.warning(
             "claiming resumed: publishes go through again",
-            paused_s=round(time.monotonic() - self._paused_since, 3),
+            paused_s=round(monotonic() - self._paused_since, 3),
             trials=self.gate.trials,
         )
         self._paused_since = None

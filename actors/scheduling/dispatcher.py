@@ -10,6 +10,7 @@ instead of waiting out a publish timeout for every run.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from actors.domain import ClaimedRun
 from actors.observability import PUBLISH_FAILED, PUBLISHED, get_logger
@@ -20,22 +21,15 @@ from actors.ports import Broker, DispatchMessage
 log = get_logger("dispatcher")
 
 
+@dataclass(eq=False)
 class Dispatcher:
     """Publishes claimed batches; returns unpublished runs to the compensator."""
 
-    def __init__(
-        self,
-        broker: Broker,
-        deployment: str,
-        inbox: asyncio.Queue[ClaimedBatch | None],
-        compensate: asyncio.Queue[tuple[ClaimedRun, ...] | None],
-        gate: BrokerGate,
-    ) -> None:
-        self.broker = broker
-        self.deployment = deployment
-        self.inbox = inbox
-        self.compensate = compensate
-        self.gate = gate
+    broker: Broker
+    deployment: str
+    inbox: asyncio.Queue[ClaimedBatch | None]
+    compensate: asyncio.Queue[tuple[ClaimedRun, ...] | None]
+    gate: BrokerGate
 
     def message(
         self, run: ClaimedRun, trace_context: tuple[tuple[str, str], ...] = ()

@@ -8,9 +8,10 @@ heartbeats keep a live run's lease fresh.
 from __future__ import annotations
 
 import asyncio
-import time
+from dataclasses import dataclass, field
 from datetime import timedelta
 
+from actors.clocks import monotonic
 from actors.observability import RUNS_FAILED_FINALLY, RUNS_PRUNED, RUNS_REAPED, get_logger
 from actors.pacing import wait_for_stop
 from actors.ports import ReapingStore
@@ -23,21 +24,15 @@ PRUNE_BATCH = 1000
 PRUNE_EVERY = 10.0  # seconds between retention passes
 
 
+@dataclass(eq=False)
 class Reaper:
     """Recovers expired leases every tick; prunes history past its retention now and then."""
 
-    def __init__(
-        self,
-        store: ReapingStore,
-        interval: timedelta,
-        stop: asyncio.Event,
-        retention: timedelta | None = None,
-    ) -> None:
-        self.store = store
-        self.interval = interval
-        self.stop = stop
-        self.retention = retention
-        self._last_prune = 0.0
+    store: ReapingStore
+    interval: timedelta
+    stop: asyncio.Event
+    retention: timedelta | None = None
+    _last_prune: float = field(default=0.0, init=False)
 
     async def prune_once(self) -> int:
         """Up to a few small batches of old terminal runs; the hot path never waits on it."""
@@ -79,7 +74,7 @@ class Reaper:
         while not self.stop.is_set():
             if await self.reap_once() >= REAP_BATCH:
                 continue
-            if time.monotonic() - self._last_prune >= PRUNE_EVERY:
-                self._last_prune = time.monotonic()
+            if monotonic() - self._last_prune >= PRUNE_EVERY:
+                self._last_prune = monotonic()
                 await self.prune_once()
             await wait_for_stop(self.stop, self.interval.total_seconds())

@@ -1,4 +1,4 @@
-"""A replica's Adapters in memory: the whole replica in a unit test, no server.
+"""A replica's PortBundle in memory: the whole replica in a unit test, no server.
 
 The store, the broker, the worker's inbox and the executor are the test's
 (so it can look at them and move the store's clock); the inbox is subscribed
@@ -25,8 +25,8 @@ MEMORY_HEALTH = DependencyHealth("memory")
 
 
 @dataclass
-class MemoryAdapters:
-    """Adapters on an InMemoryRunStore and an InMemoryBroker."""
+class MemoryPorts:
+    """PortBundle on an InMemoryRunStore and an InMemoryBroker."""
 
     store: InMemoryRunStore
     broker: InMemoryBroker

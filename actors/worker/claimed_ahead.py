@@ -12,7 +12,7 @@ What keeps it correct:
 
 - START_RUNS starts no claimed run before it is due on the database's own
   clock; a run released a little early (the estimate ran fast) is refused as
-  "early" and held again (:meth:`UntilDue.again`), a little longer each time.
+  "early" and held again (:meth:`ClaimedAhead.again`), a little longer each time.
 - A hold lasts at most ``max_hold`` (``lease / 8``, see
   ``actors.domain.lease``): a message held longer than its claim meant (a
   clock estimate far off) is tried, and the database says whether it is due.
@@ -21,7 +21,7 @@ What keeps it correct:
   clock plus the monotonic time since (a step of the host's wall clock does
   not move it); when the estimate jumps (a read found it off, a test's clock
   moved) the clock says so and the wait is computed again
-  (:meth:`UntilDue.clock_moved`).
+  (:meth:`ClaimedAhead.clock_moved`).
 - A held message is kept from redelivery: ``in_progress`` every
   ``keep_alive_every`` (``ack_wait / 3``), so that at its release its last
   word to the broker is recent enough for the start and the first heartbeat
@@ -70,7 +70,7 @@ class _Held(Generic[D]):
     marked: float = 0.0  # monotonic time of its last word to the broker (delivery, in_progress)
 
 
-class UntilDue(Generic[D]):
+class ClaimedAhead(Generic[D]):
     """Deliveries of runs not yet due, by (run id, epoch), released by instant.
 
     ``clock`` is the database's time as this worker estimates it. The methods

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from actors.observability import RUNS_IN_FLIGHT, get_logger
@@ -94,13 +93,3 @@ class Holding:
     def forget(self, entry: InFlight) -> None:
         """The run leaves the in-flight set: no longer heartbeated."""
         self.in_flight.pop((entry.run_id, entry.epoch), None)
-
-
-async def quietly(reply: Awaitable[object]) -> None:
-    """Ack/term/nak are best effort: a lost ack means a redelivery, which changes nothing."""
-    try:
-        await reply
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # noqa: BLE001
-        log.warning("broker reply failed", error=repr(exc))

@@ -18,10 +18,10 @@ from typing import Any
 
 from actors.domain import StartRefusal
 from actors.observability import DELIVERIES_SKIPPED, REDELIVERIES, get_logger
-from actors.ports import Delivery, DispatchMessage, Outage, StartedRun, WorkerStore
-from actors.worker.claimed_ahead import UntilDue
+from actors.ports import Delivery, DispatchMessage, Outage, StartedRun, WorkerStore, settle_quietly
+from actors.worker.claimed_ahead import ClaimedAhead
 from actors.worker.heartbeat import STARTS, InFlight, Keeping
-from actors.worker.holding import Holding, Key, quietly
+from actors.worker.holding import Holding, Key
 from actors.worker.settings import WorkerSettings
 
 log = get_logger("worker")
@@ -89,10 +89,10 @@ class Starter:
         # (the supervisor reruns the same worker, with the same worker id).
         self.start_unknown: OrderedDict[Key, None] = OrderedDict()
         # Runs claimed ahead wait here until their instant.
-        self.until_due: UntilDue[Delivery] = UntilDue(
+        self.until_due: ClaimedAhead[Delivery] = ClaimedAhead(
             clock or (lambda: datetime.now(UTC)),
             settings.max_hold,
-            keep_alive=lambda delivery: quietly(delivery.in_progress()),
+            keep_alive=lambda delivery: settle_quietly(delivery.in_progress()),
             keep_alive_every=settings.keep_held_alive,
         )
         self.runs_inline = runs_inline or (lambda hint: False)
@@ -149,7 +149,7 @@ class Starter:
         """The rest of a start: settle the copies, start the admitted runs, free the slots."""
         try:
             for reply in taken.settle:
-                await quietly(reply())
+                await settle_quietly(reply())
             if taken.batch:
                 await self._start(taken.batch, [(m.run_id, m.epoch) for m, _ in taken.batch], group)
         finally:
@@ -206,7 +206,7 @@ class Starter:
             # taken up again then. An outage is waited out here (no fetch until
             # the database answers); anything else is a bug the supervisor must see.
             for _, delivery in batch:
-                await quietly(delivery.nak(delay=1.0))
+                await settle_quietly(delivery.nak(delay=1.0))
             if not isinstance(exc, Outage):
                 raise
             self.keeping.failed(STARTS, repr(exc)[:200])
@@ -248,7 +248,7 @@ class Starter:
             )
             # Unknown: not a run of this database (or a run claimed ahead and then
             # withdrawn by a schedule change); terminate so it is never redelivered.
-            await quietly(
+            await settle_quietly(
                 delivery.term() if skipped.reason is StartRefusal.UNKNOWN else delivery.ack()
             )
 
@@ -295,7 +295,7 @@ class Starter:
         if held:
             log.info("stopping: held runs handed back unstarted", runs=len(held))
         for _, delivery in held:
-            await quietly(delivery.nak())
+            await settle_quietly(delivery.nak())
 
     def _remember_start_unknown(self, keys: Sequence[Key]) -> None:
         for key in keys:

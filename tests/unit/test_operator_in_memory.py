@@ -36,7 +36,7 @@ from actors.replica import Replica
 from actors.testing.memory import InMemoryBroker, InMemoryRunStore, ManualClock
 from actors.testing.memory_inbox import MemoryInbox
 from actors.testing.memory_operator import InMemoryOperatorStore
-from actors.testing.memory_replica import MemoryAdapters
+from actors.testing.memory_replica import MemoryPorts
 from tests.contract.jobs import LEASE, job, message
 from tests.unit.memory_world import until
 
@@ -219,8 +219,8 @@ async def test_a_replica_on_memory_adapters_serves_its_operator_api(tmp_path: Pa
     path.write_text(text)
     clock = ManualClock()
     store = InMemoryRunStore(clock)
-    adapters = MemoryAdapters(store, InMemoryBroker(), _NoExecutor(), MemoryInbox())
-    replica = Replica(path, parse_config(text, str(path), env={}), adapters=adapters)
+    bundle = MemoryPorts(store, InMemoryBroker(), _NoExecutor(), MemoryInbox())
+    replica = Replica(path, parse_config(text, str(path), env={}), bundle=bundle)
     task = asyncio.create_task(replica.run())
     try:
         # The replica hands the API its service as soon as the store is open, before

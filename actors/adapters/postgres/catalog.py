@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
@@ -47,6 +46,7 @@ from actors.adapters.postgres.statements import (
     WITHDRAW_FUTURE_RUNS,
 )
 from actors.adapters.postgres.stored_definitions import StoredDefinitions
+from actors.clocks import Stopwatch
 from actors.domain import (
     Job,
     Plan,
@@ -79,11 +79,11 @@ async def _take_sync_lock(conn: asyncpg.Connection) -> None:
     if await conn.fetchval(TRY_LOCK_SYNC):
         return
     log.info("job sync: another replica is syncing; waiting for it to finish")
-    began = time.monotonic()
+    waited = Stopwatch()
     await conn.execute(LOCK_SYNC, timeout=SYNC_LOCK_WAIT_S)
     log.info(
         "job sync: the other replica's sync finished",
-        waited_s=round(time.monotonic() - began, 1),
+        waited_s=round(waited.seconds(), 1),
     )
 
 

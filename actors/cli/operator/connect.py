@@ -61,7 +61,7 @@ _BY_STATUS: dict[int, type[OperatorError]] = {
 
 # Opens the operator's store on a database URL within a timeout, or raises BadInput
 # (the URL names no database) or Unavailable (no answer). The composition root
-# that names the adapter (actors.operator_root) hands it to ``register``.
+# that names the adapter (actors.cli.operator_store) hands it to ``register``.
 StoreOpener = Callable[[str, float], Awaitable[OperatorStore]]
 
 
