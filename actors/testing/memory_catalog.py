@@ -20,6 +20,7 @@ from actors.domain import (
     decode_job,
     encode_job,
     plan_until_removal,
+    row_rules,
 )
 from actors.domain.generations import ConfigIdentity, Generation, judge
 from actors.domain.history import Gap
@@ -34,9 +35,8 @@ from actors.ports import (
     StoreUnavailable,
 )
 from actors.ports.messages import ConfigReplica, ConfigReport, ConfigRollout, ConfigSync
-from actors.testing.memory_rows import AttemptRow, JobRow, RunRow, must_not_run
+from actors.testing.memory_rows import AttemptRow, JobRow, RunRow
 
-ACTIVE = (RunState.CLAIMED, RunState.RUNNING)
 NOT_STARTED = (RunState.PENDING, RunState.CLAIMED)
 
 
@@ -76,11 +76,14 @@ class InMemoryJobCatalog:
     def _job_of(self, run: RunRow) -> JobRow:
         return self.jobs[run.job]
 
-    def _must_not_run(self, run: RunRow, now: datetime) -> SkipReason | None:
-        return must_not_run(run, self._job_of(run), self.runs.values(), now)
+    def _runs_of(self, job: str) -> list[RunRow]:
+        return [r for r in self.runs.values() if r.job == job]
 
-    def _active(self, job: str) -> bool:
-        return any(r.job == job and r.state in ACTIVE for r in self.runs.values())
+    def _must_not_run(self, run: RunRow, now: datetime) -> SkipReason | None:
+        return row_rules.must_not_run(run, self._job_of(run), self._runs_of(run.job), now)
+
+    def _busy(self, job: str) -> bool:
+        return row_rules.job_busy(self._runs_of(job))
 
     def add_run(
         self,
@@ -172,11 +175,7 @@ class InMemoryJobCatalog:
             jobs=tuple(readings),
             claimed=len(self.in_state(RunState.CLAIMED)),
             running=len(self.in_state(RunState.RUNNING)),
-            past_lease=sum(
-                1
-                for r in self.runs.values()
-                if r.state in ACTIVE and r.lease_expires_at is not None and r.lease_expires_at < now
-            ),
+            past_lease=sum(row_rules.lease_expired(r, now) for r in self.runs.values()),
         )
 
     async def record_reload(

@@ -14,6 +14,7 @@ from actors.domain import (
     decide_attempt,
     refusal_of,
 )
+from actors.domain.row_rules import completion_accepted, held_running
 from actors.ports import Completion, DispatchMessage, NotStarted, StartedRun
 from actors.testing.memory_claims import InMemoryClaims
 from actors.testing.memory_rows import AttemptRow, JobRow, RunRow
@@ -44,7 +45,7 @@ class InMemoryWorkerStatements(InMemoryClaims):
             if run is None:
                 refused.append(NotStarted(m.run_id, m.epoch, StartRefusal.UNKNOWN, None))
                 continue
-            retaken = run.held(worker, m.epoch, RunState.RUNNING) and (m.run_id, m.epoch) in retake
+            retaken = held_running(run, worker, m.epoch) and (m.run_id, m.epoch) in retake
             if run.epoch != m.epoch or not (run.state is RunState.CLAIMED or retaken):
                 why = refusal_of(run.state, run.epoch, m.epoch)
                 refused.append(NotStarted(m.run_id, m.epoch, why, run.state))
@@ -122,7 +123,7 @@ class InMemoryWorkerStatements(InMemoryClaims):
         extended = set()
         for run_id, epoch in runs:
             run = self.runs.get(run_id)
-            if run is not None and run.held(worker, epoch, RunState.RUNNING):
+            if run is not None and held_running(run, worker, epoch):
                 run.lease_expires_at = now + lease
                 extended.add((run_id, epoch))
         return extended
@@ -133,7 +134,7 @@ class InMemoryWorkerStatements(InMemoryClaims):
         recorded = set()
         for c in completions:
             run = self.runs.get(c.run_id)
-            if run is None or run.epoch != c.epoch or run.state is not RunState.RUNNING:
+            if run is None or not completion_accepted(run, c.epoch):
                 continue  # fenced: the run moved on
             verdict = c.verdict or AttemptVerdict.final(c.result.outcome)
             self._attempt(
@@ -158,7 +159,7 @@ class InMemoryWorkerStatements(InMemoryClaims):
         handed_back = 0
         for run_id, epoch in runs:
             run = self.runs.get(run_id)
-            if run is None or not run.held(worker, epoch, RunState.RUNNING):
+            if run is None or not held_running(run, worker, epoch):
                 continue
             verdict = decide_attempt(
                 Outcome.INTERRUPTED,
