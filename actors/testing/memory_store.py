@@ -12,9 +12,10 @@ distributed behaviour (the integration tests and the fault harness do that).
 Held to the same contract tests as the PostgreSQL store (tests/contract): where
 the two disagree, PostgreSQL is right and this store is fixed.
 
-The rooms, each a layer of the class: the job catalog (memory_catalog), the
-claims (memory_claims), the worker's statements (memory_worker), and here the
-reaper's.
+The rooms, each a layer of the class: the tables and what a replica reads
+besides (memory_tables), the job catalog (memory_catalog), the claims
+(memory_claims), the worker's statements (memory_worker), and here the
+reaper's. The rules they judge rows by are actors.domain.row_rules, the SQL's own.
 """
 
 from __future__ import annotations
