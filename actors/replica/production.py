@@ -81,7 +81,7 @@ class ProductionAdapters:
         jetstream = self._opened()
         await jetstream.ensure_stream(
             settings.duplicate_window,
-            max_age=max(settings.lease * 2, settings.duplicate_window),
+            max_age=settings.lease_settings.stream_max_age(settings.duplicate_window),
             replicas=settings.stream_replicas,
         )
         await jetstream.ensure_consumer(
