@@ -143,8 +143,11 @@ class ProductionAdapters:
             log.warning(
                 "api: own database pool unavailable; sharing the replica's", error=repr(exc)
             )
-            return OperatorService(PostgresOperatorStore(_postgres(store).pool))
-        return OperatorService(PostgresOperatorStore(pool, owns_pool=True))
+            shared = PostgresOperatorStore(_postgres(store).pool, health=self.store_health)
+            return OperatorService(shared)
+        return OperatorService(
+            PostgresOperatorStore(pool, owns_pool=True, health=self.store_health)
+        )
 
     def _opened(self) -> JetStreamBroker:
         """The JetStream broker open_broker connected (a subclass's open_broker may wrap

@@ -19,6 +19,7 @@ from actors.domain.generations import ConfigIdentity, Generation, judge
 from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.ports import JobState, Materialized
 from actors.ports.messages import ConfigReplica, ConfigReport, ConfigRollout, ConfigSync
+from actors.ports.translator import reads_only
 from actors.testing.memory_rows import JobRow
 from actors.testing.memory_tables import InMemoryTables
 
@@ -76,6 +77,7 @@ class InMemoryJobCatalog(InMemoryTables):
         self._now()
         self.config_reports.pop(replica_id, None)
 
+    @reads_only
     async def config_rollout(self, generations: int = 10) -> ConfigRollout:
         """GENERATIONS and CONFIG_REPLICAS."""
         now = self._now()
@@ -183,6 +185,7 @@ class InMemoryJobCatalog(InMemoryTables):
             ):
                 del self.runs[run.id]
 
+    @reads_only
     async def active_jobs(self) -> dict[str, JobState]:
         """ACTIVE_JOBS."""
         self._now()
@@ -200,6 +203,7 @@ class InMemoryJobCatalog(InMemoryTables):
             if j.enabled
         }
 
+    @reads_only
     async def catalog_version(self) -> int:
         """CATALOG_VERSION: here derived from what the trigger of sql/0009 watches."""
         self._now()

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from actors.domain import Catchup, ClaimedRun, RunState, SkipReason, row_rules
 from actors.domain.row_rules import claimable, job_open, runs_beside_others
+from actors.ports.translator import reads_only
 from actors.testing.memory_catalog import InMemoryJobCatalog
 from actors.testing.memory_rows import RunRow
 
@@ -118,6 +119,7 @@ class InMemoryClaims(InMemoryJobCatalog):
             )
         return claimed
 
+    @reads_only
     async def next_due_in(self, ahead: timedelta) -> timedelta | None:
         """NEXT_DUE_IN: the soonest pending run of an open job due after now + ahead."""
         now = self._now()

@@ -25,10 +25,22 @@ from datetime import timedelta
 from actors.domain import Outcome, RunState, decide_attempt
 from actors.domain.row_rules import lease_expired, prunable
 from actors.domain.runs import REMOVED_FROM_CONFIG
+from actors.ports import Outage
+from actors.ports.translator import Fault, Translator, speaks_the_port
 from actors.testing.memory_rows import DEADLINE_MISSED, SUPERSEDED
 from actors.testing.memory_worker import InMemoryWorkerStatements
 
 
+def _memory_fault(exc: BaseException) -> Fault | None:
+    return Fault.UNREACHABLE if isinstance(exc, Outage) else None
+
+
+# The in-memory store's outage (``outage``, a port's Outage) is reported as PostgreSQL's
+# are: the same translator, the same health calls.
+MEMORY = Translator(_memory_fault)
+
+
+@speaks_the_port(MEMORY)
 class InMemoryRunStore(InMemoryWorkerStatements):
     """RunStore on the in-memory rows: claims, starts, heartbeats, completions, the reaper."""
 

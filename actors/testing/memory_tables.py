@@ -14,8 +14,10 @@ from typing import Any
 from actors.domain import DecodedJobs, Overlap, RunState, SkipReason, row_rules
 from actors.domain.generations import Generation
 from actors.domain.history import Gap
+from actors.observability import DependencyHealth
 from actors.ports import Clock, ClusterReading, JobReading, RejectedJob, StoreUnavailable
 from actors.ports.messages import ConfigReplica
+from actors.ports.translator import reads_only
 from actors.testing.memory_rows import AttemptRow, JobRow, RunRow
 
 
@@ -39,6 +41,9 @@ class InMemoryTables:
     # config_replicas: each replica's report and when it expires.
     config_reports: dict[str, tuple[ConfigReplica, datetime]] = field(default_factory=dict)
     outage: Exception | None = None
+    # What its calls report to (as PostgreSQL's store reports to POSTGRES_HEALTH); None:
+    # nothing. MemoryAdapters hands it the replica's store health.
+    health: DependencyHealth | None = None
     closed: bool = False
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _decoded: DecodedJobs = field(default_factory=DecodedJobs)
@@ -99,12 +104,15 @@ class InMemoryTables:
     async def close(self) -> None:
         self.closed = True
 
+    @reads_only
     async def ping(self) -> None:
         self._now()
 
+    @reads_only
     async def database_now(self) -> datetime:
         return self._now()
 
+    @reads_only
     async def jobs_summary(self) -> list[dict[str, Any]]:
         """The status page's job list (JOBS_SUMMARY)."""
         self._now()
@@ -124,6 +132,7 @@ class InMemoryTables:
             )
         return out
 
+    @reads_only
     async def cluster_figures(self, timeout: float) -> ClusterReading:
         """The cluster gauges' reading, simplified: job figures without overdue ages."""
         now = self._now()

@@ -9,15 +9,21 @@ store's manual clock.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
+import asyncpg
+
 from actors.adapters.postgres import PostgresRunStore
 from actors.adapters.postgres.operations import Operations
 from actors.domain import Overlap, RunState
+from actors.ports import StoreUnavailable
 from actors.testing.memory import InMemoryRunStore, ManualClock
 
 
@@ -101,6 +107,10 @@ class Rows(Protocol):
         ...
 
     def unknown_run(self) -> str: ...
+
+    def outage(self) -> AbstractAsyncContextManager[None]:
+        """Within it, the store's database is away (every call fails as an outage)."""
+        ...
 
 
 class MemoryRows:
@@ -199,6 +209,14 @@ class MemoryRows:
     def unknown_run(self) -> str:
         return str(uuid.uuid4())
 
+    @contextlib.asynccontextmanager
+    async def outage(self) -> AsyncIterator[None]:
+        self.store.outage = StoreUnavailable("the database is away (a test's outage)")
+        try:
+            yield
+        finally:
+            self.store.outage = None
+
 
 ROW = """
 SELECT state, attempt, claim_epoch, lease_owner, lease_expires_at, scheduled_at, due_at,
@@ -209,6 +227,7 @@ SELECT state, attempt, claim_epoch, lease_owner, lease_expires_at, scheduled_at,
 
 class PostgresRows:
     def __init__(self, store: PostgresRunStore) -> None:
+        self.store = store
         self.pool = store.pool
 
     async def insert(
@@ -320,6 +339,18 @@ class PostgresRows:
 
     def unknown_run(self) -> str:
         return str(uuid.uuid4())
+
+    @contextlib.asynccontextmanager
+    async def outage(self) -> AsyncIterator[None]:
+        # The store's pool swapped for one on a port nothing listens on: its calls
+        # fail to connect, as when the database is down.
+        away = await asyncpg.create_pool("postgresql://postgres@127.0.0.1:1/x", min_size=0)
+        self.store._pool = away
+        try:
+            yield
+        finally:
+            self.store._pool = self.pool
+            await away.close()
 
 
 __all__ = ["MemoryRows", "PostgresRows", "Row", "Rows"]
