@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 
 from actors.domain import ClaimedRun
-from actors.observability import PUBLISH_FAILED, PUBLISHED, get_logger
+from actors.observability import PUBLISH_FAILED, PUBLISHED
 from actors.observability.tracing import Span, run_attributes, tracing
 from actors.pacing import BrokerGate, ClaimedBatch
 from actors.ports import Broker, DispatchMessage
-
-log = get_logger("dispatcher")
+from actors.scheduling.runtime import Runtime
 
 
 class Dispatcher:
@@ -30,8 +29,11 @@ class Dispatcher:
         inbox: asyncio.Queue[ClaimedBatch | None],
         compensate: asyncio.Queue[tuple[ClaimedRun, ...] | None],
         gate: BrokerGate,
+        *,
+        runtime: Runtime | None = None,
     ) -> None:
         self.broker = broker
+        self.log = (runtime or Runtime.local()).logger("dispatcher")
         self.deployment = deployment
         self.inbox = inbox
         self.compensate = compensate
@@ -61,7 +63,7 @@ class Dispatcher:
         """
         runs = batch.runs
         if not self.gate.is_open and not batch.trial:
-            log.info(
+            self.log.info(
                 "broker unhealthy for this replica; batch released unpublished",
                 runs=len(runs),
                 error=self.gate.last_error,
@@ -92,7 +94,7 @@ class Dispatcher:
         PUBLISH_FAILED.inc(len(failed))
         error = failed[0][1]
         first = (str(error) or repr(error))[:300]  # a JetStream refusal says why in str()
-        say = log.debug if batch.trial else log.warning
+        say = self.log.debug if batch.trial else self.log.warning
         say(
             "publish failed; runs go to the compensator",
             runs=len(failed),
@@ -102,7 +104,7 @@ class Dispatcher:
             trial=batch.trial,
         )
         delay = self.gate.failed(first)
-        log.debug("claiming paused while the broker fails", delay_s=round(delay, 3))
+        self.log.debug("claiming paused while the broker fails", delay_s=round(delay, 3))
         await self.compensate.put(tuple(run for run, _ in failed))
         return [run for run, _ in failed]
 
