@@ -163,6 +163,21 @@ def held_running(run: RunFacts, owner: str, epoch: int) -> bool:
     return run.state is RunState.RUNNING and run.epoch == epoch and run.lease_owner == owner
 
 
+def startable(run: RunFacts, worker: str, epoch: int, retake: bool) -> bool:
+    """STARTABLE: a delivery under ``epoch`` may start the run: claimed under that epoch,
+    or running under it already by this worker, which says (``retake``) that the start's
+    reply never reached it. Anything else changes nothing (``refusal_of`` says why)."""
+    if run.epoch != epoch:
+        return False
+    return run.state is RunState.CLAIMED or (retake and held_running(run, worker, epoch))
+
+
+def due_to_start(run: RunFacts, now: datetime) -> bool:
+    """DUE_TO_START: a claimed run starts no sooner than it is due on the store's clock (a
+    run claimed ahead, whose worker's estimate ran fast, is held a little longer)."""
+    return run.state is not RunState.CLAIMED or run.due_at <= now
+
+
 def completion_accepted(run: RunFacts, epoch: int) -> bool:
     """COMPLETION_ACCEPTED: the fence of a completion, the run still running under the
     epoch its worker started it with. The owner is not judged: a worker restarted under

@@ -14,7 +14,7 @@ from actors.domain import (
     decide_attempt,
     refusal_of,
 )
-from actors.domain.row_rules import completion_accepted, held_running
+from actors.domain.row_rules import completion_accepted, due_to_start, held_running, startable
 from actors.ports import Completion, DispatchMessage, NotStarted, StartedRun
 from actors.testing.memory_claims import InMemoryClaims
 from actors.testing.memory_rows import AttemptRow, JobRow, RunRow
@@ -45,8 +45,7 @@ class InMemoryWorkerStatements(InMemoryClaims):
             if run is None:
                 refused.append(NotStarted(m.run_id, m.epoch, StartRefusal.UNKNOWN, None))
                 continue
-            retaken = held_running(run, worker, m.epoch) and (m.run_id, m.epoch) in retake
-            if run.epoch != m.epoch or not (run.state is RunState.CLAIMED or retaken):
+            if not startable(run, worker, m.epoch, (m.run_id, m.epoch) in retake):
                 why = refusal_of(run.state, run.epoch, m.epoch)
                 refused.append(NotStarted(m.run_id, m.epoch, why, run.state))
                 continue
@@ -55,7 +54,7 @@ class InMemoryWorkerStatements(InMemoryClaims):
                 run.hand_back()
                 refused.append(NotStarted(m.run_id, m.epoch, StartRefusal.STALE, RunState.PENDING))
                 continue
-            if run.state is RunState.CLAIMED and run.due_at > now:
+            if not due_to_start(run, now):
                 # START_RUNS starts no claimed run before it is due.
                 refused.append(NotStarted(m.run_id, m.epoch, StartRefusal.EARLY, run.state))
                 continue

@@ -12,7 +12,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from actors.domain import Catchup, ExecutionResult, Outcome, Overlap, RunState, SkipReason
+from actors.domain import (
+    Catchup,
+    ExecutionResult,
+    Outcome,
+    Overlap,
+    RunState,
+    SkipReason,
+    StartRefusal,
+    refusal_of,
+)
 from actors.domain import row_rules as rules
 from actors.ports import Completion, ReplicaStore
 from tests.contract.jobs import LEASE, ago, job, message
@@ -302,6 +311,68 @@ async def test_fences(store: ReplicaStore, rows: Rows, fence: Fence) -> None:
         "complete": RunState.SUCCEEDED,
     }[fence.action]
     assert row.state is (changed if expected else fence.state)
+
+
+# --- STARTABLE, DUE_TO_START: what a start starts --------------------------------
+#
+# The run is claimed by "c" under epoch 1 (ahead when it is not yet due) and, for a
+# running one, started by ``runner``; then "w" delivers it under ``epoch``.
+
+
+@dataclass(frozen=True)
+class Start:
+    name: str
+    state: RunState = RunState.CLAIMED
+    runner: str = "w"  # who started it, when running
+    epoch: int = 1
+    retake: bool = False
+    due: float = -10.0
+    paused: bool = False
+
+
+RUNNING = RunState.RUNNING
+STARTS = [
+    Start("claimed"),
+    Start("claimed, an older epoch's message", epoch=0),
+    Start("claimed, not yet due", due=30),
+    Start("claimed, its job paused", paused=True),
+    Start("running here", RUNNING),
+    Start("running here, retaken", RUNNING, retake=True),
+    Start("running here, retaken under an older epoch", RUNNING, retake=True, epoch=0),
+    Start("running elsewhere, retaken", RUNNING, runner="x", retake=True),
+    Start("running here, paused, retaken", RUNNING, retake=True, paused=True),
+]
+
+
+@pytest.mark.parametrize("case", STARTS, ids=lambda c: c.name)
+async def test_startable(store: ReplicaStore, rows: Rows, case: Start) -> None:
+    owner = case.runner if case.state is RunState.RUNNING else "c"
+    held = Run(scheduled=case.due, state=case.state, epoch=1, lease_owner=owner, lease=300)
+    if not rules.startable(held, "w", case.epoch, case.retake):
+        expected = refusal_of(held.state, held.epoch, case.epoch)
+    elif held.state is RunState.CLAIMED and case.paused:
+        expected = StartRefusal.STALE  # handed back to pending
+    elif not rules.due_to_start(held, NOW):
+        expected = StartRefusal.EARLY
+    else:
+        expected = None  # started
+    await store.sync_jobs([job()])
+    run_id = await rows.insert("job", timedelta(seconds=case.due))
+    ahead = timedelta(seconds=max(0.0, case.due) + 30)
+    [claim] = await store.claim_due_runs("c", 10, LEASE, 100, ahead=ahead)
+    if case.state is RunState.RUNNING:
+        started, _ = await store.start_runs(case.runner, [message(claim)], LEASE)
+        assert [s.run_id for s in started] == [run_id]
+    if case.paused:
+        await rows.pause_unseen("job")
+    delivery = message(replace(claim, epoch=case.epoch))
+    retake = {(run_id, case.epoch)} if case.retake else set()
+    started, refused = await store.start_runs("w", [delivery], LEASE, retake=retake)
+    if expected is None:
+        assert [s.run_id for s in started] == [run_id]
+    else:
+        assert started == []
+        assert [r.reason for r in refused] == [expected]
 
 
 # --- PRUNABLE: what retention deletes ----------------------------------------------

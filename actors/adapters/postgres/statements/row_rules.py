@@ -63,6 +63,13 @@ LEASE_EXPIRED = "r.state IN ('claimed', 'running') AND r.lease_expires_at < now(
 HELD_CLAIMED = "l.at_state = 'claimed' AND l.at_epoch = l.epoch AND l.at_owner = $1"
 HELD_RUNNING = "l.at_state = 'running' AND l.at_epoch = l.epoch AND l.at_owner = $1"
 
+# $3: the worker, in START_RUNS; ``l.retake``: its word that the start never reached it.
+STARTABLE = """l.at_epoch = l.epoch
+       AND (l.at_state = 'claimed'
+            OR (l.at_state = 'running' AND l.at_owner = $3 AND l.retake))"""
+
+DUE_TO_START = "(l.at_state <> 'claimed' OR l.at_due)"
+
 COMPLETION_ACCEPTED = "p.at_state = 'running' AND p.at_epoch = p.epoch"
 
 # $1: older_than.

@@ -6,8 +6,10 @@
 
 from actors.adapters.postgres.statements.row_rules import (
     COMPLETION_ACCEPTED,
+    DUE_TO_START,
     HELD_RUNNING,
     MUST_NOT_RUN,
+    STARTABLE,
 )
 
 # A run already running under this worker and epoch is taken up again only
@@ -90,10 +92,8 @@ moved AS (
            finished_at = CASE WHEN l.skip IS NULL THEN r.finished_at ELSE now() END,
            updated_at = now()
       FROM locked l
-     WHERE r.id = l.id AND l.at_epoch = l.epoch AND NOT l.paused
-       AND (l.at_state = 'claimed'
-            OR (l.at_state = 'running' AND l.at_owner = $3 AND l.retake))
-       AND (l.at_state <> 'claimed' OR l.at_due)
+     WHERE r.id = l.id AND """ + STARTABLE + """
+       AND NOT l.paused AND """ + DUE_TO_START + """
     RETURNING r.id, r.claim_epoch, r.job_id, r.scheduled_at, r.attempt, l.skip, r.trigger,
               r.due_at
 )
