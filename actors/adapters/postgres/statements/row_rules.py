@@ -7,9 +7,14 @@ table of cases, on both stores. Change a rule in both places, in one commit.
 
 The aliases are fixed: ``r`` the run judged, ``j`` its job, ``n`` a newer instant of
 the same job (MOVED_ON), ``a`` any run of the job (JOB_BUSY); a statement that names
-them otherwise renames them with :func:`aliased`. The fenced updates judge the row
-as their lock CTE read it (``at_state``, ``at_epoch``, ``at_owner``; the caller's
-``epoch``): see "row locks" in the package's docstring. Constants only: never input.
+them otherwise renames them with :func:`aliased`. The fences judge the row as their
+lock CTE (``l``; ``p`` in COMPLETE_RUNS) read it (``at_state``, ``at_epoch``,
+``at_owner``) against the caller's ``epoch``: see "row locks" in the package's
+docstring. Constants only: never input.
+
+One predicate is two fragments: ``overlap_forbidden`` is OVERLAP_FORBIDDEN (the run's
+side) within OVERLAP_FORBIDDEN_JOB (the job's), as SKIP_UNRUNNABLE reads them.
+tests/unit/test_row_rules.py checks that every fragment has its predicate.
 """
 
 from __future__ import annotations
@@ -51,8 +56,8 @@ MUST_NOT_RUN = """CASE
     THEN 'superseded by a later instant (catchup = latest)'
 END"""
 
-# The job's side (j.overlap = 'forbid' AND JOB_BUSY) and the run's: SKIP_UNRUNNABLE
-# puts the first around the lateral that reads the second.
+# The job's side and the run's: SKIP_UNRUNNABLE puts the first around the lateral that
+# reads the second.
 OVERLAP_FORBIDDEN_JOB = "j.overlap = 'forbid' AND " + JOB_BUSY
 OVERLAP_FORBIDDEN = """r.state = 'pending' AND r.scheduled_at <= now()
               AND r.due_at <= now() AND COALESCE(r.overlap, 'forbid') = 'forbid'"""
