@@ -29,7 +29,6 @@ from pydantic_core import core_schema
 from actors.config.errors import ConfigError, FieldProblem, StrictModel, first_error_field
 from actors.config.tokens import TOKEN_FIELDS, read_api_tokens
 from actors.domain import (
-    DEFAULT_CLAIM_AHEAD,
     DEFAULT_LEASE,
     ClaimdError,
     LeaseSettings,
@@ -319,10 +318,7 @@ class Settings(StrictModel):
         """
         if self.claim_ahead is not None:
             return self.claim_ahead
-        spare = self.lease - self._budget(timedelta(0)).required_lease()
-        ms = timedelta(milliseconds=1)
-        fits = ms * max(0, int(spare / 2 / ms))
-        return min(DEFAULT_CLAIM_AHEAD, self.lease_settings.max_hold(), fits)
+        return self._budget(timedelta(0)).claim_ahead_that_fits()
 
     @property
     def timeouts(self) -> TimeoutBudget:

@@ -81,7 +81,7 @@ class ProductionPorts:
         jetstream = self._opened()
         await jetstream.ensure_stream(
             settings.duplicate_window,
-            max_age=max(settings.lease * 2, settings.duplicate_window),
+            max_age=settings.lease_settings.stream_max_age(settings.duplicate_window),
             replicas=settings.stream_replicas,
         )
         await jetstream.ensure_consumer(
@@ -143,8 +143,11 @@ class ProductionPorts:
             log.warning(
                 "api: own database pool unavailable; sharing the replica's", error=repr(exc)
             )
-            return OperatorService(PostgresOperatorStore(_postgres(store).pool))
-        return OperatorService(PostgresOperatorStore(pool, owns_pool=True))
+            shared = PostgresOperatorStore(_postgres(store).pool, health=self.store_health)
+            return OperatorService(shared)
+        return OperatorService(
+            PostgresOperatorStore(pool, owns_pool=True, health=self.store_health)
+        )
 
     def _opened(self) -> JetStreamBroker:
         """The JetStream broker open_broker connected (a subclass's open_broker may wrap

@@ -27,6 +27,7 @@ from actors.scheduling.compensator import Compensator
 from actors.scheduling.dispatcher import Dispatcher
 from actors.scheduling.materializer import Materializer
 from actors.scheduling.reaper import Reaper
+from actors.scheduling.runtime import Runtime
 from actors.scheduling.supervisor import supervise
 from actors.worker import Worker, WorkerSettings
 
@@ -94,6 +95,8 @@ async def run_actors(
     # One clock, the database's: the materializer reads it every tick (and
     # so measures this replica's skew); the worker's lag metrics use it.
     clock = bundle.database_clock(store)
+    # What every scheduling actor is handed: that clock, the local timers' and its logger.
+    runtime = Runtime(clock)
 
     async with asyncio.TaskGroup() as group:
         tasks: dict[str, asyncio.Task[None]] = {}
@@ -107,6 +110,7 @@ async def run_actors(
                 # Ticks keep out of a herd's seconds: from its claim-ahead on.
                 quiet_before=settings.effective_claim_ahead + timedelta(seconds=2),
                 config_jobs=config_jobs,
+                runtime=runtime,
             )
             claimer = Claimer(
                 store,
@@ -120,12 +124,18 @@ async def run_actors(
                 stop=stop_claiming,
                 ahead=settings.effective_claim_ahead,
                 wake=settings.claim_wake,
-                clock=clock.now,
+                runtime=runtime,
             )
-            dispatcher = Dispatcher(broker, settings.deployment, to_dispatch, to_release, gate)
-            compensator = Compensator(store, replica_id, to_release)
+            dispatcher = Dispatcher(
+                broker, settings.deployment, to_dispatch, to_release, gate, runtime=runtime
+            )
+            compensator = Compensator(store, replica_id, to_release, runtime=runtime)
             reaper = Reaper(
-                store, settings.reap_interval, stop_claiming, retention=settings.history_retention
+                store,
+                settings.reap_interval,
+                stop_claiming,
+                retention=settings.history_retention,
+                runtime=runtime,
             )
             for name, start in (
                 ("materializer", materializer.run),

@@ -37,6 +37,10 @@ class MemoryPorts:
     broker_health: DependencyHealth = field(default=MEMORY_HEALTH)
     opened: int = 0
 
+    def __post_init__(self) -> None:
+        if self.store.health is None:  # its calls report as PostgreSQL's do
+            self.store.health = self.store_health
+
     async def open_store(self) -> ReplicaStore:
         await self.store.ping()  # raises the store's outage, if one is set
         self.store.closed = False

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from actors.adapters.postgres.errors import reads_only, store_methods_report_outages
+from actors.adapters.postgres.errors import POSTGRES, POSTGRES_HEALTH, reads_only
 from actors.adapters.postgres.generations import (
     forget_replica,
     judge_locked,
@@ -58,9 +58,10 @@ from actors.domain import (
 from actors.domain.generations import ConfigIdentity
 from actors.domain.history import Gap
 from actors.domain.runs import REMOVED_FROM_CONFIG
-from actors.observability import get_logger
+from actors.observability import DependencyHealth, get_logger
 from actors.ports import Caller, JobState, Materialized, RejectedJob
 from actors.ports.messages import ConfigReport, ConfigRollout, ConfigSync
+from actors.ports.translator import speaks_the_port
 
 # Jobs written per upsert statement: bounded parameter arrays, one statement
 # of a few hundred milliseconds at most.
@@ -128,9 +129,11 @@ async def _plan_until_removal(conn: asyncpg.Connection, job_ids: Sequence[int]) 
     await conn.execute(ADVANCE_MARKS_TO_REMOVAL, ids, marks)
 
 
-@store_methods_report_outages
+@speaks_the_port(POSTGRES)
 class PostgresJobCatalog:
     """The jobs table: what the config declares, what every replica plans from."""
+
+    health: DependencyHealth | None = POSTGRES_HEALTH  # what its calls report to
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool

@@ -17,12 +17,7 @@ import asyncpg
 
 from actors.adapters.postgres import verdicts
 from actors.adapters.postgres.catalog import PostgresJobCatalog
-from actors.adapters.postgres.errors import (
-    POSTGRES_HEALTH,
-    is_outage,
-    reads_only,
-    store_methods_report_outages,
-)
+from actors.adapters.postgres.errors import POSTGRES, POSTGRES_HEALTH, is_outage, reads_only
 from actors.adapters.postgres.migrations import migrate
 from actors.adapters.postgres.pool import connect_pool, init_connection
 from actors.adapters.postgres.statements import (
@@ -65,11 +60,12 @@ from actors.ports import (
     NotStarted,
     StartedRun,
 )
+from actors.ports.translator import speaks_the_port
 
 log = get_logger("postgres")
 
 
-@store_methods_report_outages
+@speaks_the_port(POSTGRES)
 class PostgresRunStore(PostgresJobCatalog):
     """RunStore on PostgreSQL through an asyncpg pool."""
 
