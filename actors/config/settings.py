@@ -117,6 +117,10 @@ class Settings(StrictModel):
     worker_async_concurrency: int = Field(
         default=defaults.WORKER_ASYNC_CONCURRENCY, ge=1, le=100_000
     )
+    # Warm child processes kept for sync python attempts (each runs many attempts in
+    # turn, killed only at a timeout or when it dies). Unset: worker_concurrency, so
+    # every sync attempt in a slot has a child.
+    python_processes: int | None = Field(default=None, ge=1, le=10_000)
     claim_interval: Duration = parse_duration("200ms")
     # A run is claimed up to this long before it is due and held by its worker
     # until its instant (start lag without polling's floor); "0s": only due runs.

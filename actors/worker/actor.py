@@ -14,7 +14,16 @@ from collections.abc import Sequence
 
 from actors.observability import get_logger
 from actors.pacing import Probe
-from actors.ports import Clock, Delivery, Executor, Inbox, MovingClock, Outage, WorkerStore
+from actors.ports import (
+    Clock,
+    Delivery,
+    Executor,
+    Inbox,
+    MovingClock,
+    Outage,
+    Preparing,
+    WorkerStore,
+)
 from actors.worker.completing import Completer
 from actors.worker.executing import Execution
 from actors.worker.heartbeat import Heartbeat, InFlight, Keeping
@@ -77,6 +86,7 @@ class Worker:
             Execution(executor, settings.worker_id, self.holding, clock),
             clock.now if clock is not None else None,
             executor.runs_inline,
+            executor.prepare if isinstance(executor, Preparing) else None,
         )
         self.completer = Completer(store, self.holding, self.keeping)
         if isinstance(clock, MovingClock):

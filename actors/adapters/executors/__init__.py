@@ -26,7 +26,14 @@ from actors.adapters.executors.python import (
     runs_on_the_loop,
 )
 from actors.adapters.executors.shell import run_shell
-from actors.domain import ExecutionResult, ExecutorSpec, PythonSpec, RunContext, ShellSpec
+from actors.domain import (
+    ExecutionResult,
+    ExecutorSpec,
+    PythonSpec,
+    RunContext,
+    ShellSpec,
+    defaults,
+)
 
 
 class LocalExecutor:
@@ -36,8 +43,11 @@ class LocalExecutor:
     ``CLAIMD_*`` settings, that python jobs do not get (the API token's).
     """
 
-    def __init__(self, withheld_env: Iterable[str] = ()) -> None:
-        self.python = PythonRunner(withheld_env)
+    def __init__(
+        self, withheld_env: Iterable[str] = (), python_processes: int = defaults.PYTHON_PROCESSES
+    ) -> None:
+        """``python_processes``: the warm child processes kept for sync python attempts."""
+        self.python = PythonRunner(withheld_env, processes=python_processes)
 
     async def execute(
         self, spec: ExecutorSpec, context: RunContext, timeout: timedelta
@@ -61,6 +71,12 @@ class LocalExecutor:
         if executor is None or not executor.startswith("python:"):
             return False
         return runs_on_the_loop(executor.removeprefix("python:"))
+
+    def prepare(self, executor: str | None, count: int = 1) -> None:
+        """``count`` runs of that kind are held for their instant: make ready what they
+        need before it comes (a sync python job's warm child processes)."""
+        if executor is not None and executor.startswith("python:"):
+            self.python.warm(executor.removeprefix("python:"), count)
 
 
 __all__ = [
