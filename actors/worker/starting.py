@@ -157,7 +157,7 @@ class Starter:
         assert self.prepare is not None
         kinds: dict[str, int] = {}
         for message, _ in candidates:
-            if message.executor is not None and not self.inline(message):
+            if message.executor is not None:
                 kinds[message.executor] = kinds.get(message.executor, 0) + 1
         for kind, count in kinds.items():
             self.prepare(kind, count)

@@ -23,7 +23,6 @@ from actors.adapters.executors.python import (
     PythonRunner,
     resolve_callable,
     run_python,
-    runs_on_the_loop,
 )
 from actors.adapters.executors.shell import run_shell
 from actors.domain import (
@@ -62,15 +61,16 @@ class LocalExecutor:
         return scrub(await run_http(spec, context, timeout))
 
     def runs_inline(self, executor: str | None) -> bool:
-        """Whether runs of that kind (a dispatch's ``executor`` hint) execute on the event loop.
+        """Whether runs of that kind (a dispatch's ``executor`` hint) take the inline pool of
+        slots (``worker_async_concurrency``) rather than a process slot.
 
-        An async python callable does (on a job loop); a sync one takes a child, shell a
-        process and http a connection: those take the worker's slots. A
-        target that does not import is not inline (its run fails in a slot).
+        Python runs do: an async callable runs on the job loop, a sync one waits
+        for a warm child of the pool (``python_processes`` bounds how many run at
+        once), so a herd of sync no-ops is started at its instant in a few
+        statements instead of one process slot's worth at a time. Shell takes a
+        process and http a connection: those take the worker's slots.
         """
-        if executor is None or not executor.startswith("python:"):
-            return False
-        return runs_on_the_loop(executor.removeprefix("python:"))
+        return executor is not None and executor.startswith("python:")
 
     def prepare(self, executor: str | None, count: int = 1) -> None:
         """``count`` runs of that kind are held for their instant: make ready what they

@@ -46,6 +46,7 @@ class WarmChild:
     pid: asyncio.Future[int]
     exited: asyncio.Future[int]  # the wait status, once the server reaped it
     attempts: int = 0
+    env: int = 0  # the version of the base environment it was last sent
 
     def close(self) -> None:
         """Let the child go: an idle child reads the end of its socket and exits."""

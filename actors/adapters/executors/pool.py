@@ -44,6 +44,7 @@ from actors.adapters.executors.common import (
 )
 from actors.domain import ExecutionResult, Outcome, RunContext, defaults
 from actors.observability import get_logger
+from actors.observability.secrets import MASKER
 
 log = get_logger("executor")
 ANSWER_LIMIT = 1 << 16
@@ -61,6 +62,20 @@ class WarmPool:
         self._free = asyncio.Semaphore(self.size)  # attempts in children at once
         self._arrived: asyncio.Event | None = None
         self._warming: set[asyncio.Task[None]] = set()
+        # What every attempt starts from (claimd's environment, its settings and
+        # secrets left out), computed again when the environment or the secrets the
+        # replica knows change; a child is sent it when its version is new to it.
+        self._env_key: tuple[int, int] | None = None
+        self._env: dict[str, str] = {}
+        self._env_version = 0
+
+    def _base_env(self) -> tuple[int, dict[str, str]]:
+        key = (len(os.environ), len(MASKER))
+        if key != self._env_key:
+            self._env = python_environment(self.server.withheld_env)
+            self._env_key = key
+            self._env_version += 1
+        return self._env_version, self._env
 
     def _bind(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
@@ -169,15 +184,17 @@ class WarmPool:
         start: float,
     ) -> tuple[ExecutionResult, str]:
         loop = asyncio.get_running_loop()
-        env = {**python_environment(self.server.withheld_env), **context.env()}
+        version, base = self._base_env()
+        request = (target, context, version, None if child.env == version else base, None)
         tail = Tail()
         out_r, out_w = os.pipe()
         pumping = asyncio.ensure_future(pump_output(out_r, tail))  # the pump owns out_r
         keep = False
         try:
             try:
-                socket.send_fds(child.sock, [pickle.dumps((target, context, env, None))], [out_w])
+                socket.send_fds(child.sock, [pickle.dumps(request)], [out_w])
                 child.attempts += 1
+                child.env = version
             except OSError:
                 pass  # the child is gone: its end of the socket reads as closed below
             finally:

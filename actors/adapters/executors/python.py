@@ -41,14 +41,6 @@ def resolve_callable(target: str) -> Callable[..., Any]:
     return func
 
 
-def runs_on_the_loop(target: str) -> bool:
-    """Whether ``target`` is a coroutine function (False when it does not resolve)."""
-    try:
-        return _resolved(target)[1]
-    except Exception:  # noqa: BLE001 - its run reports the error; here it only takes a slot
-        return False
-
-
 _RESOLVED: dict[str, tuple[Callable[..., Any], bool, ModuleType, str]] = {}
 _RESOLVED_KEPT = 1024
 

@@ -2,7 +2,8 @@
 
 Forked by the fork server (``zygote.py``) into a session (process group) of
 its own, it waits on a SEQPACKET socket shared with the worker. Each request
-``(target, context, env, cwd)`` comes with one file descriptor, the attempt's
+``(target, context, env_version, env, cwd)`` (``env`` None when this child has that
+version already) comes with one file descriptor, the attempt's
 output pipe: fds 1 and 2 (and a ``logging`` handler on the root logger) write
 to it while ``func(ctx)`` runs; then they are pointed at /dev/null again, so
 the worker's reader sees the attempt's output end (an end of file), and the
@@ -116,14 +117,35 @@ def _streams() -> None:
     root.setLevel(logging.INFO)
 
 
-def _attempt(request: tuple[Any, ...], out_fd: int, null: int, home: str) -> dict[str, Any]:
-    target, context, env, cwd = request
+class _Environment:
+    """The attempt's environment: the base the worker sent (once per version) plus the
+    run's ``CLAIMD_*`` variables, set afresh whatever the last attempt changed."""
+
+    def __init__(self) -> None:
+        self.base: dict[str, str] = {}
+        self.last: dict[str, str] | None = None
+
+    def set(self, base: dict[str, str] | None, run: dict[str, str]) -> None:
+        if base is not None:
+            self.base, self.last = base, None
+        wanted = {**self.base, **run}
+        if self.last is not None and self.last.keys() == wanted.keys() and os.environ == self.last:
+            os.environ.update(run)  # only the run's variables differ from the last attempt's
+        else:
+            os.environ.clear()
+            os.environ.update(wanted)
+        self.last = wanted
+
+
+def _attempt(
+    request: tuple[Any, ...], out_fd: int, null: int, home: str, env: _Environment
+) -> dict[str, Any]:
+    target, context, _, base, cwd = request
     os.dup2(out_fd, 1)
     os.dup2(out_fd, 2)
     os.close(out_fd)
     try:
-        os.environ.clear()
-        os.environ.update(env)
+        env.set(base, context.env())
         os.chdir(cwd or home)
         _streams()
         preload(target)
@@ -159,6 +181,7 @@ def serve(sock: socket.socket, keep_closed: list[int]) -> NoReturn:
         for fd in (0, 1, 2):
             os.dup2(null, fd)
         home = os.getcwd()
+        env = _Environment()
         sock.setblocking(True)
         while True:
             data, fds, _, _ = socket.recv_fds(sock, MESSAGE_LIMIT, 1)
@@ -168,7 +191,7 @@ def serve(sock: socket.socket, keep_closed: list[int]) -> NoReturn:
                 for fd in fds:
                     os.close(fd)
                 break
-            verdict = _attempt(pickle.loads(data), fds[0], null, home)
+            verdict = _attempt(pickle.loads(data), fds[0], null, home, env)
             reusable = _alone()
             answer = pickle.dumps(("done", verdict, reusable))
             if len(answer) > VERDICT_LIMIT:
