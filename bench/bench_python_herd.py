@@ -154,7 +154,8 @@ async def measure(
                         break
                     await asyncio.sleep(0.25)
                 rows = await store.pool.fetch(
-                    "SELECT j.name, r.state, r.started_at, r.finished_at, r.attempt, r.claim_epoch "
+                    "SELECT j.name, r.state, r.claimed_at, r.started_at, r.finished_at, r.attempt, "
+                    "r.claim_epoch "
                     "FROM job_runs r JOIN jobs j ON j.id = r.job_id WHERE j.name LIKE 'herd-%'"
                 )
             finally:
@@ -164,6 +165,7 @@ async def measure(
     for v in variants:
         mine = [r for r in rows if r["name"] == f"herd-{v}"]
         started = [r["started_at"].timestamp() - t0 for r in mine if r["started_at"]]
+        claimed = [r["claimed_at"].timestamp() - t0 for r in mine if r["claimed_at"]]
         finished = [r["finished_at"].timestamp() for r in mine if r["finished_at"]]
         code = [float(b) - t0 for who, _, b in notes if who == v]
         runs_noted = {s for who, s, _ in notes if who == v}
@@ -173,6 +175,7 @@ async def measure(
         last = f"{max(finished) - t0:.2f}" if finished else "-"
         lines.append(
             f"{v:<5} {n:>6,} runs  code began {_stats(code)} s  |  started_at {_stats(started)} s"
+            f"  |  claimed_at {_stats(claimed)} s"
             f"  |  last recorded {last} s  not succeeded {lost}  doubled {doubled}"
             f"  re-claimed or retried {again}"
         )
