@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from tempfile import TemporaryDirectory
+from tempfile import TemporaryDirectory, mkdtemp
 
 from actors.domain import RunContext
 from bench.common import (
@@ -96,7 +97,11 @@ async def measure(
         for v in variants
     )
     async with bench_schema() as schema_url, migrated_store(schema_url) as store:
-        with TemporaryDirectory() as folder:
+        # PYHERD_KEEP=1: the folder (config, replica logs, the began file) is kept.
+        kept = os.environ.get("PYHERD_KEEP")
+        with contextlib.nullcontext(mkdtemp()) if kept else TemporaryDirectory() as folder:
+            if kept:
+                print("kept:", folder)
             deployment = unique_name("pyherd")
             config = Path(folder) / "claimd.toml"
             config.write_text(

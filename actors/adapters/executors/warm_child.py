@@ -147,6 +147,7 @@ def _attempt(
     try:
         env.set(base, context.env())
         os.chdir(cwd or home)
+        _default_signals()
         _streams()
         preload(target)
         try:
@@ -165,14 +166,24 @@ def _attempt(
         os.dup2(null, 2)
 
 
+_RESET = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE, signal.SIGALRM)
+
+
+def _default_signals() -> None:
+    """Whatever handlers the last attempt installed, this one starts from the defaults
+    (a SIGTERM at its timeout ends it at once; an alarm the last one set is gone)."""
+    signal.alarm(0)
+    for sig in _RESET:
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def serve(sock: socket.socket, keep_closed: list[int]) -> NoReturn:
     """In the forked child: attempts until the socket closes; never returns."""
     code = 0
     try:
         os.setsid()
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL)
+        _default_signals()
         for fd in keep_closed:
             with contextlib.suppress(OSError):
                 os.close(fd)
