@@ -204,10 +204,15 @@ async def main(argv: list[str] | None = None) -> None:
         "--concurrency", type=int, default=0, help="worker_concurrency (0: default)"
     )
     parser.add_argument("--python-processes", type=int, default=0, help="(0: the default)")
+    parser.add_argument(
+        "--async-concurrency", type=int, default=0, help="worker_async_concurrency (0: default)"
+    )
     args = parser.parse_args(argv)
     settings: dict[str, object] = {}
     if args.concurrency:
         settings["worker_concurrency"] = args.concurrency
+    if args.async_concurrency:
+        settings["worker_async_concurrency"] = args.async_concurrency
     if args.python_processes:
         settings["python_processes"] = args.python_processes
     print(
