@@ -155,3 +155,13 @@ async def test_runs_held_for_their_instant_get_their_children_forked_ahead() -> 
     result = await _run(executor, "tests.unit.jobfuncs:pid_job", 1)
     assert result.outcome is Outcome.SUCCEEDED
     assert pool.idle == 3  # it ran on one of them, and no fourth was forked
+
+
+def test_python_runs_take_the_python_pool_of_slots_shell_and_http_a_process_slot() -> None:
+    """A herd of sync runs is started at its instant, not a process slot's worth at a time:
+    the warm pool, not worker_concurrency, bounds how many execute at once."""
+    executor = LocalExecutor()
+    assert executor.runs_inline("python:tests.unit.jobfuncs:sync_job")
+    assert executor.runs_inline("python:tests.unit.jobfuncs:async_job")
+    assert not executor.runs_inline("shell")
+    assert not executor.runs_inline(None)
