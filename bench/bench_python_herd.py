@@ -178,6 +178,12 @@ async def measure(
         doubled = len(code) - len(runs_noted)
         again = sum(1 for r in mine if r["attempt"] > 1 or r["claim_epoch"] > 1)
         last = f"{max(finished) - t0:.2f}" if finished else "-"
+        if os.environ.get("PYHERD_HIST"):  # runs started and begun per second after T
+            for name, values in (("started", started), ("began", code)):
+                counts: dict[int, int] = {}
+                for value in values:
+                    counts[int(value // 1)] = counts.get(int(value // 1), 0) + 1
+                lines.append(f"{v} {name} per second: {dict(sorted(counts.items()))}")
         lines.append(
             f"{v:<5} {n:>6,} runs  code began {_stats(code)} s  |  started_at {_stats(started)} s"
             f"  |  claimed_at {_stats(claimed)} s"
