@@ -107,11 +107,16 @@ class Settings(StrictModel):
     # they all start within a lease at the rate the workers execute them.
     max_claimed: int = Field(default=20_000, ge=1, le=1_000_000)
     worker_concurrency: int = Field(default=64, ge=1, le=10_000)
-    # Async python callables at once: they run on job event loops in the replica, not
-    # in the slots above (a herd of them does not queue behind shell jobs).
+    # Python runs at once (async ones on the job event loop in the replica, sync ones
+    # waiting for a warm process), not in the slots above: a herd of them does not
+    # queue behind shell jobs.
     worker_async_concurrency: int = Field(
         default=defaults.WORKER_ASYNC_CONCURRENCY, ge=1, le=100_000
     )
+    # Warm child processes kept for sync python attempts, and the most that run at
+    # once (each runs many attempts in turn, killed only at a timeout or when it
+    # dies). Unset: worker_concurrency.
+    python_processes: int | None = Field(default=None, ge=1, le=10_000)
     claim_interval: Duration = parse_duration("200ms")
     # A run is claimed up to this long before it is due and held by its worker
     # until its instant (start lag without polling's floor); "0s": only due runs.

@@ -29,6 +29,10 @@ MAX_DELIVER = 5
 CLAIM_AHEAD = timedelta(seconds=5)
 # Async python callables executing at once on a worker (their own pool of slots).
 WORKER_ASYNC_CONCURRENCY = 10_000
+# Warm child processes a replica keeps for sync python attempts, when the setting
+# ``python_processes`` is unset and nothing else says (the worker's
+# ``worker_concurrency`` does in a replica: every sync attempt in a slot has a child).
+PYTHON_PROCESSES = 64
 
 # --- a job (``[jobs.NAME]``) ---------------------------------------------------------
 

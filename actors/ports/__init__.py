@@ -17,7 +17,14 @@ Every name is exported here: ``from actors.ports import X`` is the way in.
 
 from actors.ports.dispatch import Broker, Delivery, Inbox, ReplicaBroker, settle_quietly
 from actors.ports.errors import InboxSilent, Outage, RecordRejected, StoreUnavailable
-from actors.ports.execution import Callback, Clock, DatabaseTime, Executor, MovingClock
+from actors.ports.execution import (
+    Callback,
+    Clock,
+    DatabaseTime,
+    Executor,
+    MovingClock,
+    Preparing,
+)
 from actors.ports.messages import (
     ClusterReading,
     Completion,
@@ -95,6 +102,7 @@ __all__ = [
     "Outage",
     "PausedSpan",
     "PlanningStore",
+    "Preparing",
     "ReapingStore",
     "RecordRejected",
     "Recorded",

@@ -113,7 +113,10 @@ class ProductionPorts:
     def executor(self) -> Executor:
         # Python jobs get neither claimd's CLAIMD_* settings nor its API token.
         token = self.settings.api_token_env
-        return LocalExecutor(withheld_env=() if token is None else (token,))
+        return LocalExecutor(
+            withheld_env=() if token is None else (token,),
+            python_processes=self.settings.python_processes or self.settings.worker_concurrency,
+        )
 
     def database_clock(self, store: ReplicaStore) -> DatabaseClock:
         return DatabaseClock(store)

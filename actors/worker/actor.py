@@ -21,6 +21,7 @@ from actors.ports import (
     Inbox,
     MovingClock,
     Outage,
+    Preparing,
     WorkerStore,
     settle_quietly,
 )
@@ -86,6 +87,7 @@ class Worker:
             Execution(executor, settings.worker_id, self.holding, clock),
             clock.now if clock is not None else None,
             executor.runs_inline,
+            executor.prepare if isinstance(executor, Preparing) else None,
         )
         self.completer = Completer(store, self.holding, self.keeping)
         if isinstance(clock, MovingClock):

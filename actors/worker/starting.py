@@ -69,11 +69,15 @@ class Starter:
         execute: Execute,
         clock: Callable[[], datetime] | None = None,
         runs_inline: Callable[[str | None], bool] | None = None,
+        prepare: Callable[[str | None, int], None] | None = None,
     ) -> None:
         """``clock``: the database's time as this worker estimates it (DatabaseClock.now).
 
         ``runs_inline(hint)``: whether a run of that kind (the message's
         ``executor``) executes on the event loop, in the inline pool of slots.
+        ``prepare(hint, count)``: ``count`` runs of that kind are coming (the executor
+        forks a sync python job's warm processes while its runs are held, before the
+        instant).
         """
         self.store = store
         self.settings = settings
@@ -96,6 +100,7 @@ class Starter:
             keep_alive_every=settings.keep_held_alive,
         )
         self.runs_inline = runs_inline or (lambda hint: False)
+        self.prepare = prepare
         # Whether inline work has come this way: until it has, the fetch loop
         # sizes its fetches by the process slots alone, as before there were two
         # pools (a worker full of shell jobs leaves the rest to other workers).
@@ -142,8 +147,20 @@ class Starter:
             starting.add(key)  # no other start takes it meanwhile
             taken.keys.append(key)
             candidates.append((message, delivery))
+        if self.prepare is not None:
+            self._prepare(candidates)
         taken.batch = self.until_due.split(candidates, room=len(candidates), admit=self.admit)
         return taken
+
+    def _prepare(self, candidates: Sequence[tuple[DispatchMessage, Delivery]]) -> None:
+        """Tell the executor which kinds of runs are coming, and how many of each."""
+        assert self.prepare is not None
+        kinds: dict[str, int] = {}
+        for message, _ in candidates:
+            if message.executor is not None:
+                kinds[message.executor] = kinds.get(message.executor, 0) + 1
+        for kind, count in kinds.items():
+            self.prepare(kind, count)
 
     async def start_taken(self, taken: Taken, group: asyncio.TaskGroup) -> None:
         """The rest of a start: settle the copies, start the admitted runs, free the slots."""

@@ -201,3 +201,40 @@ async def test_a_delivery_about_to_be_released_gets_a_fresh_word_first() -> None
     _age(hold, "later", 0.6)
     await hold.keep_alive_due()
     assert told == ["delivery-soon"]
+
+
+async def test_due_runs_start_while_the_broker_has_not_answered_a_keep_alive() -> None:
+    """A herd's keep-alives (thousands of replies to the broker) go out beside the
+    starts: a start does not wait for them."""
+    clock = FakeClock()
+    answered = asyncio.Event()  # the broker never answers within this test
+    told: list[str] = []
+
+    async def keep_alive(delivery: str) -> None:
+        told.append(delivery)
+        await answered.wait()
+
+    hold: ClaimedAhead[str] = ClaimedAhead(
+        clock, max_hold=timedelta(minutes=1), keep_alive=keep_alive, keep_alive_every=S
+    )
+    started: list[list[str]] = []
+    got = asyncio.Event()
+
+    async def start(batch: list[tuple[DispatchMessage, str]]) -> None:
+        started.append(sorted(ids(batch)))
+        got.set()
+
+    hold.open()
+    hold.split(pairs(msg("waiting", T0 + timedelta(seconds=30))), room=10)
+    _age(hold, "waiting", 1.1)  # its keep-alive is due at the first look
+    loop = asyncio.create_task(hold.run(start, lambda: 10, asyncio.Event(), asyncio.Lock()))
+    try:
+        clock.now = T0 + 100 * MS
+        hold.split(pairs(msg("due", T0 + 100 * MS)), room=0)  # due, held for a slot
+        await asyncio.wait_for(got.wait(), 5)
+        assert started == [["due"]]
+        assert told == ["delivery-waiting"]  # sent, still unanswered
+    finally:
+        answered.set()
+        hold.close()
+        await asyncio.wait_for(loop, 5)
