@@ -303,6 +303,7 @@ class Replica:
                 self.replica_id,
                 self.stop_requested,
                 config_jobs=lambda: self._jobs.jobs,
+                notify_config=lambda: self._jobs.loaded.notify,
             )
         finally:
             watching.cancel()
