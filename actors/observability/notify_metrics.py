@@ -14,15 +14,18 @@ NOTIFICATIONS_SENT = Counter(
     ["sink", "event", "outcome"],
 )
 # Cluster-wide (the outbox is shared): every replica's sender reads the same figures.
+_CLUSTER = "; scope=cluster: read from the database, aggregate with max(), never sum()"
 NOTIFICATIONS_PENDING = Gauge(
-    "claimd_notifications_pending", "Notifications not yet sent (pending or being sent)"
+    "claimd_notifications_pending",
+    "Notifications not yet sent (pending or being sent)" + _CLUSTER,
 )
 NOTIFICATIONS_OLDEST_PENDING = Gauge(
     "claimd_notifications_oldest_pending_seconds",
-    "Age of the oldest notification not yet sent (0: none)",
+    "Age of the oldest notification not yet sent (0: none)" + _CLUSTER,
 )
 NOTIFICATIONS_DEAD = Gauge(
-    "claimd_notifications_dead", "Notifications given up after their last attempt"
+    "claimd_notifications_dead",
+    "Notifications given up after their last attempt" + _CLUSTER,
 )
 
 
