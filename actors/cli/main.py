@@ -26,6 +26,7 @@ from actors.adapters.embedded import (
 from actors.adapters.nats import StreamSettingsRefused
 from actors.adapters.postgres import PostgresRunStore
 from actors.adapters.resources import config_dir
+from actors.cli import notifications as notifications_cli
 from actors.cli import operator as operator_cli
 from actors.cli.fire_times import job_fire_times, text_lines
 from actors.config import CodeImport, ConfigError, LoadedConfig, load_config
@@ -374,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     operator_cli.register(sub, open_operator_store)
+    notifications_cli.register(sub)
 
     mig = sub.add_parser("migrate", help="apply the schema migrations")
     mig.add_argument("--database-url")

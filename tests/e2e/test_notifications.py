@@ -33,6 +33,7 @@ from actors.domain.notify import (
 )
 from tests.e2e.helpers import ClaimdProcess, child_env, eventually, query
 from tests.e2e.test_cli import run_config
+from tests.e2e.test_operator_cli import claimd
 from tests.integration.helpers import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
@@ -196,6 +197,22 @@ async def test_failed_then_recovered_once_each_through_a_sigkill_and_three_500s(
     ]
     assert await attempts_of(schema_url, "recovered") == [("delivered", 200)]
     assert len(receiver.requests) == 5
+
+    # The same record through `claimd notifications`, as an operator reads it.
+    listed = await claimd("notifications", "flaky", "--database-url", schema_url, "--json")
+    assert listed.code == 0, listed.err
+    shown = {n["event"]: n for n in json.loads(listed.out)}
+    assert shown.keys() == {"failed", "recovered"}
+    assert [a["outcome"] for a in shown["failed"]["attempt_log"]] == [
+        "lost",
+        "failed",
+        "failed",
+        "delivered",
+    ]
+    assert shown["failed"]["state"] == "sent"
+    table = (await claimd("notifications", "--database-url", schema_url)).out
+    assert "attempt 1: lost" in table
+    assert "attempt 4: delivered 200" in table
 
 
 class Mailbox:
