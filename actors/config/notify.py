@@ -41,6 +41,7 @@ from actors.domain.notify import (
     SmtpSink,
     WebhookSink,
 )
+from actors.observability.secrets import looks_like_secret
 
 # The keys of a job table that belong to notifications (taken out before the
 # job's own validation: they are not part of its stored definition).
@@ -169,7 +170,7 @@ def _text(path: str, table: dict[str, Any], key: str, where: str, *, required: b
 
 def _env_name(path: str, table: dict[str, Any], key: str, where: str) -> str | None:
     value = _text(path, table, key, where, required=False)
-    if value is not None and not re.fullmatch(ENV_NAME, value):
+    if value is not None and (looks_like_secret(value) or not re.fullmatch(ENV_NAME, value)):
         raise ConfigError(
             path,
             "give the NAME of the environment variable that holds the secret "

@@ -117,7 +117,8 @@ class Notifier:
         fields = {
             "run_id": n.run_id,
             "job": n.job,
-            "event": n.event.value,
+            # Not "event": structlog's word for the log line's message.
+            "notification": n.event.value,
             "sink": n.sink,
             "attempt": n.attempt,
             "status": result.status,

@@ -184,6 +184,9 @@ async def test_failed_then_recovered_once_each_through_a_sigkill_and_three_500s(
 
         await eventually(recovered_and_settled, timeout=60, what="recovered, nothing left")
 
+    for replica in pair.values():
+        crashes = replica.events("actor crashed; restarting")
+        assert not [c for c in crashes if c.get("name") == "notifier"], crashes
     # Once per event: one failed for the whole failing streak, one recovered.
     assert receiver.events() == Counter({"failed": 1, "recovered": 1})
     assert set(receiver.accepted.values()) == {1}
