@@ -307,3 +307,59 @@ async def test_an_instant_missed_while_the_replicas_were_stopped_gives_one_misse
     message = message_from_bytes(mail)
     assert "daily missed its deadline" in message["Subject"]
     assert message["To"] == "ops@example.test"
+
+
+async def test_a_run_past_its_bound_gives_one_too_long_on_a_slack_webhook(
+    tmp_path: Path,
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+    replicas: Callable[..., ClaimdProcess],
+) -> None:
+    posts: list[dict[str, Any]] = []
+
+    async def slack(request: web.Request) -> web.Response:
+        posts.append(await request.json())
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/services/T0/B0/x", slack)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    chat = f"http://127.0.0.1:{runner.addresses[0][1]}/services/T0/B0/x"
+    try:
+        jobs = notify_toml("http://127.0.0.1:9/unused") + (
+            f'\n[notify.chat]\nkind = "slack"\nurl = "{chat}"\n'
+            '\n[jobs.slowpoke]\nevery = "1h"\ntimeout = "30s"\ntoo_long = "1s"\n'
+            'notify = ["chat"]\nnotify_on = ["too_long"]\nrun = { shell = ["sleep", "4"] }\n'
+        )
+        config = run_config(tmp_path / "claimd.toml", schema_url, nats_url, deployment, jobs)
+        replicas(config, "a")
+        replicas(config, "b")
+
+        async def triggered() -> bool:
+            # Refused (exit 3 or 4) until a replica has migrated and written the job.
+            result = await claimd("trigger", "slowpoke", "--database-url", schema_url)
+            return result.code == 0
+
+        await eventually(triggered, timeout=60, what="a manual run of slowpoke", interval=0.5)
+
+        async def told_and_done() -> bool:
+            rows = await query(
+                schema_url,
+                "SELECT count(*) AS n FROM job_runs WHERE state = 'succeeded'",
+            )
+            return len(posts) >= 1 and int(rows[0]["n"]) >= 1 and await unsent(schema_url) == 0
+
+        await eventually(told_and_done, timeout=60, what="too_long sent and the run finished")
+    finally:
+        await runner.cleanup()
+
+    (post,) = posts
+    assert "job slowpoke is running too long" in post["text"]
+    (run,) = await query(
+        schema_url, "SELECT id::text AS id FROM job_runs WHERE state = 'succeeded'"
+    )
+    assert f"run_id: {run['id']}" in post["text"]
