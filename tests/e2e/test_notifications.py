@@ -21,6 +21,7 @@ from email import message_from_bytes
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import asyncpg
 import pytest
 from aiohttp import web
@@ -31,7 +32,7 @@ from actors.domain.notify import (
     TIMESTAMP_HEADER,
     verify,
 )
-from tests.e2e.helpers import ClaimdProcess, child_env, eventually, query
+from tests.e2e.helpers import ClaimdProcess, child_env, eventually, http_port_of, query
 from tests.e2e.test_cli import run_config
 from tests.e2e.test_operator_cli import claimd
 from tests.integration.helpers import free_port
@@ -213,6 +214,22 @@ async def test_failed_then_recovered_once_each_through_a_sigkill_and_three_500s(
         "delivered",
     ]
     assert shown["failed"]["state"] == "sent"
+    # And through the API of the replica that survived.
+    (survivor,) = [p for pid, p in pair.items() if pid != sender_pid]
+    port = http_port_of(survivor)
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/api/notifications?job=flaky&limit=5") as response,
+    ):
+        assert response.status == 200
+        served = {n["event"]: n for n in await response.json()}
+    assert served.keys() == {"failed", "recovered"}
+    assert [(a["outcome"], a["status"]) for a in served["failed"]["attempt_log"]] == [
+        ("lost", None),
+        ("failed", 500),
+        ("failed", 500),
+        ("delivered", 200),
+    ]
     table = (await claimd("notifications", "--database-url", schema_url)).out
     assert "attempt 1: lost" in table
     assert "attempt 4: delivered 200" in table
