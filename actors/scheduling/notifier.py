@@ -14,12 +14,13 @@ and the receiver drops a duplicate by the delivery id (``X-Claimd-Delivery``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Collection
 from datetime import timedelta
 
 from actors.config.notify import NotifyConfig
-from actors.domain.notify import Notification, retry_delay
+from actors.domain.notify import Notification, Sink, retry_delay
 from actors.observability import get_logger
 from actors.observability.notify_metrics import (
     NOTIFICATIONS_DEAD,
@@ -106,7 +107,12 @@ class Notifier:
                 delivered=False, error=f"no sink [notify.{n.sink}] in this replica's config"
             )
         else:
-            result = await self.senders.send(sink, n, delivery.timeout.total_seconds())
+            answered = await self._send_unless_stopped(sink, n, delivery.timeout.total_seconds())
+            if answered is None:
+                # Stopping: the send is abandoned, its lease returns the row (attempt: lost).
+                log.info("notification send abandoned at stop", run_id=n.run_id, sink=n.sink)
+                return
+            result = answered
         retry_in: timedelta = retry_delay(n.attempt, delivery.backoff, delivery.backoff_max)
         # The answer is recorded even if this task is cancelled meanwhile (a stop).
         state = await asyncio.shield(
@@ -135,6 +141,27 @@ class Notifier:
                 state=state,
                 **fields,
             )
+
+    async def _send_unless_stopped(
+        self, sink: Sink, n: Notification, timeout: float
+    ) -> SendResult | None:
+        """The sink's answer; None if the replica began to stop first (a slow sink
+        never holds a stop up to its timeout)."""
+        send = asyncio.ensure_future(self.senders.send(sink, n, timeout))
+        stopping = asyncio.ensure_future(self.stop.wait())
+        try:
+            await asyncio.wait({send, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            send.cancel()
+            raise
+        finally:
+            stopping.cancel()
+        if send.done():
+            return send.result()
+        send.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await send
+        return None
 
     async def run(self) -> None:
         try:

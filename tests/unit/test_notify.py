@@ -280,3 +280,31 @@ async def test_the_notifier_sends_records_and_backs_off() -> None:
     # The policies were written once; the same config is not written again.
     await notifier.tick()
     assert [[p.job for p in synced] for synced in store.synced] == [["nightly"]]
+
+
+class SilentSenders(FakeSenders):
+    """A sink that never answers."""
+
+    async def send(self, sink: Sink, n: Notification, timeout: float) -> SendResult:
+        self.sent.append((sink.name, n.id))
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_a_stop_abandons_a_slow_send_to_its_lease_instead_of_waiting_for_it() -> None:
+    notify = NotifyConfig(sinks={"ops": WebhookSink("ops", "https://hooks.example")})
+    store = FakeStore([notification(1)])
+    senders = SilentSenders({})
+    stop = asyncio.Event()
+    notifier = Notifier(store, senders, "me", lambda: (notify, set()), stop)
+    task = asyncio.create_task(notifier.run())
+
+    async def sending() -> None:
+        while not senders.sent:
+            await asyncio.sleep(0)
+
+    await asyncio.wait_for(sending(), 5)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    # Nothing recorded: the row stays leased and another sender records the attempt lost.
+    assert store.recorded == []
