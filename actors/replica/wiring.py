@@ -167,7 +167,7 @@ async def run_actors(
             notifier = Notifier(
                 *notifications,
                 replica_id,
-                lambda: (notify_config(), config_jobs().keys()),
+                lambda: (notify_config(), config_jobs()),
                 stop_claiming,
             )
             tasks["notifier"] = group.create_task(

@@ -267,7 +267,8 @@ async def test_the_notifier_sends_records_and_backs_off() -> None:
         fenced={4},
     )
     senders = FakeSenders({2: SendResult(delivered=False, status=500, error="HTTP 500")})
-    notifier = Notifier(store, senders, "me", lambda: (notify, {"nightly"}), asyncio.Event())
+    jobs = {"nightly"}
+    notifier = Notifier(store, senders, "me", lambda: (notify, jobs), asyncio.Event())
     assert await notifier.tick() == 4
     assert sorted(senders.sent) == [("ops", 1), ("ops", 2), ("ops", 4)]
     recorded = {n: (result, retry) for n, result, retry in store.recorded}
@@ -277,9 +278,12 @@ async def test_the_notifier_sends_records_and_backs_off() -> None:
     # A sink this replica's config does not have is a recorded failure, not a crash.
     assert not recorded[3][0].delivered
     assert "no sink [notify.gone]" in (recorded[3][0].error or "")
-    # The policies were written once; the same config is not written again.
+    # The policies were written once; the same config is not written again, a reload's is.
     await notifier.tick()
     assert [[p.job for p in synced] for synced in store.synced] == [["nightly"]]
+    jobs = {"nightly", "weekly"}
+    await notifier.tick()
+    assert [sorted(p.job for p in synced) for synced in store.synced][-1] == ["nightly", "weekly"]
 
 
 class SilentSenders(FakeSenders):
