@@ -32,7 +32,14 @@ from actors.domain.notify import (
     TIMESTAMP_HEADER,
     verify,
 )
-from tests.e2e.helpers import ClaimdProcess, child_env, eventually, http_port_of, query
+from tests.e2e.helpers import (
+    ClaimdProcess,
+    child_env,
+    eventually,
+    http_port_of,
+    query,
+    scrape_metrics,
+)
 from tests.e2e.test_cli import run_config
 from tests.e2e.test_operator_cli import claimd
 from tests.integration.helpers import free_port
@@ -230,6 +237,11 @@ async def test_failed_then_recovered_once_each_through_a_sigkill_and_three_500s(
         ("failed", 500),
         ("delivered", 200),
     ]
+    # And in the survivor's metrics: its two 500s and its delivery of failed.
+    samples = scrape_metrics(port)
+    sent = 'claimd_notifications_sent_total{{event="failed",outcome="{}",sink="ops"}}'
+    assert samples[sent.format("failed")] == 2
+    assert samples[sent.format("delivered")] == 1
     table = (await claimd("notifications", "--database-url", schema_url)).out
     assert "attempt 1: lost" in table
     assert "attempt 4: delivered 200" in table

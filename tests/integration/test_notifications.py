@@ -167,3 +167,22 @@ async def test_claims_are_disjoint_and_a_dead_sender_attempt_is_recorded_lost(
     ]
     figures = await notes.figures()
     assert (figures.pending, figures.dead) == (0, 0)
+
+
+async def test_realert_sends_failed_again_while_the_job_keeps_failing(
+    store: PostgresRunStore,
+) -> None:
+    job_id = await add_job(store, make_job("stubborn"))
+    notes = PostgresNotificationStore(store.pool)
+    await notes.sync_policies(
+        [NotifyPolicy("stubborn", ("ops",), (NotifyEvent.FAILED,), realert=timedelta(hours=1))]
+    )
+    runs = await insert_due_runs(store, job_id, 3)
+    await verdict(store, runs[0], "failed")
+    await verdict(store, runs[1], "failed")  # within the hour: nothing new
+    # An hour later (the last alert moved back rather than waited for):
+    await store.pool.execute(
+        "UPDATE notify_job_state SET last_alert_at = now() - interval '61 minutes'"
+    )
+    await verdict(store, runs[2], "failed")
+    assert await outbox(store) == [(runs[0], "failed", "ops"), (runs[2], "failed", "ops")]
