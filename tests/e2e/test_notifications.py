@@ -224,6 +224,7 @@ async def test_failed_then_recovered_once_each_through_a_sigkill_and_three_500s(
     # And through the API of the replica that survived.
     (survivor,) = [p for pid, p in pair.items() if pid != sender_pid]
     port = http_port_of(survivor)
+    assert port is not None
     async with (
         aiohttp.ClientSession() as session,
         session.get(f"http://127.0.0.1:{port}/api/notifications?job=flaky&limit=5") as response,

@@ -2,7 +2,8 @@
 
 A failing job notifies a receiver that answers 500 (markup in its body, kept in
 the attempt's record): the page lists the notification (job, event, sink,
-state, attempts, the last answer) and its error, built as text, running nothing. Needs Debian's chromium and Playwright (see test_status_page.py).
+state, attempts, the last answer) and its error, built as text, running nothing.
+Needs Debian's chromium and Playwright (see test_status_page.py).
 """
 
 from __future__ import annotations
