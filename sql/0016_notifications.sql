@@ -2,10 +2,9 @@
 --
 -- notify_policies holds each job's notification policy as the config file in
 -- force says it (written by the replicas at start and reload). The verdicts
--- that cause a notification (failed: no attempt left; recovered: the first
--- success after a notified failure) write their outbox rows in the verdict's
--- own transaction, through the trigger below, whichever path records the
--- verdict (a worker's completion, the reaper's last expired lease). missed and
+-- that may cause a notification (failed: no attempt left; recovered: the first
+-- success after a notified failure) are noted in the verdict's own transaction
+-- by the trigger below, and judged into outbox rows by a notifier. missed and
 -- too_long are found by a periodic scan any replica may run. The unique key
 -- (run_id, event, sink) makes every writer idempotent: a second scan, a
 -- second replica, a retried statement insert nothing.
@@ -82,50 +81,29 @@ CREATE TABLE notification_attempts (
     PRIMARY KEY (outbox_id, attempt)
 );
 
--- The verdict's notifications, in the verdict's transaction. Only an UPDATE
--- that turns a run failed or succeeded calls it (the WHEN is checked without
--- calling the function); a job without a policy costs two index lookups.
+-- Verdicts a notification may follow, noted in the verdict's own transaction
+-- (whichever path records it: a worker's completion, the reaper's last expired
+-- lease): a verdict recorded is a verdict judged, a verdict rolled back is none.
+-- Judged shortly after by a notifier (actors/domain/notify.py: judge_verdict),
+-- which locks the jobs' streaks in name order: the trigger itself takes no lock
+-- a completion batch could take in another order (the row-lock rule of
+-- statements/__init__.py), only an insert.
+CREATE TABLE notify_verdicts (
+    id       bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id   uuid        NOT NULL,
+    job_name text        NOT NULL,
+    state    text        NOT NULL CHECK (state IN ('failed', 'succeeded')),
+    at       timestamptz NOT NULL DEFAULT now()
+);
+
+-- Only an UPDATE that turns a run failed or succeeded calls it (the WHEN is checked
+-- without calling the function); a job without a policy costs two index lookups.
 CREATE FUNCTION claimd_notify_verdict() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    jname  text;
-    policy notify_policies%ROWTYPE;
-    streak notify_job_state%ROWTYPE;
 BEGIN
-    SELECT name INTO jname FROM jobs WHERE id = NEW.job_id;
-    SELECT * INTO policy FROM notify_policies WHERE job_name = jname;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    INSERT INTO notify_job_state (job_name) VALUES (jname) ON CONFLICT DO NOTHING;
-    -- One verdict of a job at a time decides its streak (a row lock, held to commit).
-    SELECT * INTO streak FROM notify_job_state WHERE job_name = jname FOR UPDATE;
-    IF NEW.state = 'failed' THEN
-        streak.consecutive_failures := streak.consecutive_failures + 1;
-        IF 'failed' = ANY (policy.events)
-           AND streak.consecutive_failures >= policy.failure_tolerance
-           AND (NOT streak.alerted
-                OR (policy.realert IS NOT NULL AND streak.last_alert_at <= now() - policy.realert))
-        THEN
-            INSERT INTO notification_outbox (run_id, job_name, event, sink)
-                SELECT NEW.id, jname, 'failed', s FROM unnest(policy.sinks) AS s
-                ON CONFLICT DO NOTHING;
-            streak.alerted := true;
-            streak.last_alert_at := now();
-        END IF;
-        UPDATE notify_job_state
-           SET consecutive_failures = streak.consecutive_failures,
-               alerted = streak.alerted,
-               last_alert_at = streak.last_alert_at
-         WHERE job_name = jname;
-    ELSIF streak.consecutive_failures > 0 OR streak.alerted THEN
-        IF streak.alerted AND 'recovered' = ANY (policy.events) THEN
-            INSERT INTO notification_outbox (run_id, job_name, event, sink)
-                SELECT NEW.id, jname, 'recovered', s FROM unnest(policy.sinks) AS s
-                ON CONFLICT DO NOTHING;
-        END IF;
-        UPDATE notify_job_state SET consecutive_failures = 0, alerted = false
-         WHERE job_name = jname;
-    END IF;
+    INSERT INTO notify_verdicts (run_id, job_name, state)
+    SELECT NEW.id, j.name, NEW.state
+      FROM jobs j JOIN notify_policies p ON p.job_name = j.name
+     WHERE j.id = NEW.job_id;
     RETURN NULL;
 END
 $$;

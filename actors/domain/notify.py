@@ -81,6 +81,44 @@ class NotifyPolicy:
 
 
 @dataclass(frozen=True)
+class Streak:
+    """A job's failing streak: failures in a row, and whether ``failed`` was sent for it."""
+
+    consecutive_failures: int = 0
+    alerted: bool = False
+    last_alert_at: datetime | None = None
+
+
+def judge_verdict(
+    policy: NotifyPolicy, streak: Streak, failed: bool, now: datetime
+) -> tuple[Streak, NotifyEvent | None]:
+    """The job's streak after a run failed for good (``failed``) or succeeded, and the
+    event it owes, if any: ``failed`` from the ``failure_tolerance``-th failure in a
+    row, once per streak or again each ``realert``; ``recovered`` on the first
+    success after a ``failed`` was sent."""
+    if not failed:
+        owed = (
+            NotifyEvent.RECOVERED
+            if streak.alerted and NotifyEvent.RECOVERED in policy.events
+            else None
+        )
+        return Streak(), owed
+    count = streak.consecutive_failures + 1
+    realert_due = (
+        policy.realert is not None
+        and streak.last_alert_at is not None
+        and now - streak.last_alert_at >= policy.realert
+    )
+    if (
+        NotifyEvent.FAILED in policy.events
+        and count >= policy.failure_tolerance
+        and (not streak.alerted or realert_due)
+    ):
+        return Streak(count, True, now), NotifyEvent.FAILED
+    return Streak(count, streak.alerted, streak.last_alert_at), None
+
+
+@dataclass(frozen=True)
 class Notification:
     """One outbox row as a sender claimed it, with the run it is about."""
 

@@ -54,6 +54,10 @@ class NotificationStore(Protocol):
         """The jobs' policies as this replica's config says them."""
         ...
 
+    async def judge_verdicts(self, limit: int) -> int:
+        """The failed and succeeded verdicts noted since, judged into outbox rows."""
+        ...
+
     async def scan_missed(self, lookback: timedelta) -> int:
         """missed rows for instants whose deadline passed with no success; how many new."""
         ...

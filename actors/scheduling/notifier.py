@@ -35,6 +35,8 @@ from actors.ports.notify import NotificationStore, SendResult, SinkSender
 log = get_logger("notifier")
 # Rows claimed and sent at once by one replica.
 NOTIFY_BATCH = 16
+# Verdicts judged into notifications per tick.
+VERDICT_BATCH = 1000
 # Scans (missed, too_long, expired leases, the outbox's figures) every this many ticks.
 SCAN_EVERY_TICKS = 5
 
@@ -92,6 +94,8 @@ class Notifier:
     async def tick(self) -> int:
         """One pass; how many notifications were claimed."""
         notify = await self.sync()
+        while await self.store.judge_verdicts(VERDICT_BATCH) >= VERDICT_BATCH:
+            pass  # a backlog (a herd's verdicts): judged before anything is claimed
         now = self.monotonic()
         if now >= self._next_scan:
             await self.scan(notify)

@@ -8,6 +8,7 @@ notified failure, missed once per instant, a lost sender's attempt on record.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -29,10 +30,12 @@ async def outbox(store: PostgresRunStore) -> list[tuple[str, str, str]]:
 
 
 async def verdict(store: PostgresRunStore, run_id: str, state: str) -> None:
-    """A run's verdict as the worker or the reaper writes it (the trigger fires on either)."""
+    """A run's verdict as the worker or the reaper writes it (the trigger notes either),
+    then judged as a notifier does."""
     await store.pool.execute(
         "UPDATE job_runs SET state = $2, finished_at = now() WHERE id = $1::uuid", run_id, state
     )
+    await PostgresNotificationStore(store.pool).judge_verdicts(100)
 
 
 async def test_failed_once_per_streak_and_recovered_after_it(store: PostgresRunStore) -> None:
@@ -47,12 +50,14 @@ async def test_failed_once_per_streak_and_recovered_after_it(store: PostgresRunS
     await verdict(store, runs[2], "failed")  # the same streak, no realert: nothing new
     await verdict(store, runs[3], "succeeded")
     await verdict(store, runs[4], "succeeded")  # already recovered
-    assert await outbox(store) == [
-        (runs[1], "failed", "ops"),
-        (runs[1], "failed", "mail"),
-        (runs[3], "recovered", "ops"),
-        (runs[3], "recovered", "mail"),
-    ]
+    assert sorted(await outbox(store)) == sorted(
+        [
+            (runs[1], "failed", "ops"),
+            (runs[1], "failed", "mail"),
+            (runs[3], "recovered", "ops"),
+            (runs[3], "recovered", "mail"),
+        ]
+    )
 
 
 async def test_failure_tolerance_counts_failures_in_a_row(store: PostgresRunStore) -> None:
@@ -130,6 +135,34 @@ async def test_too_long_once_per_run(store: PostgresRunStore) -> None:
     assert await outbox(store) == [(run, "too_long", "ops")]
 
 
+async def test_verdicts_judged_by_two_notifiers_at_once_owe_each_event_once(
+    store: PostgresRunStore,
+) -> None:
+    names = [f"job{i}" for i in range(4)]
+    notes = PostgresNotificationStore(store.pool)
+    await notes.sync_policies([NotifyPolicy(n, ("ops",)) for n in names])
+    runs = []
+    for name in names:
+        runs.extend(await insert_due_runs(store, await add_job(store, make_job(name)), 3))
+    # Every job: failed, failed, succeeded; each round one statement (a completion batch).
+    for n, state in ((1, "failed"), (2, "failed"), (3, "succeeded")):
+        await store.pool.execute(
+            """UPDATE job_runs r SET state = $2, finished_at = now()
+                 FROM (SELECT id, row_number() OVER (PARTITION BY job_id ORDER BY scheduled_at)
+                              AS n FROM job_runs) AS o
+                WHERE o.id = r.id AND o.n = $1""",
+            n,
+            state,
+        )
+    judged = await asyncio.gather(*(notes.judge_verdicts(2) for _ in range(8)))
+    while await notes.judge_verdicts(5):
+        pass
+    assert sum(judged) <= 12
+    events = [event for _, event, _ in await outbox(store)]
+    assert sorted(events) == ["failed"] * 4 + ["recovered"] * 4
+    assert await store.pool.fetchval("SELECT count(*) FROM notify_verdicts") == 0
+
+
 async def test_claims_are_disjoint_and_a_dead_sender_attempt_is_recorded_lost(
     store: PostgresRunStore,
 ) -> None:
@@ -185,4 +218,6 @@ async def test_realert_sends_failed_again_while_the_job_keeps_failing(
         "UPDATE notify_job_state SET last_alert_at = now() - interval '61 minutes'"
     )
     await verdict(store, runs[2], "failed")
-    assert await outbox(store) == [(runs[0], "failed", "ops"), (runs[2], "failed", "ops")]
+    assert sorted(await outbox(store)) == sorted(
+        [(runs[0], "failed", "ops"), (runs[2], "failed", "ops")]
+    )

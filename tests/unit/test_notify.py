@@ -207,6 +207,9 @@ class FakeStore:
     async def sync_policies(self, policies: Sequence[NotifyPolicy]) -> None:
         self.synced.append(list(policies))
 
+    async def judge_verdicts(self, limit: int) -> int:
+        return 0
+
     async def scan_missed(self, lookback: timedelta) -> int:
         return 0
 

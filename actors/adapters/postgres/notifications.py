@@ -12,15 +12,29 @@ from actors.adapters.postgres.errors import reads_only, store_methods_report_out
 from actors.adapters.postgres.statements.notify import (
     CLAIM_NOTIFICATIONS,
     COUNT_DEAD,
+    DELETE_VERDICTS,
+    ENSURE_STREAKS,
+    INSERT_OWED,
     LIST_NOTIFICATIONS,
+    LOCK_STREAKS,
+    LOCK_VERDICTS,
     OUTBOX_FIGURES,
+    POLICIES_OF,
     RECORD_ATTEMPT,
     RECOVER_EXPIRED,
     SCAN_MISSED,
     SCAN_TOO_LONG,
     SYNC_POLICIES,
+    TRY_JUDGE_LOCK,
+    UPDATE_STREAKS,
 )
-from actors.domain.notify import Notification, NotifyEvent, NotifyPolicy
+from actors.domain.notify import (
+    Notification,
+    NotifyEvent,
+    NotifyPolicy,
+    Streak,
+    judge_verdict,
+)
 from actors.ports.notify import NotificationRecord, OutboxFigures, SendResult
 
 # What is kept of a sink's answer or error (a 500 page is not kept whole).
@@ -33,6 +47,18 @@ def _seconds(value: timedelta | None) -> float | None:
 
 def _cut(text: str | None) -> str | None:
     return None if text is None else text[:REPLY_CHARS]
+
+
+def _policy(row: asyncpg.Record) -> NotifyPolicy:
+    return NotifyPolicy(
+        job=row["job_name"],
+        sinks=tuple(row["sinks"]),
+        events=tuple(NotifyEvent(e) for e in row["events"]),
+        failure_tolerance=row["failure_tolerance"],
+        realert=row["realert"],
+        deadline=row["deadline"],
+        too_long=row["too_long"],
+    )
 
 
 @store_methods_report_outages
@@ -53,6 +79,49 @@ class PostgresNotificationStore:
             [_seconds(p.deadline) for p in policies],
             [_seconds(p.too_long) for p in policies],
         )
+
+    async def judge_verdicts(self, limit: int) -> int:
+        """The verdicts the trigger noted, judged in order (actors.domain.notify.judge_verdict)
+        into outbox rows, in one transaction; how many were judged."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            if not await conn.fetchval(TRY_JUDGE_LOCK):
+                return 0  # another replica is judging
+            noted = await conn.fetch(LOCK_VERDICTS, limit)
+            if not noted:
+                return 0
+            names = sorted({r["job_name"] for r in noted})
+            await conn.execute(ENSURE_STREAKS, names)
+            streaks = {
+                r["job_name"]: Streak(r["consecutive_failures"], r["alerted"], r["last_alert_at"])
+                for r in await conn.fetch(LOCK_STREAKS, names)
+            }
+            rows = await conn.fetch(POLICIES_OF, names)
+            policies = {r["job_name"]: _policy(r) for r in rows}
+            now = rows[0]["now"] if rows else None
+            owed: list[tuple[str, str, str, str]] = []
+            for verdict in noted:  # in the order they were noted
+                name = verdict["job_name"]
+                policy = policies.get(name)
+                if policy is None or now is None:
+                    continue  # the job's policy was removed since
+                streaks[name], event = judge_verdict(
+                    policy, streaks[name], verdict["state"] == "failed", now
+                )
+                if event is not None:
+                    owed.extend((verdict["run_id"], name, event.value, s) for s in policy.sinks)
+            if owed:
+                await conn.execute(
+                    INSERT_OWED, *(list(column) for column in zip(*owed, strict=True))
+                )
+            await conn.execute(
+                UPDATE_STREAKS,
+                names,
+                [streaks[n].consecutive_failures for n in names],
+                [streaks[n].alerted for n in names],
+                [streaks[n].last_alert_at for n in names],
+            )
+            await conn.execute(DELETE_VERDICTS, [r["id"] for r in noted])
+            return len(noted)
 
     async def scan_missed(self, lookback: timedelta) -> int:
         return int(await self._pool.fetchval(SCAN_MISSED, lookback.total_seconds()))

@@ -200,3 +200,53 @@ SELECT o.id, o.created_at, o.job_name, o.run_id::text AS run_id, o.event, o.sink
   FROM o
  ORDER BY o.created_at DESC, o.id DESC
 """
+
+# --- judging the verdicts the trigger noted (one transaction; see sql/0016) ---------------
+# One judge at a time in the schema (a transaction's advisory lock, tried, never waited
+# for): a job's verdicts are judged in the order they were noted, whoever judges them.
+TRY_JUDGE_LOCK = (
+    "SELECT pg_try_advisory_xact_lock(hashtext('claimd.notify.judge:' || current_schema()))"
+)
+# The oldest noted verdicts, locked without waiting (another notifier takes the next ones).
+LOCK_VERDICTS = """
+SELECT id, run_id::text AS run_id, job_name, state
+  FROM notify_verdicts
+ ORDER BY id
+   FOR UPDATE SKIP LOCKED
+ LIMIT $1
+"""
+# The jobs' streaks, created if new and locked in name order: two notifiers judging
+# verdicts of the same jobs wait for each other, never in a cycle.
+ENSURE_STREAKS = """
+INSERT INTO notify_job_state (job_name)
+SELECT name FROM unnest($1::text[]) AS n(name) ORDER BY name
+    ON CONFLICT DO NOTHING
+"""
+LOCK_STREAKS = """
+SELECT job_name, consecutive_failures, alerted, last_alert_at
+  FROM notify_job_state
+ WHERE job_name = ANY ($1::text[])
+ ORDER BY job_name
+   FOR UPDATE
+"""
+POLICIES_OF = """
+SELECT job_name, sinks, events, failure_tolerance, realert, deadline, too_long, now() AS now
+  FROM notify_policies
+ WHERE job_name = ANY ($1::text[])
+"""
+# The events owed, one row per sink; a run pruned meanwhile owes nothing.
+INSERT_OWED = """
+INSERT INTO notification_outbox (run_id, job_name, event, sink)
+SELECT o.run_id, o.job_name, o.event, o.sink
+  FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS o(run_id, job_name, event, sink)
+  JOIN job_runs r ON r.id = o.run_id
+    ON CONFLICT DO NOTHING
+"""
+UPDATE_STREAKS = """
+UPDATE notify_job_state s
+   SET consecutive_failures = v.failures, alerted = v.alerted, last_alert_at = v.last_alert_at
+  FROM unnest($1::text[], $2::int[], $3::boolean[], $4::timestamptz[])
+       AS v(job_name, failures, alerted, last_alert_at)
+ WHERE s.job_name = v.job_name
+"""
+DELETE_VERDICTS = "DELETE FROM notify_verdicts WHERE id = ANY ($1::bigint[])"
