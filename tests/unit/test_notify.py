@@ -315,3 +315,23 @@ async def test_a_stop_abandons_a_slow_send_to_its_lease_instead_of_waiting_for_i
     await asyncio.wait_for(task, 5)
     # Nothing recorded: the row stays leased and another sender records the attempt lost.
     assert store.recorded == []
+
+
+def test_judge_verdict_tolerance_streak_realert_and_recovery() -> None:
+    from actors.domain.notify import Streak, judge_verdict
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    policy = NotifyPolicy("j", ("ops",), failure_tolerance=2, realert=timedelta(hours=1))
+    streak, owed = judge_verdict(policy, Streak(), True, t0)
+    assert owed is None  # 1 failure < tolerance 2
+    streak, owed = judge_verdict(policy, streak, True, t0)
+    assert owed is NotifyEvent.FAILED
+    streak, owed = judge_verdict(policy, streak, True, t0 + timedelta(minutes=30))
+    assert owed is None  # the same streak, before the realert
+    streak, owed = judge_verdict(policy, streak, True, t0 + timedelta(hours=1))
+    assert owed is NotifyEvent.FAILED
+    streak, owed = judge_verdict(policy, streak, False, t0 + timedelta(hours=2))
+    assert (streak, owed) == (Streak(), NotifyEvent.RECOVERED)
+    # A success after unnotified failures recovers nothing.
+    streak, _ = judge_verdict(policy, Streak(), True, t0)
+    assert judge_verdict(policy, streak, False, t0)[1] is None
