@@ -18,6 +18,7 @@ Every name is exported here: ``from actors.ports import X`` is the way in.
 from actors.ports.dispatch import Broker, Delivery, Inbox, ReplicaBroker
 from actors.ports.errors import InboxSilent, Outage, RecordRejected, StoreUnavailable
 from actors.ports.execution import Callback, Clock, DatabaseTime, Executor, MovingClock
+from actors.ports.live_output import OutputChunk, OutputFeed, OutputFollow
 from actors.ports.messages import (
     ClusterReading,
     Completion,
@@ -92,6 +93,9 @@ __all__ = [
     "OperatorActions",
     "OperatorStore",
     "Outage",
+    "OutputChunk",
+    "OutputFeed",
+    "OutputFollow",
     "PausedSpan",
     "PlanningStore",
     "ReapingStore",

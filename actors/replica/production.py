@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from actors.adapters.executors import LocalExecutor
+from actors.adapters.live_output import LiveOutputExecutor, OutputRelay
 from actors.adapters.nats import NATS_HEALTH, JetStreamBroker
 from actors.adapters.nats_inbox import PROBE_TIMEOUT_S, JetStreamInbox, PullSubscription
 from actors.adapters.postgres import (
@@ -26,7 +27,15 @@ from actors.adapters.postgres.pool import connect_pool, init_connection
 from actors.config import Settings
 from actors.observability import DependencyHealth, get_logger
 from actors.operator import OperatorService
-from actors.ports import Executor, Inbox, Outage, ReplicaBroker, ReplicaStore, WorkerStore
+from actors.ports import (
+    Executor,
+    Inbox,
+    Outage,
+    OutputFeed,
+    ReplicaBroker,
+    ReplicaStore,
+    WorkerStore,
+)
 from actors.scheduling.database_clock import DatabaseClock
 
 log = get_logger("replica")
@@ -43,6 +52,12 @@ class ProductionAdapters:
     store_health: DependencyHealth = POSTGRES_HEALTH
     broker_health: DependencyHealth = NATS_HEALTH
     _jetstream: JetStreamBroker | None = field(default=None, init=False)
+    # Live output (actors/adapters/live_output.py): published and followed on the
+    # broker's connection, under the deployment's subjects.
+    _live: OutputRelay = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._live = OutputRelay(f"claimd.{self.settings.deployment}")
 
     async def open_store(self) -> ReplicaStore:
         settings = self.settings
@@ -73,6 +88,7 @@ class ProductionAdapters:
             tls_ca=settings.nats_tls_ca,
             timeouts=settings.timeouts,
         )
+        await self._live.attach(self._jetstream.nc)
         return self._jetstream
 
     async def prepare_broker(self, broker: ReplicaBroker) -> None:
@@ -113,7 +129,11 @@ class ProductionAdapters:
     def executor(self) -> Executor:
         # Python jobs get neither claimd's CLAIMD_* settings nor its API token.
         token = self.settings.api_token_env
-        return LocalExecutor(withheld_env=() if token is None else (token,))
+        local = LocalExecutor(withheld_env=() if token is None else (token,))
+        return LiveOutputExecutor(local, self._live)
+
+    def output_feed(self) -> OutputFeed | None:
+        return self._live
 
     def database_clock(self, store: ReplicaStore) -> DatabaseClock:
         return DatabaseClock(store)

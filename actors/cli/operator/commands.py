@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
-from actors.cli.operator import render
+from actors.cli.operator import logs, render
 from actors.cli.operator.connect import Backend, StoreOpener, open_backend
 from actors.cli.operator.reload import cmd_reload
 from actors.domain.backfill import BACKFILL_CHUNK, BACKFILL_MAX_RUNS
@@ -518,3 +518,4 @@ def register(sub: Any, open_store: StoreOpener) -> None:
     )
     _connection(rel)
     rel.set_defaults(func=cmd_reload, open_store=open_store)
+    logs.register(sub, open_store)  # `claimd logs [-f]`: actors/cli/operator/logs.py

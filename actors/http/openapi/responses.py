@@ -375,3 +375,8 @@ class Document(RootModel[dict[str, Any]]):
 
 class Metrics(RootModel[str]):
     """The Prometheus text exposition."""
+
+
+class OutputStream(RootModel[str]):
+    """Server-Sent Events: ``output`` ({"attempt", "text"}) as the run prints, ``notice``
+    ({"text"}), and ``end`` ({"state", "outcome"}) once the run is terminal."""
