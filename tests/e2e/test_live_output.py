@@ -1,6 +1,7 @@
 """Live output through the real `claimd`: `claimd logs -f` follows a running run's lines
-as they are printed (the job waits for the test to see each line before printing the
-next, so every line is seen while the job still runs), and a job that floods 100 MB
+as they are printed, through the API of the replica running it and of another one (the
+job waits for the test to see each line before printing the next, so every line is
+seen while the job still runs), and a job that floods 100 MB
 leaves the replica's memory within a bound while a follower is attached.
 """
 
@@ -89,14 +90,17 @@ async def test_logs_follow_shows_lines_while_the_job_runs(
     config = run_config(
         tmp_path / "claimd.toml", schema_url, nats_url, deployment, stepped_job(gate)
     )
-    port = await started(spawn("run", "--config", str(config)))
-    url = f"http://127.0.0.1:{port}"
+    # The run executes on the worker; the scheduler's API relays it from there.
+    scheduler = spawn("run", "--config", str(config), "--role", "scheduler", label="scheduler")
+    worker = spawn("run", "--config", str(config), "--role", "worker", label="worker")
+    url = f"http://127.0.0.1:{await started(scheduler)}"
+    worker_url = f"http://127.0.0.1:{await started(worker)}"
     run_id = await trigger("stepped", schema_url)
     by_id = await follower(run_id, url)
     assert await next_line(by_id) == "line-1"
     # The run is running (it waits for go-1): a follower of the job finds it, and
     # starts with what the run printed so far (the executing replica's tail).
-    by_job = await follower("stepped", url)
+    by_job = await follower("stepped", worker_url)
     assert await next_line(by_job) == "line-1"
     for i in (1, 2):
         assert not (gate / f"go-{i + 1}").exists()
