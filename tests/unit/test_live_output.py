@@ -1,0 +1,104 @@
+"""Live output's relay, without a server: what one attempt publishes, and its bounds."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from actors.adapters.executors.common import OUTPUT_SINK, Tail
+from actors.adapters.live_output import MAX_LINE, _AttemptOutput
+from actors.observability.secrets import MASKER
+
+
+def test_whole_lines_are_published_and_the_rest_at_the_end() -> None:
+    output = _AttemptOutput(attempt=1, rate=1 << 20)
+    output.add(b"first line\nsecond, not ended")
+    assert output.take() == "first line\n"
+    output.add(b" yet\nthird")
+    assert output.take() == "second, not ended yet\n"
+    assert output.take(final=True) == "third"
+
+
+def test_a_character_split_between_reads_is_decoded_whole() -> None:
+    output = _AttemptOutput(attempt=1, rate=1 << 20)
+    encoded = "größer\n".encode()
+    output.add(encoded[:3])
+    output.add(encoded[3:])
+    assert output.take() == "größer\n"
+
+
+def test_past_the_rate_bytes_are_dropped_and_said() -> None:
+    rate = 64 * 1024
+    output = _AttemptOutput(attempt=1, rate=rate)
+    line = b"x" * 1023 + b"\n"
+    for _ in range(200):  # 200 KiB within one second
+        output.add(line)
+    text = output.take()
+    kept, _, marker = text.partition("\n[claimd: ")
+    assert len(kept) <= rate
+    assert f"{200 * 1024 - rate} bytes dropped" in marker, marker
+    # What the bound cut is gone, not held: the buffer is empty after the take.
+    assert output.take(final=True) == ""
+
+
+def test_a_line_longer_than_the_bound_is_published_in_pieces() -> None:
+    output = _AttemptOutput(attempt=1, rate=1 << 20)
+    output.add(b"y" * (MAX_LINE + 10))
+    assert len(output.take()) == MAX_LINE + 10
+
+
+def test_secrets_are_masked_in_what_is_relayed() -> None:
+    secret = "live-output-secret-5f0c2a9e"
+    MASKER.add([secret])
+    output = _AttemptOutput(attempt=1, rate=1 << 20)
+    output.add(f"token={secret} ok\n".encode())
+    text = output.take()
+    assert secret not in text
+    assert "ok" in text
+
+
+def test_the_tail_of_what_was_published_is_bounded() -> None:
+    output = _AttemptOutput(attempt=2, rate=1 << 20)
+    for i in range(2000):
+        output.published(f"line {i}\n")
+    assert output.seq == 2000
+    assert len(output.tail) <= 4096
+    assert output.tail.endswith("line 1999\n")
+
+
+def test_tails_made_while_a_sink_is_set_feed_it_from_any_thread() -> None:
+    heard: list[bytes] = []
+    lock = threading.Lock()
+
+    def sink(chunk: bytes) -> None:
+        with lock:
+            heard.append(chunk)
+
+    before = Tail()
+    token = OUTPUT_SINK.set(sink)
+    try:
+        inside = Tail()
+    finally:
+        OUTPUT_SINK.reset(token)
+    before.add(b"not relayed")
+    threads = [threading.Thread(target=inside.add, args=(f"{i}\n".encode(),)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(heard) == sorted(f"{i}\n".encode() for i in range(8))
+    assert "7" in inside.text()
+
+
+async def test_the_sink_reaches_tails_made_in_tasks_of_the_execution() -> None:
+    heard: list[bytes] = []
+    token = OUTPUT_SINK.set(heard.append)
+    try:
+
+        async def executor_side() -> None:
+            Tail().add(b"from a task\n")
+
+        await asyncio.ensure_future(executor_side())
+    finally:
+        OUTPUT_SINK.reset(token)
+    assert heard == [b"from a task\n"]
