@@ -29,6 +29,7 @@ from nats.aio.msg import Msg
 from actors.adapters.executors.common import OUTPUT_SINK, OUTPUT_TAIL_BYTES
 from actors.domain import ExecutionResult, ExecutorSpec, RunContext
 from actors.observability import get_logger
+from actors.observability.metrics import LIVE_OUTPUT_DROPPED
 from actors.observability.secrets import MASKER
 from actors.ports import Executor, OutputChunk
 
@@ -86,6 +87,7 @@ class _AttemptOutput:
         cut = len(text) if final or len(text) > MAX_LINE else text.rfind("\n") + 1
         out, self._carry = text[:cut], text[cut:]
         if dropped:
+            LIVE_OUTPUT_DROPPED.inc(dropped)
             out += f"\n[claimd: {dropped} bytes dropped: live output is relayed at most "
             out += f"{self.rate} bytes/s per run; the attempt's kept tail is unaffected]\n"
             # What follows the marker starts a line of its own.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from prometheus_client import REGISTRY
+
 from actors.adapters.executors.common import OUTPUT_SINK, Tail
 from actors.adapters.live_output import MAX_LINE, _AttemptOutput
 from actors.observability.secrets import MASKER
@@ -29,6 +31,7 @@ def test_a_character_split_between_reads_is_decoded_whole() -> None:
 
 def test_past_the_rate_bytes_are_dropped_and_said() -> None:
     rate = 64 * 1024
+    dropped_before = REGISTRY.get_sample_value("claimd_live_output_dropped_bytes_total") or 0
     output = _AttemptOutput(attempt=1, rate=rate)
     line = b"x" * 1023 + b"\n"
     for _ in range(200):  # 200 KiB within one second
@@ -37,6 +40,8 @@ def test_past_the_rate_bytes_are_dropped_and_said() -> None:
     kept, _, marker = text.partition("\n[claimd: ")
     assert len(kept) <= rate
     assert f"{200 * 1024 - rate} bytes dropped" in marker, marker
+    dropped = REGISTRY.get_sample_value("claimd_live_output_dropped_bytes_total")
+    assert dropped == dropped_before + 200 * 1024 - rate  # the metric an operator reads
     # What the bound cut is gone, not held: the buffer is empty after the take.
     assert output.take(final=True) == ""
 

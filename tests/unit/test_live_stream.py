@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import REGISTRY
 
 from actors.domain import ExecutionResult, Outcome
 from actors.http.api import OperatorApi
@@ -134,6 +135,9 @@ async def test_the_stream_needs_a_read_token_a_known_run_and_a_free_place() -> N
         async with client.get(unknown, headers=READ) as r:
             assert r.status == 404
         api.max_output_streams = 0  # every place taken
+        refused = {"reason": "output_streams"}
+        before = REGISTRY.get_sample_value("claimd_http_refused_total", refused) or 0
         async with client.get(path, headers=READ) as r:
             assert r.status == 503
             assert "output streams are open" in (await r.json())["error"]
+        assert REGISTRY.get_sample_value("claimd_http_refused_total", refused) == before + 1

@@ -28,7 +28,8 @@ from aiohttp import web
 from actors.domain import RunState
 from actors.http.api.reading import path_of
 from actors.http.openapi import requests as rq
-from actors.observability import get_logger
+from actors.observability import HTTP_REFUSED, get_logger
+from actors.observability.metrics import OUTPUT_STREAMS
 from actors.operator import OperatorService, Unavailable
 from actors.ports import OutputChunk, OutputFeed, OutputFollow
 
@@ -69,15 +70,18 @@ class OutputStreams:
         service: OperatorService = self.api.service
         run = await service.run(run_id)  # 404 before anything is streamed
         if self.open >= self.api.max_output_streams:
+            HTTP_REFUSED.labels(reason="output_streams").inc()
             raise Unavailable(
                 f"{self.open} output streams are open on this replica (the most it serves); "
                 "try again, or read the kept tail (GET /api/runs/{run_id})"
             )
         self.open += 1
+        OUTPUT_STREAMS.inc()
         try:
             return await self._serve(request, service, run_id, run)
         finally:
             self.open -= 1
+            OUTPUT_STREAMS.dec()
 
     async def _serve(
         self, request: web.Request, service: OperatorService, run_id: str, run: dict[str, Any]
