@@ -27,6 +27,8 @@ LINE_DEADLINE_S = 15.0  # a generous deadline per line; the relay flushes every 
 # The replica's RSS may grow by this much while a job prints 100 MB (a test setting).
 RSS_BOUND = 64 * 1024 * 1024
 FLOOD_BYTES = 100_000_000
+# A stopping replica closes its streams at once; aiohttp alone would wait 60 s for them.
+STOP_DEADLINE_S = 30.0
 
 
 def stepped_job(gate: Path) -> str:
@@ -185,3 +187,36 @@ async def test_a_flood_of_output_leaves_the_replica_within_its_memory_bound(
     # The follower got part of it, and was told the rest was dropped.
     assert b"bytes dropped" in out, out[-500:]
     assert len(out) < FLOOD_BYTES // 4, len(out)
+
+
+async def test_an_open_stream_does_not_hold_the_replica_at_its_stop(
+    tmp_path: Path,
+    spawn: Callable[..., ClaimdProcess],
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+) -> None:
+    """SIGTERM to a replica whose API is relaying a run that goes on: it stops well
+    within aiohttp's own 60 s wait for open answers, and the follower is told."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    config = run_config(
+        tmp_path / "claimd.toml", schema_url, nats_url, deployment, stepped_job(gate)
+    )
+    scheduler = spawn("run", "--config", str(config), "--role", "scheduler", label="scheduler")
+    worker = spawn("run", "--config", str(config), "--role", "worker", label="worker")
+    url = f"http://127.0.0.1:{await started(scheduler)}"
+    await started(worker)
+    run_id = await trigger("stepped", schema_url)
+    follow = await follower(run_id, url)
+    assert await next_line(follow) == "line-1"
+    scheduler.terminate()
+    assert await scheduler.wait(STOP_DEADLINE_S) == 0, scheduler.stderr()[-2000:]
+    # The HTTP server closed in time: the stream did not have to be abandoned.
+    assert not scheduler.events("http server did not close in time; abandoned")
+    _, err = await asyncio.wait_for(follow.communicate(), LINE_DEADLINE_S)
+    assert follow.returncode == 1
+    assert "closed before the run ended" in err.decode(), err
+    assert "reconnect" in err.decode(), err  # told why
+    for i in (1, 2, 3):
+        (gate / f"go-{i}").touch()  # the run ends on the worker

@@ -78,13 +78,13 @@ class OutputStreams:
         self.open += 1
         OUTPUT_STREAMS.inc()
         try:
-            return await self._serve(request, service, run_id, run)
+            return await self._serve(request, run_id, run)
         finally:
             self.open -= 1
             OUTPUT_STREAMS.dec()
 
     async def _serve(
-        self, request: web.Request, service: OperatorService, run_id: str, run: dict[str, Any]
+        self, request: web.Request, run_id: str, run: dict[str, Any]
     ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={
@@ -98,10 +98,10 @@ class OutputStreams:
         try:
             if feed is None:
                 await self._kept(response, run, None)
-                await self._until_end(response, service, run_id, None)
+                await self._until_end(response, run_id, None)
             else:
                 async with feed.follow(run_id) as follow:
-                    await self._follow(response, service, run_id, run, follow)
+                    await self._follow(response, run_id, run, follow)
         except (ConnectionResetError, asyncio.CancelledError):
             raise
         except Exception as exc:  # noqa: BLE001 - the stream has begun: say it, then close
@@ -112,14 +112,13 @@ class OutputStreams:
     async def _follow(
         self,
         response: web.StreamResponse,
-        service: OperatorService,
         run_id: str,
         run: dict[str, Any],
         follow: OutputFollow,
     ) -> None:
         snapshot = None if _terminal(run) else await follow.snapshot(SNAPSHOT_TIMEOUT_S)
         await self._kept(response, run, snapshot)
-        await self._until_end(response, service, run_id, follow, snapshot)
+        await self._until_end(response, run_id, follow, snapshot)
 
     async def _kept(
         self, response: web.StreamResponse, run: dict[str, Any], snapshot: OutputChunk | None
@@ -140,7 +139,6 @@ class OutputStreams:
     async def _until_end(
         self,
         response: web.StreamResponse,
-        service: OperatorService,
         run_id: str,
         follow: OutputFollow | None,
         snapshot: OutputChunk | None = None,
@@ -154,7 +152,12 @@ class OutputStreams:
                 await _send(response, "notice", {"text": "stream time limit; reconnect"})
                 return
             if now >= next_poll:
-                run = await service.run(run_id)
+                try:  # the replica's service now (its database may have gone, or it stops)
+                    run = await self.api.service.run(run_id)
+                except Unavailable:
+                    text = "this replica is stopping or lost its database; reconnect to follow on"
+                    await _send(response, "notice", {"text": text})
+                    return
                 if _terminal(run):
                     await self._drain(response, follow, seen)
                     end = {"state": run["state"], "outcome": run.get("outcome")}
@@ -178,6 +181,9 @@ class OutputStreams:
             if time.monotonic() - last_sent >= KEEPALIVE_S:
                 await response.write(b": keepalive\n\n")
                 last_sent = time.monotonic()
+        await _send(
+            response, "notice", {"text": "this replica is stopping; reconnect to follow on"}
+        )
 
     async def _drain(
         self, response: web.StreamResponse, follow: OutputFollow | None, seen: dict[int, int]
