@@ -54,10 +54,12 @@ class ProductionAdapters:
     _jetstream: JetStreamBroker | None = field(default=None, init=False)
     # Live output (actors/adapters/live_output.py): published and followed on the
     # broker's connection, under the deployment's subjects.
-    _live: OutputRelay = field(init=False)
+    _live: OutputRelay | None = field(default=None, init=False)
 
-    def __post_init__(self) -> None:
-        self._live = OutputRelay(f"claimd.{self.settings.deployment}")
+    def _relay(self) -> OutputRelay:
+        if self._live is None:  # made at first use: the settings are read then
+            self._live = OutputRelay(f"claimd.{self.settings.deployment}")
+        return self._live
 
     async def open_store(self) -> ReplicaStore:
         settings = self.settings
@@ -88,7 +90,7 @@ class ProductionAdapters:
             tls_ca=settings.nats_tls_ca,
             timeouts=settings.timeouts,
         )
-        await self._live.attach(self._jetstream.nc)
+        await self._relay().attach(self._jetstream.nc)
         return self._jetstream
 
     async def prepare_broker(self, broker: ReplicaBroker) -> None:
@@ -130,10 +132,10 @@ class ProductionAdapters:
         # Python jobs get neither claimd's CLAIMD_* settings nor its API token.
         token = self.settings.api_token_env
         local = LocalExecutor(withheld_env=() if token is None else (token,))
-        return LiveOutputExecutor(local, self._live)
+        return LiveOutputExecutor(local, self._relay())
 
     def output_feed(self) -> OutputFeed | None:
-        return self._live
+        return self._relay()
 
     def database_clock(self, store: ReplicaStore) -> DatabaseClock:
         return DatabaseClock(store)

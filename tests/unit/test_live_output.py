@@ -4,12 +4,31 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from datetime import UTC, datetime, timedelta
 
+import pytest
 from prometheus_client import REGISTRY
 
+from actors.adapters.executors import LocalExecutor
 from actors.adapters.executors.common import OUTPUT_SINK, Tail
-from actors.adapters.live_output import MAX_LINE, _AttemptOutput
+from actors.adapters.live_output import (
+    MAX_LINE,
+    LiveOutputExecutor,
+    OutputRelay,
+    _AttemptOutput,
+)
+from actors.domain import ExecutorSpec, Outcome, PythonSpec, RunContext, ShellSpec
 from actors.observability.secrets import MASKER
+from actors.ports import OutputChunk
+
+CONTEXT = RunContext(
+    run_id="5d1c7a52-3f3e-4e0e-9d51-6a1d2c3b4a59",
+    job="talking",
+    scheduled_at=datetime(2026, 3, 29, 1, 0, tzinfo=UTC),
+    attempt=2,
+    fencing_token=7,
+)
+TIMEOUT = timedelta(seconds=30)
 
 
 def test_whole_lines_are_published_and_the_rest_at_the_end() -> None:
@@ -107,3 +126,36 @@ async def test_the_sink_reaches_tails_made_in_tasks_of_the_execution() -> None:
     finally:
         OUTPUT_SINK.reset(token)
     assert heard == [b"from a task\n"]
+
+
+class _Heard(OutputRelay):
+    """The relay with what it would publish kept in a list (no NATS)."""
+
+    def __init__(self) -> None:
+        super().__init__("claimd.test")
+        self.heard: list[OutputChunk] = []
+
+    async def _publish(self, run_id: str, chunk: OutputChunk) -> None:
+        self.heard.append(chunk)
+
+
+@pytest.mark.parametrize(
+    ("spec", "printed"),
+    [
+        (ShellSpec(argv=("/bin/sh", "-c", "echo from shell; echo to stderr >&2")), "from shell"),
+        (PythonSpec("tests.unit.jobfuncs:talking_job"), "printed by attempt 2"),
+        (PythonSpec("tests.unit.jobfuncs:talking_async_job"), "printed by attempt 2"),
+    ],
+    ids=["shell", "sync-python", "async-python"],
+)
+async def test_every_kind_of_execution_relays_its_output(spec: ExecutorSpec, printed: str) -> None:
+    """The executors' Tails (shell, a sync python child, an async job's loop) feed the
+    relay: a change in where an executor makes its Tail must keep it in the execution."""
+    relay = _Heard()
+    result = await LiveOutputExecutor(LocalExecutor(), relay).execute(spec, CONTEXT, TIMEOUT)
+    assert result.outcome is Outcome.SUCCEEDED, result
+    text = "".join(chunk.text for chunk in relay.heard)
+    assert printed in text, relay.heard
+    assert relay.heard[-1].end  # and the end of the attempt is said
+    assert [chunk.seq for chunk in relay.heard] == list(range(1, len(relay.heard) + 1))
+    assert {chunk.attempt for chunk in relay.heard} == {CONTEXT.attempt}
