@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
@@ -34,6 +34,10 @@ class FakeFeed:
         self.snap: OutputChunk | None = None
         self.chunks: asyncio.Queue[OutputChunk] = asyncio.Queue()
         self.following = 0
+        # Called when the snapshot is asked (the run may end then); chunks that arrive
+        # only once the stream waits for them (late on the network).
+        self.on_snapshot: Callable[[], Awaitable[None]] | None = None
+        self.late: list[OutputChunk] = []
 
     @asynccontextmanager
     async def follow(self, run_id: str) -> AsyncIterator[FakeFeed]:
@@ -44,9 +48,15 @@ class FakeFeed:
             self.following -= 1
 
     async def snapshot(self, timeout: float) -> OutputChunk | None:
+        if self.on_snapshot is not None:
+            await self.on_snapshot()
         return self.snap
 
     async def next(self, timeout: float) -> OutputChunk | None:
+        if timeout > 0 and self.chunks.empty():
+            for chunk in self.late:
+                self.chunks.put_nowait(chunk)
+            self.late = []
         try:
             return await asyncio.wait_for(self.chunks.get(), timeout)
         except TimeoutError:
@@ -124,6 +134,31 @@ async def test_a_running_run_streams_its_tail_so_far_then_live_chunks_then_its_e
             ("end", {"state": "succeeded", "outcome": "succeeded"}),
         ]
         assert feed.following == 0  # unsubscribed once the stream ended
+
+
+async def test_the_last_chunks_arriving_after_the_verdict_are_still_sent() -> None:
+    """The executing replica publishes its last chunk and the attempt's end, then records
+    the verdict; the stream may read the verdict first: it waits (a bounded while) for
+    the end of the attempt it followed, and sends what comes before it."""
+    async with _world() as (client, store, feed, _, (_, second)):
+        feed.snap = OutputChunk(attempt=1, seq=1, text="first\n")
+
+        async def verdict_first() -> None:
+            ok = ExecutionResult(Outcome.SUCCEEDED, exit_code=0, output_tail="first\nlast\n")
+            await store.complete_runs([Completion(second.run_id, second.epoch, ok, None, "w")])
+
+        feed.on_snapshot = verdict_first
+        feed.late = [
+            OutputChunk(attempt=1, seq=2, text="last\n"),
+            OutputChunk(attempt=1, seq=3, end=True),
+        ]
+        async with client.get(f"/api/runs/{second.run_id}/output/stream", headers=READ) as r:
+            events = await _events(r)
+        assert events == [
+            ("output", {"attempt": 1, "text": "first\n"}),
+            ("output", {"attempt": 1, "text": "last\n"}),
+            ("end", {"state": "succeeded", "outcome": "succeeded"}),
+        ]
 
 
 async def test_the_stream_needs_a_read_token_a_known_run_and_a_free_place() -> None:

@@ -44,6 +44,8 @@ STATE_POLL_S = 2.0
 AFTER_END_POLL_S = 0.2
 AFTER_END_FAST_S = 10.0
 SNAPSHOT_TIMEOUT_S = 0.5
+# How long the end waits for the last chunks of an attempt followed live.
+END_WAIT_S = 1.0
 
 
 def _event(name: str, data: dict[str, Any]) -> bytes:
@@ -146,6 +148,7 @@ class OutputStreams:
         started = last_sent = next_poll = time.monotonic()  # the state read at once
         fast_until = 0.0
         seen: dict[int, int] = {} if snapshot is None else {snapshot.attempt: snapshot.seq}
+        ended: set[int] = set()  # attempts whose end chunk was heard
         while not self.stopping.is_set():
             now = time.monotonic()
             if now - started >= MAX_STREAM_S:
@@ -159,7 +162,9 @@ class OutputStreams:
                     await _send(response, "notice", {"text": text})
                     return
                 if _terminal(run):
-                    await self._drain(response, follow, seen)
+                    attempt = run.get("attempt")
+                    live = attempt in seen and attempt not in ended
+                    await self._drain(response, follow, seen, attempt if live else None)
                     end = {"state": run["state"], "outcome": run.get("outcome")}
                     await _send(response, "end", end)
                     return
@@ -174,6 +179,7 @@ class OutputStreams:
                 chunk = await follow.next(wait)
             if chunk is not None:
                 if chunk.end:  # the verdict is recorded soon: read the state often a while
+                    ended.add(chunk.attempt)
                     fast_until = time.monotonic() + AFTER_END_FAST_S
                     next_poll = min(next_poll, time.monotonic() + AFTER_END_POLL_S)
                 if await _relay(response, chunk, seen):
@@ -186,11 +192,25 @@ class OutputStreams:
         )
 
     async def _drain(
-        self, response: web.StreamResponse, follow: OutputFollow | None, seen: dict[int, int]
+        self,
+        response: web.StreamResponse,
+        follow: OutputFollow | None,
+        seen: dict[int, int],
+        attempt: int | None,
     ) -> None:
-        """What was heard before the end was read: sent, in order."""
-        while follow is not None and (chunk := await follow.next(0)) is not None:
+        """What was heard before the end was read, sent in order; and for ``attempt``
+        (followed live, its end not heard yet) its last chunks, up to END_WAIT_S: published
+        before its verdict was recorded, they may still arrive after it was read."""
+        deadline = time.monotonic() + END_WAIT_S
+        waiting = attempt is not None
+        while follow is not None:
+            wait = max(0.0, deadline - time.monotonic()) if waiting else 0.0
+            chunk = await follow.next(wait)
+            if chunk is None:
+                return
             await _relay(response, chunk, seen)
+            if chunk.end and chunk.attempt == attempt:
+                waiting = False
 
 
 async def _relay(response: web.StreamResponse, chunk: OutputChunk, seen: dict[int, int]) -> bool:
