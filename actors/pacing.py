@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from actors.clocks import monotonic
 from actors.domain import ClaimedRun
 
 
@@ -88,7 +88,7 @@ class BrokerGate:
         """Close the gate; the next trial comes after this delay at the earliest (returned)."""
         delay = self.backoff.next_delay()
         if self.outage_began is None:
-            self.outage_began = time.monotonic()
+            self.outage_began = monotonic()
             self.trials = 0
         self.failure = error or self.failure
         self._trial = False

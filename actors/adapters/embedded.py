@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from actors.clocks import Deadline
 from actors.domain import ClaimdError
 
 EMBEDDED_EXTRA = "claimd[embedded]"
@@ -125,8 +126,8 @@ def stop_leftover_nats(store_dir: Path, timeout: float = 10.0) -> int | None:
         pid_file.unlink(missing_ok=True)
         return None
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while pid_alive(pid) and time.monotonic() < deadline:
+    deadline = Deadline.within(timeout)
+    while pid_alive(pid) and not deadline.passed():
         time.sleep(0.05)
     if pid_alive(pid):
         with contextlib.suppress(ProcessLookupError):
@@ -187,8 +188,8 @@ def require_embedded() -> None:
 
 
 def wait_for_port(port: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    deadline = Deadline.within(timeout)
+    while not deadline.passed():
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
             return
         time.sleep(0.05)

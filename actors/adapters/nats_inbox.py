@@ -22,7 +22,7 @@ from actors.adapters.nats import PoisonMessage, decode, delivery_count
 from actors.adapters.nats.codec import trace_context_of
 from actors.observability import POISON_MESSAGES, get_logger
 from actors.pacing import Probe
-from actors.ports import DispatchMessage, InboxSilent
+from actors.ports import DispatchMessage, InboxSilent, settle_quietly
 
 log = get_logger("worker")
 
@@ -139,11 +139,3 @@ class JetStreamInbox:
             log.error("poison message terminated", reason=reason, error=str(exc)[:200])
             await settle_quietly(msg.term())
             return None
-
-
-async def settle_quietly(reply: Awaitable[object]) -> None:
-    """A broker reply is best effort: a lost one means a redelivery, which changes nothing."""
-    try:
-        await reply
-    except Exception as exc:  # noqa: BLE001
-        log.warning("broker reply failed", error=repr(exc))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import re
 from datetime import timedelta
-from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
@@ -28,8 +27,8 @@ from pydantic import (
 from pydantic_core import core_schema
 
 from actors.config.errors import ConfigError, FieldProblem, StrictModel, first_error_field
+from actors.config.tokens import TOKEN_FIELDS, read_api_tokens
 from actors.domain import (
-    DEFAULT_CLAIM_AHEAD,
     DEFAULT_LEASE,
     ClaimdError,
     LeaseSettings,
@@ -81,10 +80,6 @@ ENV_OVERRIDES = {
     "allowed_hosts": "CLAIMD_ALLOWED_HOSTS",
     "tracing": "CLAIMD_TRACING",
 }
-MIN_TOKEN_LENGTH = 16
-# What a token allows: "read" every read of the API, the page's data and the
-# run output; "operate" those and the actions (trigger, pause, ...).
-TOKEN_SCOPES = ("read", "operate")
 # job_histograms unset: the run histograms are by job for configs up to this many jobs.
 JOB_HISTOGRAMS_UP_TO = 1_000
 _NATS_SCHEMES = ("nats", "tls", "ws", "wss")
@@ -112,11 +107,16 @@ class Settings(StrictModel):
     # they all start within a lease at the rate the workers execute them.
     max_claimed: int = Field(default=20_000, ge=1, le=1_000_000)
     worker_concurrency: int = Field(default=64, ge=1, le=10_000)
-    # Async python callables at once: they run on job event loops in the replica, not
-    # in the slots above (a herd of them does not queue behind shell jobs).
+    # Python runs at once (async ones on the job event loop in the replica, sync ones
+    # waiting for a warm process), not in the slots above: a herd of them does not
+    # queue behind shell jobs.
     worker_async_concurrency: int = Field(
         default=defaults.WORKER_ASYNC_CONCURRENCY, ge=1, le=100_000
     )
+    # Warm child processes kept for sync python attempts, and the most that run at
+    # once (each runs many attempts in turn, killed only at a timeout or when it
+    # dies). Unset: worker_concurrency.
+    python_processes: int | None = Field(default=None, ge=1, le=10_000)
     claim_interval: Duration = parse_duration("200ms")
     # A run is claimed up to this long before it is due and held by its worker
     # until its instant (start lag without polling's floor); "0s": only due runs.
@@ -272,7 +272,10 @@ class Settings(StrictModel):
     def _across_fields(self, info: ValidationInfo) -> Self:
         context = info.context or {}
         if context.get("read_tokens", True):
-            self._api_tokens = _read_api_tokens(self, context.get("env", os.environ))
+            self._api_tokens = read_api_tokens(
+                {name: getattr(self, name) for name in TOKEN_FIELDS},
+                context.get("env", os.environ),
+            )
         try:
             # The redelivery rule, then every deadline of the budget inside the lease.
             check_timeout_budget(self.timeouts)
@@ -320,10 +323,7 @@ class Settings(StrictModel):
         """
         if self.claim_ahead is not None:
             return self.claim_ahead
-        spare = self.lease - self._budget(timedelta(0)).required_lease()
-        ms = timedelta(milliseconds=1)
-        fits = ms * max(0, int(spare / 2 / ms))
-        return min(DEFAULT_CLAIM_AHEAD, self.lease_settings.max_hold(), fits)
+        return self._budget(timedelta(0)).claim_ahead_that_fits()
 
     @property
     def timeouts(self) -> TimeoutBudget:
@@ -352,58 +352,3 @@ class Settings(StrictModel):
     @property
     def subject(self) -> str:
         return f"claimd.{self.deployment}.runs"
-
-
-def _read_api_tokens(settings: Settings, env: Any) -> tuple[tuple[str, str, str], ...]:
-    """The API tokens the settings name, read now so that a bad one stops the load."""
-    tokens: list[tuple[str, str, str]] = []
-
-    def add(name: str, token: str, field_name: str, scope: str = "operate") -> None:
-        if len(token) < MIN_TOKEN_LENGTH:
-            # The message names the token's name, never the token.
-            raise FieldProblem(
-                field_name,
-                f"the API token named {name!r} is shorter than "
-                f"{MIN_TOKEN_LENGTH} characters (make one with "
-                "`openssl rand -hex 32`)",
-            )
-        tokens.append((name, token, scope))
-
-    token_file = settings.api_token_file
-    if token_file:
-        field_name = "api_token_file"
-        try:
-            text = Path(token_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise FieldProblem(field_name, f"cannot read {token_file}: {reason}") from None
-        lines = [
-            line.split()
-            for line in text.splitlines()
-            if line.strip() and not line.lstrip().startswith("#")
-        ]
-        for number, parts in enumerate(lines, 1):
-            if len(parts) == 1 and len(lines) == 1:
-                parts = ["api", parts[0]]
-            if len(parts) == 2:
-                parts.append("operate")
-            if len(parts) != 3 or parts[2] not in TOKEN_SCOPES:
-                raise FieldProblem(
-                    field_name,
-                    f"{token_file} line {number}: expected NAME TOKEN [read|operate] "
-                    "(or a file holding one bare token)",
-                )
-            add(parts[0], parts[1], field_name, parts[2])
-    for field_name, name, scope in (
-        ("api_token_env", "api", "operate"),
-        ("api_read_token_env", "read", "read"),
-    ):
-        variable = getattr(settings, field_name)
-        if variable:
-            value = env.get(variable, "").strip()
-            if not value:
-                raise FieldProblem(
-                    field_name, f"the environment variable {variable} is not set or empty"
-                )
-            add(name, value, field_name, scope)
-    return tuple(tokens)

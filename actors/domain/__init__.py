@@ -63,18 +63,13 @@ from actors.domain.runs import (
     check_transition,
 )
 from actors.domain.schedule import (
-    DEFAULT_DST,
     CronSchedule,
-    DstFold,
-    DstGap,
-    DstNote,
-    DstPolicy,
     IntervalSchedule,
     Schedule,
-    load_zone,
     take,
 )
 from actors.domain.sharing import shared
+from actors.domain.zones import DEFAULT_DST, DstFold, DstGap, DstNote, DstPolicy, load_zone
 
 __all__ = [
     "DEFAULT_CLAIM_AHEAD",

@@ -29,6 +29,10 @@ MAX_DELIVER = 5
 CLAIM_AHEAD = timedelta(seconds=5)
 # Async python callables executing at once on a worker (their own pool of slots).
 WORKER_ASYNC_CONCURRENCY = 10_000
+# Warm child processes a replica keeps for sync python attempts, when the setting
+# ``python_processes`` is unset and nothing else says (the worker's
+# ``worker_concurrency`` does in a replica: every sync attempt in a slot has a child).
+PYTHON_PROCESSES = 64
 
 # --- a job (``[jobs.NAME]``) ---------------------------------------------------------
 
@@ -58,3 +62,10 @@ RETRY_MULTIPLIER = 2.0
 HTTP_METHOD: Final = "POST"
 # The statuses an http job counts as success.
 HTTP_EXPECT_STATUS: tuple[int, ...] = (200, 201, 202, 204)
+
+# --- what an operator sees (actors.domain.job_state) ---------------------------------
+
+# A run due this long and not started makes its job overdue: one due a moment ago
+# is being started (the claimer takes runs ahead and starts them at their instant).
+# The API's state, the page, `claimd jobs` and claimd_job_overdue_runs all use it.
+OVERDUE_AFTER = timedelta(seconds=10)

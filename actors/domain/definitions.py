@@ -39,15 +39,9 @@ from actors.domain.jobs import (
     PythonSpec,
     ShellSpec,
 )
-from actors.domain.schedule import (
-    DEFAULT_DST,
-    CronSchedule,
-    DstFold,
-    DstGap,
-    DstPolicy,
-    IntervalSchedule,
-)
+from actors.domain.schedule import CronSchedule, IntervalSchedule
 from actors.domain.sharing import shared
+from actors.domain.zones import DEFAULT_DST, DstFold, DstGap, DstPolicy
 
 # Version 2 added the schedule's "dst" policy (absent: cron(8)'s default). A
 # definition is written as version 2 only when it carries one, so a build that

@@ -15,7 +15,8 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
 from actors.domain.runs import RunState
-from actors.domain.schedule import CronSchedule, IntervalSchedule, local_to_instant, take
+from actors.domain.schedule import CronSchedule, IntervalSchedule, take
+from actors.domain.zones import local_to_instant
 
 # An audit enumerates instants one by one; a wider range is refused with this
 # number in the message rather than answered in part.

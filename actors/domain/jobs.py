@@ -12,7 +12,8 @@ from typing import Any
 
 from actors.domain import defaults
 from actors.domain.attempts import RetryPolicy
-from actors.domain.schedule import DEFAULT_DST, CronSchedule, IntervalSchedule
+from actors.domain.schedule import CronSchedule, IntervalSchedule
+from actors.domain.zones import DEFAULT_DST
 
 # catchup = "none" without a starting_deadline: a run that could not start
 # within this long after its instant is skipped rather than run late.

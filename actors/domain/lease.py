@@ -65,6 +65,23 @@ class LeaseSettings:
         """Often enough to keep both the lease and the broker's ack_wait alive."""
         return min(self.lease / 4, self.ack_wait / 2)
 
+    def keep_held_alive(self) -> timedelta:
+        """How often a worker tells the broker a delivery it holds (claimed ahead, not yet
+        due) is still in progress: three times per ack_wait, so one lost beat is not a
+        redelivery."""
+        return self.ack_wait / 3
+
+    def stream_max_age(self, duplicate_window: timedelta) -> timedelta:
+        """How long the stream keeps a message: two leases (a message outlives every claim
+        that can still start it), and never less than the duplicate window."""
+        return max(self.lease * 2, duplicate_window)
+
+
+def stall_after(lease: timedelta) -> timedelta:
+    """A database call of the worker unanswered this long is failing: a quarter of the
+    lease (a second at least), while the leases it would extend still run."""
+    return max(lease / 4, timedelta(seconds=1))
+
 
 def check_lease_invariant(settings: LeaseSettings) -> None:
     """Refuse settings that let a lease expire while the broker may still deliver."""
@@ -215,6 +232,14 @@ class TimeoutBudget:
     def database_dead_after(self) -> timedelta:
         """An idle database connection that stops answering is dropped within this."""
         return self.keepalive_idle + self.keepalive_interval * self.keepalive_count
+
+    def claim_ahead_that_fits(self) -> timedelta:
+        """The default claim_ahead where it fits these deadlines, else what does: at most
+        an eighth of the lease (what a worker may hold) and half of what the lease leaves
+        over the other terms of its invariant (this budget's claim_ahead not counted)."""
+        spare = self.lease - (self.required_lease() - self.claim_ahead)
+        fits = _MS * max(0, int(spare / 2 / _MS))
+        return min(defaults.CLAIM_AHEAD, self.lease_settings.max_hold(), fits)
 
     def invariant_terms(self) -> str:
         """The sum the lease must exceed, with its numbers."""

@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 import errno
 import socket
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from actors.clocks import Stopwatch
 from actors.http.api import OperatorApi, answer_parser_errors_as_json, json_errors
 from actors.http.api.reading import answer
 from actors.http.guard import Guard, Tokens, connection_cap, safe_headers
@@ -21,11 +21,13 @@ from actors.http.openapi import BY_ID
 from actors.observability import DELIVERIES_SKIPPED, FENCED_COMPLETIONS, REDELIVERIES, get_logger
 from actors.observability.exposition import render_chunks
 from actors.observability.memory import trim_heap
+from actors.operator.models import ConfigRollout, RejectedJob
 
 TRIM_AFTER_BYTES = 16 << 20  # a page this big leaves freed heap worth returning to the system
 log = get_logger("http")
 
 ReadyCheck = Callable[[], Awaitable[dict[str, Any]]]
+T = TypeVar("T")
 
 # The status page: HTML, CSS and JS shipped in the package (no CDN: it works
 # offline). The page fetches /api/jobs, /api/grid and /api/status and renders
@@ -71,26 +73,28 @@ def counters() -> dict[str, Any]:
     }
 
 
-async def _config_rollout(api: OperatorApi | None) -> dict[str, Any] | None:
-    """The config generations and the replicas' files; None while it cannot say."""
+async def _unless_unknown(
+    api: OperatorApi | None, what: str, read: Callable[[OperatorApi], Awaitable[T]]
+) -> T | None:
+    """What ``read`` answers; None while it cannot say (no operator API, or the database
+    does not answer: the status answers whatever the database does)."""
     if api is None:
         return None
     try:
-        return await api.service.config_rollout()
-    except Exception as exc:  # noqa: BLE001 - the status answers whatever the database does
-        log.debug("status: config generations unknown", error=repr(exc))
+        return await read(api)
+    except Exception as exc:  # noqa: BLE001 - a status page of what is known
+        log.debug(f"status: {what} unknown", error=repr(exc))
         return None
 
 
-async def _rejected_jobs(api: OperatorApi | None) -> list[dict[str, Any]] | None:
-    """The jobs the config file rejected (the operator's record); None while it cannot say."""
-    if api is None:
-        return None
-    try:
-        return await api.service.rejected_jobs()
-    except Exception as exc:  # noqa: BLE001 - the status answers whatever the database does
-        log.debug("status: rejected jobs unknown", error=repr(exc))
-        return None
+def _config_rollout(api: OperatorApi | None) -> Awaitable[ConfigRollout | None]:
+    """The config generations and the replicas' files."""
+    return _unless_unknown(api, "config generations", lambda a: a.service.config_rollout())
+
+
+def _rejected_jobs(api: OperatorApi | None) -> Awaitable[list[RejectedJob] | None]:
+    """The jobs the config file rejected (the operator's record)."""
+    return _unless_unknown(api, "rejected jobs", lambda a: a.service.rejected_jobs())
 
 
 async def status_page(_: web.Request) -> web.FileResponse:
@@ -128,7 +132,7 @@ class _Render:
         self.chunks: list[bytes] = []
         self.done = False
         self.error: BaseException | None = None
-        self.began = time.monotonic()
+        self.age = Stopwatch()
         self._more = asyncio.Event()
 
     def add(self, chunk: bytes) -> None:
@@ -186,7 +190,7 @@ class MetricsPage:
         render = self._render
         # Its age counts from its start: a render slowed by the probes of refresh (a
         # server that does not answer) is not then served for another second.
-        if render is None or (render.done and time.monotonic() - render.began >= self.max_age):
+        if render is None or (render.done and render.age.seconds() >= self.max_age):
             render = self._render = _Render()
             self.renders += 1
             self._task = asyncio.create_task(self._make(render))

@@ -10,8 +10,8 @@ Every labelled series a replica knows of is created at zero when it starts
 (:func:`init_series`, :func:`init_job_series`), so a rate or an alert has a
 series to work on before the first event.
 
-The rooms: ``logs`` (structlog and redaction), ``metrics`` (the series and
-the dependency gauges), ``cluster`` (the cluster-wide gauges' collector).
+The rooms: ``logs`` (structlog and redaction), ``metrics`` (the series),
+``dependencies`` (the dependency gauges), ``cluster`` (the cluster-wide gauges' collector).
 """
 
 from actors.observability.cluster_gauges import (
@@ -20,6 +20,15 @@ from actors.observability.cluster_gauges import (
     ClusterCollector,
     ClusterSnapshot,
     JobSnapshot,
+)
+from actors.observability.dependencies import (
+    DEPENDENCIES,
+    DEPENDENCY_OUTAGES,
+    DEPENDENCY_UP,
+    DEPENDENCY_WRITABLE,
+    RECONNECTS,
+    DependencyHealth,
+    DependencyState,
 )
 from actors.observability.logs import (
     LOG_FORMATS,
@@ -39,16 +48,13 @@ from actors.observability.metrics import (
     COMPLETIONS_REJECTED,
     CONFIG_DIGESTS,
     CONFIG_FILE_INFO,
+    CONFIG_FILE_REFUSED,
     CONFIG_IN_FORCE_INFO,
     CONFIG_JOB_ERRORS,
     CONFIG_JOB_REJECTED,
     CONFIG_STALE,
     DELIVERIES_SKIPPED,
     DELIVERY_SKIP_REASONS,
-    DEPENDENCIES,
-    DEPENDENCY_OUTAGES,
-    DEPENDENCY_UP,
-    DEPENDENCY_WRITABLE,
     FENCED_COMPLETIONS,
     HTTP_REFUSED,
     INTAKE_PAUSED,
@@ -67,7 +73,6 @@ from actors.observability.metrics import (
     PUBLISHED,
     PYTHON_CHILDREN_STARTED,
     REAP_TRANSITIONS,
-    RECONNECTS,
     REDELIVERIES,
     RUN_DURATION,
     RUNS_CLAIMED,
@@ -82,8 +87,6 @@ from actors.observability.metrics import (
     RUNS_SKIPPED,
     RUNS_STARTED,
     SCHEDULE_LAG,
-    DependencyHealth,
-    DependencyState,
     claimd_version,
     init_job_series,
     init_series,
@@ -102,6 +105,7 @@ __all__ = [
     "COMPLETIONS_REJECTED",
     "CONFIG_DIGESTS",
     "CONFIG_FILE_INFO",
+    "CONFIG_FILE_REFUSED",
     "CONFIG_IN_FORCE_INFO",
     "CONFIG_JOB_ERRORS",
     "CONFIG_JOB_REJECTED",

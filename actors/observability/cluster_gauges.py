@@ -11,6 +11,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from actors.domain.job_state import JobState
 from actors.observability.exposition import (
     escape,
     help_and_type,
@@ -40,6 +41,7 @@ class JobSnapshot:
     overdue_oldest_age: float  # seconds; 0 when nothing is overdue
     period: float | None  # seconds; None when the definition could not be read
     materialized_behind: float  # seconds the job's rows stop short of now; 0 when ahead
+    state: str = "healthy"  # actors.domain.job_state, decided by the reader
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ PER_JOB: tuple[tuple[str, str, Callable[[JobSnapshot], float | None]], ...] = (
     ),
     (
         "claimd_job_overdue_runs",
-        "The job's runs due and not yet started (0 while it is paused)",
+        "The job's runs due more than OVERDUE_AFTER (10 s) ago and not yet started "
+        "(0 while it is paused)",
         lambda j: j.overdue,
     ),
     (
@@ -94,6 +97,16 @@ PER_JOB: tuple[tuple[str, str, Callable[[JobSnapshot], float | None]], ...] = (
         lambda j: j.materialized_behind,
     ),
 )
+
+
+# claimd_job_state{claimd_job, state}: 1 for the job's state, 0 for the others (the
+# states a job in the config file can be in: removed jobs are not reported).
+JOB_STATE = "claimd_job_state"
+JOB_STATE_HELP = (
+    "1 for the job's state (running, healthy, failing, overdue, paused, rejected), 0 for "
+    "the others: the state the API, the page and `claimd jobs` show"
+)
+JOB_STATES = tuple(s.value for s in JobState if s is not JobState.REMOVED)
 
 
 @dataclass(eq=False)  # hashable by identity: the registry keys collectors
@@ -162,6 +175,13 @@ class ClusterCollector(Collector):
                 if (v := value(job)) is not None:
                     family.add_metric([job.name], v)
             yield family
+        states = GaugeMetricFamily(
+            JOB_STATE, f"{JOB_STATE_HELP}; {CLUSTER_NOTE}", labels=[JOB_LABEL, "state"]
+        )
+        for job in snap.jobs:
+            for state in JOB_STATES:
+                states.add_metric([job.name, state], 1.0 if job.state == state else 0.0)
+        yield states
 
     def text(self) -> Iterator[str]:
         """The per-job gauges' /metrics text (see actors.observability.exposition)."""
@@ -173,6 +193,14 @@ class ClusterCollector(Collector):
             for job in snap.jobs:
                 if (v := value(job)) is not None:
                     yield f'{name}{{{JOB_LABEL}="{escape(job.name)}"}} {number(v)}\n'
+        yield help_and_type(JOB_STATE, f"{JOB_STATE_HELP}; {CLUSTER_NOTE}", "gauge")
+        for job in snap.jobs:
+            label = escape(job.name)
+            yield "".join(
+                f'{JOB_STATE}{{{JOB_LABEL}="{label}",state="{state}"}} '
+                f"{'1.0' if job.state == state else '0.0'}\n"
+                for state in JOB_STATES
+            )
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())  # names vary with the snapshot; registered without checks

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from actors.config import JOB_NAME_PATTERN
-from actors.domain import take
 from actors.domain.generations import SHORT, disagreement
 from actors.domain.history import (
     RangeTooLarge,
@@ -20,22 +19,35 @@ from actors.domain.history import (
 )
 from actors.operator.errors import NotFound, Unprocessable
 from actors.operator.grid import grid_of
+from actors.operator.models import (
+    Attempt,
+    Audit,
+    ConfigGeneration,
+    ConfigReplica,
+    ConfigRollout,
+    Job,
+    JobDetail,
+    RejectedJob,
+    RunDetail,
+    RunsPage,
+)
 from actors.operator.shapes import (
-    audit_json,
+    audit_of,
     check_limit,
     check_states,
     decode_cursor,
     encode_cursor,
     iso,
+    job_of,
     local,
     parse_time,
     run_id_of,
-    run_json,
+    run_of,
     schedule_of,
+    utc,
     zone_named,
 )
-from actors.operator.words import schedule_words
-from actors.ports import AttemptRecord, JobRecord, OperatorStore, RunDetail
+from actors.ports import AttemptRecord, JobRecord, OperatorStore, RunRow
 
 GENERATIONS_LISTED = 10
 
@@ -56,7 +68,7 @@ class OperatorReads:
             raise NotFound(f"no job named {name!r}")
         return row
 
-    async def config_rollout(self) -> dict[str, Any]:
+    async def config_rollout(self) -> ConfigRollout:
         """The config generations and the replicas' files (docs/rollout.md).
 
         ``in_force``: the generation every replica runs (the stored definitions);
@@ -67,116 +79,63 @@ class OperatorReads:
         """
         rollout = await self.history.config_rollout(GENERATIONS_LISTED)
         generations = [
-            {
-                "generation": g.seq,
-                "digest": g.short,
-                "config_version": g.version,
-                "since": iso(g.first_seen_at),
-                "replica": g.replica,
-                "forced": g.forced,
-            }
+            ConfigGeneration(
+                generation=g.seq,
+                digest=g.short,
+                config_version=g.version,
+                since=utc(g.first_seen_at),
+                replica=g.replica,
+                forced=g.forced,
+            )
             for g in rollout.generations
         ]
         in_force = rollout.generations[0].digest if rollout.generations else None
         digests = rollout.file_digests()
-        return {
-            "in_force": generations[0] if generations else None,
-            "generations": generations,
-            "replicas": [
-                {
-                    "replica": r.replica,
-                    "digest": r.file_digest[:SHORT],
-                    "config_version": r.config_version,
-                    "in_force": r.file_digest == in_force,
-                    "stale": r.stale,
-                    "path": r.path,
-                    "seen_at": iso(r.seen_at),
-                }
+        return ConfigRollout(
+            in_force=generations[0] if generations else None,
+            generations=generations,
+            replicas=[
+                ConfigReplica(
+                    replica=r.replica,
+                    digest=r.file_digest[:SHORT],
+                    config_version=r.config_version,
+                    in_force=r.file_digest == in_force,
+                    stale=r.stale,
+                    path=r.path,
+                    seen_at=utc(r.seen_at),
+                )
                 for r in rollout.replicas
             ],
-            "digests": {d[:SHORT]: n for d, n in sorted(digests.items())},
-            "disagreement": disagreement(digests),
-        }
+            digests={d[:SHORT]: n for d, n in sorted(digests.items())},
+            disagreement=disagreement(digests),
+        )
 
-    async def rejected_jobs(self) -> list[dict[str, Any]]:
+    async def rejected_jobs(self) -> list[RejectedJob]:
         """The jobs the config file rejected at its last load, with the loader's error.
 
         ``old_definition_running``: the job is in the catalog, so the definition
         it had before the rejected edit keeps running; otherwise it never runs
         until the file is fixed and reloaded.
         """
+        return [RejectedJob.from_row(r) for r in await self.history.rejected_jobs()]
+
+    async def jobs(self, name: str | None = None) -> list[Job]:
+        """Every job (or one): its state, schedule, next fire, backlog, last outcome and
+        last success, and the config file's rejected edit of it (its old definition keeps
+        running), if any."""
+        now = await self.history.now()
+        rejected = {r.job: r for r in await self.rejected_jobs()}
         return [
-            {**r, "recorded_at": iso(r["recorded_at"])} for r in await self.history.rejected_jobs()
+            job_of(row, now, rejected.get(row["name"])) for row in await self.history.jobs(name)
         ]
 
-    async def jobs(self, name: str | None = None) -> list[dict[str, Any]]:
-        """Every job (or one): schedule, next fire, backlog, last outcome, last success.
-
-        ``config_rejected``: the config file's rejected edit of this job (its
-        old definition keeps running), or None.
-        """
-        now = await self.history.now()
-        rejected = {r["job"]: r for r in await self.rejected_jobs()}
-        out = []
-        for row in await self.history.jobs(name):
-            schedule = schedule_of(row["definition"])
-            zone = zone_of(schedule)
-            upcoming = (
-                take(schedule.fire_times(now, now + timedelta(days=3660)), 1)
-                if row["enabled"] and not row["paused"]
-                else []
-            )
-            nxt = upcoming[0] if upcoming else None
-            last = None
-            if row["last_run_id"] is not None:
-                last = {
-                    "run_id": row["last_run_id"],
-                    "state": row["last_state"],
-                    "outcome": row["last_outcome"],
-                    "error": row["last_error"],
-                    "scheduled_at": iso(row["last_scheduled_at"]),
-                    "scheduled_local": local(row["last_scheduled_at"], zone),
-                    "finished_at": iso(row["last_finished_at"]),
-                    "trigger": row["last_trigger"],
-                }
-            out.append(
-                {
-                    "name": row["name"],
-                    "enabled": row["enabled"],
-                    "paused": row["paused"],
-                    "schedule": schedule.describe(),
-                    "schedule_words": schedule_words(schedule),
-                    "timezone": zone_name(schedule),
-                    "next_fire": iso(nxt),
-                    "next_fire_local": local(nxt, zone),
-                    # While paused nothing is claimed: nothing is overdue (as the
-                    # claimd_job_overdue_runs metric says).
-                    "backlog": 0 if row["paused"] else row["backlog"],
-                    "oldest_due": None if row["paused"] else iso(row["oldest_due"]),
-                    # On the database's clock: the page calls a job overdue by it.
-                    "oldest_due_age_s": None
-                    if row["paused"] or row["oldest_due"] is None
-                    else (now - row["oldest_due"]).total_seconds(),
-                    "ahead": row["ahead"],
-                    "running": row["running"],
-                    "pending": row["backlog"] + row["ahead"],
-                    "last_outcome": last,
-                    "last_success": iso(row["last_success"]),
-                    "last_success_local": local(row["last_success"], zone),
-                    "failures_24h": row["failures_24h"],
-                    "due_since": iso(row["due_since"]),
-                    "config_rejected": _rejection(rejected.get(row["name"])),
-                }
-            )
-        return out
-
-    async def job(self, name: str, recent: int = 20) -> dict[str, Any]:
+    async def job(self, name: str, recent: int = 20) -> JobDetail:
         """One job's overview and its most recent runs."""
         found = await self.jobs(name)
         if not found:
             raise NotFound(f"no job named {name!r}")
-        runs = (await self.runs(job=name, limit=recent))["runs"] if recent else []
-        return {**found[0], "recent_runs": runs}
+        runs = (await self.runs(job=name, limit=recent)).runs if recent else []
+        return JobDetail(**dict(found[0]), recent_runs=runs)
 
     async def runs(
         self,
@@ -188,7 +147,7 @@ class OperatorReads:
         limit: int = 50,
         cursor: str | None = None,
         ahead: bool = False,
-    ) -> dict[str, Any]:
+    ) -> RunsPage:
         """Runs newest first; ``next_cursor`` continues the listing.
 
         What has happened: runs scheduled at or before now, unless ``ahead``
@@ -218,38 +177,36 @@ class OperatorReads:
         )
         more = len(rows) > limit
         rows = rows[:limit]
-        return {
-            "runs": [run_json(r) for r in rows],
-            "next_cursor": encode_cursor(rows[-1]) if more else None,
-        }
+        return RunsPage(
+            runs=[run_of(r) for r in rows],
+            next_cursor=encode_cursor(rows[-1]) if more else None,
+        )
 
-    async def run(self, run_id: str) -> dict[str, Any]:
+    async def run(self, run_id: str) -> RunDetail:
         """One run with every attempt's verdict, its error, output tail, lease and epoch."""
         found = await self.history.run(run_id_of(run_id))
         if found is None:
             raise NotFound(f"no run {run_id}")
         row, attempts = found
-        out = run_json(row)
-        out["output_tail"] = row["output_tail"]
-        out["lease_expired"] = (
-            row["lease_expires_at"] is not None and row["lease_expires_at"] < row["now"]
+        now = row["now"]
+        return RunDetail.from_row(
+            row,
+            scheduled_local=local(row["scheduled_at"], zone_named(row["timezone"])),
+            lease_expired=row["lease_expires_at"] is not None and row["lease_expires_at"] < now,
+            attempts=[
+                Attempt.from_row(
+                    a,
+                    # The running attempt: how long it has run so far.
+                    duration_s=_seconds(
+                        a["started_at"],
+                        a["finished_at"] or (now if a["outcome"] == "running" else None),
+                    ),
+                )
+                for a in [*attempts, *unrecorded_attempt(row, attempts)]
+            ],
         )
-        out["attempts"] = [
-            {
-                **a,
-                "started_at": iso(a["started_at"]),
-                "finished_at": iso(a["finished_at"]),
-                # The running attempt: how long it has run so far.
-                "duration_s": _seconds(
-                    a["started_at"],
-                    a["finished_at"] or (row["now"] if a["outcome"] == "running" else None),
-                ),
-            }
-            for a in [*attempts, *unrecorded_attempt(row, attempts)]
-        ]
-        return out
 
-    async def audit(self, job: str, start: str, end: str) -> dict[str, Any]:
+    async def audit(self, job: str, start: str, end: str) -> Audit:
         """Each due instant of ``job`` in the range with its row, or why it has none."""
         row = await self._job_row(job)
         schedule = schedule_of(row["definition"])
@@ -274,7 +231,7 @@ class OperatorReads:
             raise Unprocessable(str(exc)) from None
         except ValueError as exc:
             raise Unprocessable(str(exc)) from None
-        return audit_json(job, zone_name(schedule), zone, now, result)
+        return audit_of(job, zone_name(schedule), zone, now, result)
 
     async def grid(self, instants: int = 30, job: str | None = None) -> dict[str, Any]:
         """Each job's last ``instants`` due instants, judged as ``audit`` judges them."""
@@ -291,7 +248,7 @@ class OperatorReads:
         return [{**r, "at": iso(r["at"]), "arguments": json.loads(r["arguments"])} for r in rows]
 
 
-def unrecorded_attempt(row: RunDetail, recorded: Sequence[AttemptRecord]) -> list[AttemptRecord]:
+def unrecorded_attempt(row: RunRow, recorded: Sequence[AttemptRecord]) -> list[AttemptRecord]:
     """The run's current attempt when ``job_run_attempts`` has no verdict of it (yet).
 
     A verdict is written when an attempt finishes: the one running now has none,
@@ -323,9 +280,3 @@ def unrecorded_attempt(row: RunDetail, recorded: Sequence[AttemptRecord]) -> lis
 
 def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     return None if start is None or end is None else (end - start).total_seconds()
-
-
-def _rejection(found: dict[str, Any] | None) -> dict[str, Any] | None:
-    if found is None:
-        return None
-    return {k: found[k] for k in ("path", "field", "error", "recorded_at")}

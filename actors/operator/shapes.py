@@ -1,17 +1,31 @@
-"""The JSON shapes of the API (and of `--json`), and the argument checks they share."""
+"""The read models built from the port's rows (actors.operator.models), and the argument
+checks the reads share."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
-from actors.domain import RunState, decode_job
-from actors.domain.history import PROBLEMS, Audit, Status, parse_instant
+from actors.domain import RunState, decode_job, take
+from actors.domain.history import PROBLEMS, Audit, Status, parse_instant, zone_name, zone_of
+from actors.domain.job_state import JobFacts, job_state
 from actors.domain.pause import PausedInstants
 from actors.domain.schedule import CronSchedule, IntervalSchedule, load_zone
 from actors.operator.errors import BadInput, Unprocessable
+from actors.operator.models import Audit as AuditAnswer
+from actors.operator.models import (
+    AuditEntry,
+    AuditRun,
+    AuditSummary,
+    Job,
+    JobRejection,
+    LastOutcome,
+    RejectedJob,
+    Run,
+)
+from actors.operator.words import schedule_words
 from actors.ports import Resumed
 
 MAX_PAGE = 1000
@@ -23,6 +37,14 @@ def iso(value: datetime | None) -> str | None:
 
 def local(value: datetime | None, zone: tzinfo) -> str | None:
     return None if value is None else value.astimezone(zone).isoformat()
+
+
+def utc(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat()
+
+
+def local_of(value: datetime, zone: tzinfo) -> str:
+    return value.astimezone(zone).isoformat()
 
 
 def zone_named(name: str) -> tzinfo:
@@ -70,29 +92,72 @@ def parse_time(text: str, zone: tzinfo, now: datetime, what: str) -> datetime:
         ) from None
 
 
-def run_json(row: Mapping[str, Any]) -> dict[str, Any]:
+def run_of(row: Mapping[str, Any]) -> Run:
+    """A run of a listing from its row (the row's columns the model names)."""
     zone = zone_named(row["timezone"])
-    out: dict[str, Any] = {
-        "id": row["id"],
-        "job": row["job"],
-        "timezone": row["timezone"],
-        "scheduled_at": iso(row["scheduled_at"]),
-        "scheduled_local": local(row["scheduled_at"], zone),
-        "due_at": iso(row["due_at"]),
-        "state": row["state"],
-        "trigger": row["trigger"],
-        "attempt": row["attempt"],
-        "claim_epoch": row["claim_epoch"],
-        "lease_owner": row["lease_owner"],
-        "lease_expires_at": iso(row["lease_expires_at"]),
-        "claimed_at": iso(row["claimed_at"]),
-        "started_at": iso(row["started_at"]),
-        "finished_at": iso(row["finished_at"]),
-        "outcome": row["outcome"],
-        "exit_code": row["exit_code"],
-        "error": row["error"],
-    }
-    return out
+    return Run.from_row(row, scheduled_local=local(row["scheduled_at"], zone))
+
+
+def job_of(row: Mapping[str, Any], now: datetime, rejected: RejectedJob | None) -> Job:
+    """A job of the listing from its row, its state decided (actors.domain.job_state).
+
+    ``rejected``: the config file's rejected edit of the job, if any.
+    """
+    schedule = schedule_of(row["definition"])
+    zone = zone_of(schedule)
+    live = row["enabled"] and not row["paused"]
+    upcoming = take(schedule.fire_times(now, now + timedelta(days=3660)), 1) if live else []
+    nxt = upcoming[0] if upcoming else None
+    last = None
+    if row["last_run_id"] is not None:
+        last = LastOutcome(
+            run_id=row["last_run_id"],
+            state=row["last_state"],
+            outcome=row["last_outcome"],
+            error=row["last_error"],
+            scheduled_at=row["last_scheduled_at"],
+            scheduled_local=local_of(row["last_scheduled_at"], zone),
+            finished_at=row["last_finished_at"],
+            trigger=row["last_trigger"],
+        )
+    # While paused nothing is claimed: nothing is due (as claimd_job_overdue_runs says).
+    paused = row["paused"]
+    oldest = None if paused else row["oldest_due"]
+    age = None if oldest is None else now - oldest  # the database's clock
+    state = job_state(
+        JobFacts(
+            enabled=row["enabled"],
+            paused=paused,
+            last_state=row["last_state"],
+            running=row["running"],
+            oldest_due_age=age,
+            rejected=rejected is not None,
+        )
+    )
+    return Job.from_row(
+        row,
+        state=state,
+        schedule=schedule.describe(),
+        schedule_words=schedule_words(schedule),
+        timezone=zone_name(schedule),
+        next_fire=nxt,
+        next_fire_local=local(nxt, zone),
+        backlog=0 if paused else row["backlog"],
+        overdue=0 if paused else row["overdue"],
+        oldest_due=oldest,
+        oldest_due_age_s=None if age is None else age.total_seconds(),
+        pending=row["backlog"] + row["ahead"],
+        last_outcome=last,
+        last_success_local=local(row["last_success"], zone),
+        config_rejected=None
+        if rejected is None
+        else JobRejection(
+            path=rejected.path,
+            field=rejected.field,
+            error=rejected.error,
+            recorded_at=rejected.recorded_at,
+        ),
+    )
 
 
 def encode_cursor(row: Mapping[str, Any]) -> str:
@@ -110,58 +175,56 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
         raise BadInput(f"{cursor!r} is not a cursor this API returned") from None
 
 
-def audit_json(
-    job: str, timezone: str, zone: tzinfo, now: datetime, audit: Audit
-) -> dict[str, Any]:
-    """The audit as the API and ``claimd audit --json`` give it."""
-    entries = []
-    for e in audit.entries:
-        run = (
-            None
+def audit_of(job: str, timezone: str, zone: tzinfo, now: datetime, audit: Audit) -> AuditAnswer:
+    """The audit as the API and ``claimd audit`` give it."""
+    entries = [
+        AuditEntry(
+            scheduled_at=utc(e.scheduled_at),
+            scheduled_local=local_of(e.scheduled_at, zone),
+            status=e.status,
+            problem=e.status in PROBLEMS,
+            reason=e.reason,
+            run=None
             if e.run is None
-            else {
-                "id": e.run.run_id,
-                "state": e.run.state.value,
-                "trigger": e.run.trigger,
-                "attempt": e.run.attempt,
-            }
+            else AuditRun.model_validate(
+                {
+                    "id": e.run.run_id,
+                    "state": e.run.state,
+                    "trigger": e.run.trigger,
+                    "attempt": e.run.attempt,
+                }
+            ),
         )
-        entries.append(
-            {
-                "scheduled_at": iso(e.scheduled_at),
-                "scheduled_local": local(e.scheduled_at, zone),
-                "status": e.status.value,
-                "problem": e.status in PROBLEMS,
-                "reason": e.reason,
-                "run": run,
-            }
-        )
-    counts = {s.value: audit.counts.get(s.value, 0) for s in Status}
-    return {
-        "job": job,
-        "timezone": timezone,
-        "from": iso(audit.start),
-        "to": iso(audit.end),
-        "from_local": local(audit.start, zone),
-        "to_local": local(audit.end, zone),
-        "now": iso(now),
-        "due_since": iso(audit.due_since),
-        # When the range names no instant of the schedule: the nearest ones.
-        "nearest_before": iso(audit.nearest_before),
-        "nearest_before_local": local(audit.nearest_before, zone),
-        "nearest_after": iso(audit.nearest_after),
-        "nearest_after_local": local(audit.nearest_after, zone),
-        "entries": entries,
-        "summary": {
-            "due": audit.due,
-            "counts": counts,
-            "problems": audit.problems,
-            "not_yet_due": audit.not_yet_due,
-            "complete": audit.complete,
-            "instants": audit.named,
-            "line": summary_line(job, audit, zone),
-        },
-    }
+        for e in audit.entries
+    ]
+    summary = AuditSummary(
+        due=audit.due,
+        counts={s: audit.counts.get(s.value, 0) for s in Status},
+        problems=audit.problems,
+        not_yet_due=audit.not_yet_due,
+        complete=audit.complete,
+        instants=audit.named,
+        line=summary_line(job, audit, zone),
+    )
+    return AuditAnswer.model_validate(
+        {
+            "job": job,
+            "timezone": timezone,
+            "from": audit.start,
+            "to": audit.end,
+            "from_local": local(audit.start, zone),
+            "to_local": local(audit.end, zone),
+            "now": now,
+            "due_since": audit.due_since,
+            # When the range names no instant of the schedule: the nearest ones.
+            "nearest_before": audit.nearest_before,
+            "nearest_before_local": local(audit.nearest_before, zone),
+            "nearest_after": audit.nearest_after,
+            "nearest_after_local": local(audit.nearest_after, zone),
+            "entries": entries,
+            "summary": summary,
+        }
+    )
 
 
 def summary_line(job: str, audit: Audit, zone: tzinfo = UTC) -> str:

@@ -15,9 +15,16 @@ the proof of the distributed behaviour.
 Every name is exported here: ``from actors.ports import X`` is the way in.
 """
 
-from actors.ports.dispatch import Broker, Delivery, Inbox, ReplicaBroker
+from actors.ports.dispatch import Broker, Delivery, Inbox, ReplicaBroker, settle_quietly
 from actors.ports.errors import InboxSilent, Outage, RecordRejected, StoreUnavailable
-from actors.ports.execution import Callback, Clock, DatabaseTime, Executor, MovingClock
+from actors.ports.execution import (
+    Callback,
+    Clock,
+    DatabaseTime,
+    Executor,
+    MovingClock,
+    Preparing,
+)
 from actors.ports.live_output import OutputChunk, OutputFeed, OutputFollow
 from actors.ports.messages import (
     ClusterReading,
@@ -48,6 +55,7 @@ from actors.ports.operator import (
     Resumed,
     RunDetail,
     RunListing,
+    RunRow,
     SchemaMissing,
     StoreRefused,
     Unchanged,
@@ -98,6 +106,7 @@ __all__ = [
     "OutputFollow",
     "PausedSpan",
     "PlanningStore",
+    "Preparing",
     "ReapingStore",
     "RecordRejected",
     "Recorded",
@@ -109,6 +118,7 @@ __all__ = [
     "Resumed",
     "RunDetail",
     "RunListing",
+    "RunRow",
     "RunStore",
     "SchemaMissing",
     "StartedRun",
@@ -117,4 +127,5 @@ __all__ = [
     "Unchanged",
     "UnknownJob",
     "WorkerStore",
+    "settle_quietly",
 ]

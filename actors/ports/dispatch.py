@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Protocol
 
+from actors.observability import get_logger
 from actors.ports.messages import DispatchMessage
+
+log = get_logger("dispatch")
 
 
 class Broker(Protocol):
@@ -79,3 +82,12 @@ class ReplicaBroker(Broker, Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+async def settle_quietly(reply: Awaitable[object]) -> None:
+    """A :class:`Delivery`'s ack, nak, term or in_progress, best effort: a lost reply
+    means a redelivery, which changes nothing (the store's guards decide)."""
+    try:
+        await reply
+    except Exception as exc:  # noqa: BLE001 - cancellation (a BaseException) still passes
+        log.warning("broker reply failed", error=repr(exc))

@@ -22,6 +22,16 @@ class Executor(Protocol):
         ...
 
 
+@runtime_checkable
+class Preparing(Protocol):
+    """An executor that can make ready ahead of time what runs of a kind need."""
+
+    def prepare(self, executor: str | None, count: int = 1) -> None:
+        """``count`` runs of that kind (a dispatch's ``executor`` hint) are coming soon
+        (held for their instant): start what they need now (warm processes), not at it."""
+        ...
+
+
 class Clock(Protocol):
     """Wall-clock time, injectable so that schedules are tested without waiting."""
 

@@ -148,9 +148,13 @@ class JobReading:
     definition: str | None  # None: it changed while being read (the next read has it)
     last_success: datetime | None  # finished_at of its latest succeeded run
     last_failure: datetime | None  # finished_at of its latest run failed for good
-    overdue: int  # runs due and not started (0 while paused)
-    overdue_oldest_age: float  # seconds the oldest of them has been due
+    overdue: int  # runs due more than OVERDUE_AFTER ago and not started (0 while paused)
+    overdue_oldest_age: float  # seconds the oldest run due and not started has been due
     materialized_behind: float  # seconds its rows stop short of now (0 when ahead)
+    # What its state is decided from too (actors.domain.job_state).
+    last_state: str | None = None  # its last finished run's state
+    running: int = 0
+    rejected: bool = False  # the config file rejected it at the last load
 
 
 @dataclass(frozen=True)

@@ -7,15 +7,16 @@ committed together. ``OperatorStore`` is both, what an adapter implements:
 PostgreSQL (actors.adapters.postgres.operator_store) and the in-memory one
 (actors.testing.memory_operator), held to the same contract tests.
 
-Answers are plain values: the rows below are TypedDicts (plain dicts, the
-keys the SQL names), never a driver's records. A store's failures reach the
+Answers are plain values: the rows below are plain dicts (the keys the SQL
+names; the listings' rows are read by the operator's models, the others are
+TypedDicts), never a driver's records. A store's failures reach the
 caller as the errors below (and ``StoreUnavailable`` for an outage), never as
 a driver's exceptions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
@@ -115,60 +116,14 @@ class JobRecord(TypedDict):
     now: datetime
 
 
-class JobOverview(TypedDict):
-    """One job with its figures, as the job list shows it."""
-
-    id: int
-    name: str
-    definition: str
-    enabled: bool
-    paused: bool
-    created_at: datetime | None
-    history_pruned_through: datetime | None
-    due_since: datetime | None
-    timezone: str
-    backlog: int
-    oldest_due: datetime | None
-    ahead: int
-    running: int
-    last_run_id: str | None
-    last_state: str | None
-    last_outcome: str | None
-    last_error: str | None
-    last_scheduled_at: datetime | None
-    last_finished_at: datetime | None
-    last_trigger: str | None
-    last_success: datetime | None
-    failures_24h: int
-
-
-class RunListing(TypedDict):
-    """One run as a listing shows it."""
-
-    id: str
-    job: str
-    timezone: str
-    scheduled_at: datetime
-    due_at: datetime
-    state: str
-    trigger: str
-    attempt: int
-    claim_epoch: int
-    lease_owner: str | None
-    lease_expires_at: datetime | None
-    claimed_at: datetime | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    outcome: str | None
-    exit_code: int | None
-    error: str | None
-
-
-class RunDetail(RunListing):
-    """One run with its output's tail and the store's now."""
-
-    output_tail: str | None
-    now: datetime
+# A row of a listing as the SQL names its columns (a plain dict, never a driver's
+# record). The operator's read models (actors.operator.models) take the columns they
+# name from it: a field added to a listing is declared there and in the SQL, not here.
+Row = Mapping[str, Any]
+JobOverview = Row  # one job with its figures (JOBS_OVERVIEW)
+RunListing = Row  # one run as a listing shows it (RUNS_PAGE)
+RunDetail = Row  # one run, its output's tail and the store's ``now`` (RUN_DETAIL)
+RunRow = Row
 
 
 class AttemptRecord(TypedDict):

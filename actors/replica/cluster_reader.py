@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from dataclasses import KW_ONLY, dataclass, field
+from datetime import datetime, timedelta
 
+from actors import clocks
+from actors.clocks import utc_now
 from actors.domain import decode_job, take
+from actors.domain.job_state import JobFacts, job_state
 from actors.observability import (
     CLUSTER,
     ClusterCollector,
@@ -57,27 +60,21 @@ def schedule_period(definition: str, now: datetime) -> float | None:
     return max(gaps) if gaps else None
 
 
+@dataclass(eq=False)
 class ClusterMetrics:
     """Refreshes the cluster gauges' snapshot; ``read`` is set once the store connects."""
 
-    def __init__(
-        self,
-        read: ReadFigures | None = None,
-        *,
-        collector: ClusterCollector = CLUSTER,
-        min_interval: float = 1.0,
-        timeout: float = 2.0,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.read = read
-        self.collector = collector
-        self.min_interval = min_interval
-        self.timeout = timeout
-        self.monotonic = monotonic
-        self._attempted: float | None = None
-        self._lock = asyncio.Lock()
-        self._periods: dict[str, float | None] = {}  # fingerprint -> period
-        self._warned: float | None = None
+    read: ReadFigures | None = None
+    _: KW_ONLY
+    collector: ClusterCollector = CLUSTER
+    min_interval: float = 1.0
+    timeout: float = 2.0
+    monotonic: Callable[[], float] = clocks.monotonic
+    _attempted: float | None = field(default=None, init=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    # A job's schedule period (seconds) by its definition's fingerprint.
+    _periods: dict[str, float | None] = field(default_factory=dict, init=False)
+    _warned: float | None = field(default=None, init=False)
 
     async def refresh(self) -> None:
         """Read the figures unless they were read (or tried) within ``min_interval``."""
@@ -110,7 +107,7 @@ class ClusterMetrics:
 
     def _job(self, job: JobReading) -> JobSnapshot:
         if job.fingerprint not in self._periods and job.definition is not None:
-            self._periods[job.fingerprint] = schedule_period(job.definition, datetime.now(UTC))
+            self._periods[job.fingerprint] = schedule_period(job.definition, utc_now())
         return JobSnapshot(
             name=job.name,
             paused=job.paused,
@@ -120,4 +117,14 @@ class ClusterMetrics:
             overdue_oldest_age=job.overdue_oldest_age,
             period=self._periods.get(job.fingerprint),
             materialized_behind=job.materialized_behind,
+            state=job_state(
+                JobFacts(
+                    enabled=True,  # the reading holds the jobs in the config file
+                    paused=job.paused,
+                    last_state=job.last_state,
+                    running=job.running,
+                    oldest_due_age=timedelta(seconds=job.overdue_oldest_age),
+                    rejected=job.rejected,
+                )
+            ).value,
         )

@@ -1,6 +1,6 @@
 """The ports a replica is composed from, as one bundle.
 
-A replica never names a driver: it asks its ``Adapters`` for a store, a
+A replica never names a driver: it asks its ``PortBundle`` for a store, a
 broker, the worker's inbox, an executor and the database's
 clock. ``actors.replica.production`` builds them on PostgreSQL and NATS
 JetStream; ``actors.testing.memory_replica`` in memory, so that the actors
@@ -20,7 +20,7 @@ from actors.ports import Executor, Inbox, OutputFeed, ReplicaBroker, ReplicaStor
 from actors.scheduling.database_clock import DatabaseClock
 
 
-class Adapters(Protocol):
+class PortBundle(Protocol):
     """How one replica reaches the world."""
 
     # The dependency gauges the replica's readiness verdicts set.

@@ -44,8 +44,8 @@ API_POOL_SIZE = 4
 
 
 @dataclass
-class ProductionAdapters:
-    """The Adapters of `claimd run` and `claimd dev`, from the ``[claimd]`` settings."""
+class ProductionPorts:
+    """The PortBundle of `claimd run` and `claimd dev`, from the ``[claimd]`` settings."""
 
     settings: Settings
     replica_id: str
@@ -99,7 +99,7 @@ class ProductionAdapters:
         jetstream = self._opened()
         await jetstream.ensure_stream(
             settings.duplicate_window,
-            max_age=max(settings.lease * 2, settings.duplicate_window),
+            max_age=settings.lease_settings.stream_max_age(settings.duplicate_window),
             replicas=settings.stream_replicas,
         )
         await jetstream.ensure_consumer(
@@ -131,7 +131,10 @@ class ProductionAdapters:
     def executor(self) -> Executor:
         # Python jobs get neither claimd's CLAIMD_* settings nor its API token.
         token = self.settings.api_token_env
-        local = LocalExecutor(withheld_env=() if token is None else (token,))
+        local = LocalExecutor(
+            withheld_env=() if token is None else (token,),
+            python_processes=self.settings.python_processes or self.settings.worker_concurrency,
+        )
         return LiveOutputExecutor(local, self._relay())
 
     def output_feed(self) -> OutputFeed | None:
@@ -165,8 +168,11 @@ class ProductionAdapters:
             log.warning(
                 "api: own database pool unavailable; sharing the replica's", error=repr(exc)
             )
-            return OperatorService(PostgresOperatorStore(_postgres(store).pool))
-        return OperatorService(PostgresOperatorStore(pool, owns_pool=True))
+            shared = PostgresOperatorStore(_postgres(store).pool, health=self.store_health)
+            return OperatorService(shared)
+        return OperatorService(
+            PostgresOperatorStore(pool, owns_pool=True, health=self.store_health)
+        )
 
     def _opened(self) -> JetStreamBroker:
         """The JetStream broker open_broker connected (a subclass's open_broker may wrap
@@ -176,5 +182,5 @@ class ProductionAdapters:
 
 
 def _postgres(store: ReplicaStore) -> PostgresRunStore:
-    assert isinstance(store, PostgresRunStore), "opened by ProductionAdapters.open_store"
+    assert isinstance(store, PostgresRunStore), "opened by ProductionPorts.open_store"
     return store

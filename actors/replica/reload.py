@@ -21,6 +21,7 @@ from actors.domain import Job, decode_job
 from actors.domain.generations import ConfigIdentity, Generation, Standing, config_digest
 from actors.observability import (
     CONFIG_FILE_INFO,
+    CONFIG_FILE_REFUSED,
     CONFIG_IN_FORCE_INFO,
     CONFIG_JOB_ERRORS,
     CONFIG_JOB_REJECTED,
@@ -184,11 +185,14 @@ class JobsConfig:
                 load_config, self.path, env=self._env, code=CodeImport(reload=True)
             )
         except ConfigError as exc:
-            # The file as a whole is unreadable (TOML, [claimd]): which jobs it
-            # rejects is unknown, so the last load's record stands.
+            # The file as a whole is unreadable (TOML, [claimd]): which of its jobs
+            # are wrong is unknown now, and the errors an earlier load recorded are
+            # of a file that has changed since: the record is replaced by this
+            # refusal, which names no job (its error is the reload's verdict).
             log.error(
                 "reload rejected; running jobs unchanged", path=str(self.path), errors=str(exc)
             )
+            await self._rejected(store, replica_id, [], file_refused=True)
             return False, _refused([exc])
         if loaded.errors:
             log.error(
@@ -198,7 +202,7 @@ class JobsConfig:
             )
             # Refused as a whole: every job runs as before, and the jobs this file
             # gets wrong are what an operator must fix before the next reload.
-            await self._rejected(store, replica_id, loaded)
+            await self._rejected(store, replica_id, loaded.errors)
             return False, _refused(loaded.errors)
         # Materializers plan from the stored definitions, and write only while a
         # plan's definition is still the stored one: a tick racing this sync, here
@@ -212,6 +216,8 @@ class JobsConfig:
             )
             config = self._judged(file, synced)
             if synced.standing is Standing.STALE:
+                # Refused as older, not for an error: no job of this file is rejected.
+                await self._rejected(store, replica_id, loaded.errors)
                 await self._run_in_force(store)
                 self.loaded = dataclasses.replace(loaded, settings=self.loaded.settings)
                 return False, {
@@ -233,7 +239,7 @@ class JobsConfig:
         self.jobs = dict(loaded.jobs)
         init_job_series(self.jobs)
         self.loaded = dataclasses.replace(loaded, settings=self.loaded.settings)
-        await self._rejected(store, replica_id, loaded)
+        await self._rejected(store, replica_id, loaded.errors)
         log.info("reloaded", path=str(self.path), jobs=len(self.jobs), changes=in_brief(changes))
         if len(self.jobs) >= TRIM_AFTER_JOBS:
             # The previous config's objects went back to the heap: return them.
@@ -241,15 +247,24 @@ class JobsConfig:
         verdict = {k: _names([n for n, c in changes.items() if c == k]) for k in CHANGE_KINDS}
         return True, {**verdict, "settings_not_applied": changed, "config": config}
 
-    async def _rejected(self, store: ReplicaStore, replica_id: str, loaded: LoadedConfig) -> None:
-        """The jobs this load rejected, in the metrics and (a scheduler's) in the database.
+    async def _rejected(
+        self,
+        store: ReplicaStore,
+        replica_id: str,
+        errors: list[ConfigError],
+        *,
+        file_refused: bool = False,
+    ) -> None:
+        """The jobs this load rejected, in the metrics and (a scheduler's) in the database;
+        every load replaces what the last one recorded, whatever refused it.
 
         Written wherever the config is read, so `claimd jobs`, the API and the
         status page name them whichever process asks; never a reason for the
-        load itself to fail.
+        load itself to fail. ``file_refused``: the file was refused as a whole.
         """
-        rejected = rejected_jobs(loaded.errors)
-        CONFIG_JOB_ERRORS.set(len(loaded.errors))
+        rejected = rejected_jobs(errors)
+        CONFIG_FILE_REFUSED.set(1 if file_refused else 0)
+        CONFIG_JOB_ERRORS.set(len(errors))
         CONFIG_JOB_REJECTED.clear()
         for r in rejected:
             CONFIG_JOB_REJECTED.labels(r.job).set(1)
@@ -285,7 +300,7 @@ class JobsConfig:
                 await self._run_in_force(store)
             else:
                 log.info("jobs synced", jobs=len(self.jobs), changes=in_brief(dict(synced.changes)))
-        await self._rejected(store, replica_id, self.loaded)
+        await self._rejected(store, replica_id, self.loaded.errors)
         return True
 
     def _judged(self, file: ConfigIdentity, synced: ConfigSync) -> dict[str, Any]:
@@ -294,12 +309,12 @@ class JobsConfig:
         self.in_force = synced.in_force
         self.stale = synced.standing is Standing.STALE
         self.show()
+        # Which file: every line about its standing names it the same way.
+        named = {"path": str(self.path), "digest": file.short, "config_version": file.version}
         if self.stale:
             log.warning(
                 "config file older than the generation in force; running the jobs in force",
-                path=str(self.path),
-                digest=file.short,
-                config_version=file.version,
+                **named,
                 in_force=synced.in_force.short,
                 in_force_version=synced.in_force.version,
                 in_force_since=synced.in_force.first_seen_at.isoformat(),
@@ -308,9 +323,7 @@ class JobsConfig:
         elif synced.standing.records:
             log.info(
                 "config generation in force",
-                path=str(self.path),
-                digest=file.short,
-                config_version=file.version,
+                **named,
                 generation=synced.in_force.seq,
                 standing=synced.standing.value,
             )

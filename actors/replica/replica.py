@@ -1,6 +1,6 @@
 """One claimd replica: HTTP first, then its servers, then the actors of its role, supervised.
 
-Composed from ports (``Adapters``): ``actors.replica.production`` on
+Composed from ports (``PortBundle``): ``actors.replica.production`` on
 PostgreSQL and NATS JetStream by default, or any other bundle (in memory, for
 a unit test of the whole replica).
 """
@@ -45,7 +45,7 @@ from actors.replica.lifecycle import (
     stop_bound,
     until_connected,
 )
-from actors.replica.port_bundle import Adapters
+from actors.replica.port_bundle import PortBundle
 from actors.replica.reload import JobsConfig
 from actors.replica.status import ReplicaStatus
 from actors.replica.wiring import ReplicaPorts, Role, run_actors
@@ -63,10 +63,10 @@ class _UntilConnected:
         return unavailable
 
 
-def _production(replica: Replica) -> Adapters:
-    from actors.replica.production import ProductionAdapters
+def _production(replica: Replica) -> PortBundle:
+    from actors.replica.production import ProductionPorts
 
-    return ProductionAdapters(replica.config.settings, replica.replica_id)
+    return ProductionPorts(replica.config.settings, replica.replica_id)
 
 
 @dataclass
@@ -84,13 +84,13 @@ class Replica:
     # Called with (host, port) once HTTP serves (`claimd dev` prints its banner).
     on_http: Callable[[str, int], None] | None = None
     # The ports; None: PostgreSQL and NATS as the settings name them.
-    adapters: Adapters | None = None
+    bundle: PortBundle | None = None
     # The environment the config was read with, for each reload (None: the
     # process's). `claimd dev` names its embedded servers' URLs in it.
     config_env: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
-        self.ports: Adapters = self.adapters if self.adapters is not None else _production(self)
+        self.ports: PortBundle = self.bundle if self.bundle is not None else _production(self)
         self._jobs = JobsConfig(
             self.config_path, self.config, syncs_jobs=self.role.schedules, env=self.config_env
         )

@@ -1,6 +1,6 @@
 """The actor set of one replica, wired to its ports and supervised, with the stop's order.
 
-Given a store, a broker and the rest of its ports (``Adapters``), whatever
+Given a store, a broker and the rest of its ports (``PortBundle``), whatever
 they are built on, :func:`run_actors` starts the actors of the replica's
 role, each under the supervisor, waits for the stop, and stops them in the
 order that loses nothing: claiming first, then publishing or releasing
@@ -21,12 +21,13 @@ from actors.observability import get_logger
 from actors.pacing import BrokerGate, ClaimedBatch, Probe
 from actors.ports import ReplicaBroker, ReplicaStore
 from actors.replica.lifecycle import release_within
-from actors.replica.port_bundle import Adapters
+from actors.replica.port_bundle import PortBundle
 from actors.scheduling.claimer import Claimer
 from actors.scheduling.compensator import Compensator
 from actors.scheduling.dispatcher import Dispatcher
 from actors.scheduling.materializer import Materializer
 from actors.scheduling.reaper import Reaper
+from actors.scheduling.runtime import Runtime
 from actors.scheduling.supervisor import supervise
 from actors.worker import Worker, WorkerSettings
 
@@ -61,7 +62,7 @@ class ReplicaPorts:
 
     store: ReplicaStore
     broker: ReplicaBroker
-    adapters: Adapters
+    bundle: PortBundle
 
 
 async def run_actors(
@@ -77,7 +78,7 @@ async def run_actors(
     ``config_jobs``: the replica's jobs as its config has them now (the
     materializer uses one in place of a stored definition that is the same).
     """
-    store, broker, adapters = ports.store, ports.broker, ports.adapters
+    store, broker, bundle = ports.store, ports.broker, ports.bundle
     stop_claiming = asyncio.Event()
     stop_working = asyncio.Event()
     # A round trip to the broker within the deadline of a publish: what
@@ -93,7 +94,9 @@ async def run_actors(
 
     # One clock, the database's: the materializer reads it every tick (and
     # so measures this replica's skew); the worker's lag metrics use it.
-    clock = adapters.database_clock(store)
+    clock = bundle.database_clock(store)
+    # What every scheduling actor is handed: that clock, the local timers' and its logger.
+    runtime = Runtime(clock)
 
     async with asyncio.TaskGroup() as group:
         tasks: dict[str, asyncio.Task[None]] = {}
@@ -107,6 +110,7 @@ async def run_actors(
                 # Ticks keep out of a herd's seconds: from its claim-ahead on.
                 quiet_before=settings.effective_claim_ahead + timedelta(seconds=2),
                 config_jobs=config_jobs,
+                runtime=runtime,
             )
             claimer = Claimer(
                 store,
@@ -120,12 +124,18 @@ async def run_actors(
                 stop=stop_claiming,
                 ahead=settings.effective_claim_ahead,
                 wake=settings.claim_wake,
-                clock=clock.now,
+                runtime=runtime,
             )
-            dispatcher = Dispatcher(broker, settings.deployment, to_dispatch, to_release, gate)
-            compensator = Compensator(store, replica_id, to_release)
+            dispatcher = Dispatcher(
+                broker, settings.deployment, to_dispatch, to_release, gate, runtime=runtime
+            )
+            compensator = Compensator(store, replica_id, to_release, runtime=runtime)
             reaper = Reaper(
-                store, settings.reap_interval, stop_claiming, retention=settings.history_retention
+                store,
+                settings.reap_interval,
+                stop_claiming,
+                retention=settings.history_retention,
+                runtime=runtime,
             )
             for name, start in (
                 ("materializer", materializer.run),
@@ -135,7 +145,7 @@ async def run_actors(
                 ("reaper", reaper.run),
             ):
                 tasks[name] = group.create_task(supervise(name, start), name=name)
-            listen = adapters.pending_listener(store, claimer.run_pending)
+            listen = bundle.pending_listener(store, claimer.run_pending)
             if settings.claim_wake and listen is not None:
 
                 async def listener() -> None:
@@ -145,13 +155,11 @@ async def run_actors(
                 tasks["listener"] = group.create_task(supervise("listener", listener))
         if role.works:
             worker_settings = WorkerSettings.from_config(settings, replica_id)
-            inbox = await adapters.worker_inbox(
-                broker, probe_broker, worker_settings.stall_threshold
-            )
+            inbox = await bundle.worker_inbox(broker, probe_broker, worker_settings.stall_threshold)
             worker = Worker(
-                adapters.worker_store(store),
+                bundle.worker_store(store),
                 inbox,
-                adapters.executor(),
+                bundle.executor(),
                 worker_settings,
                 stop=stop_working,
                 clock=clock,

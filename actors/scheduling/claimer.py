@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime, timedelta
+from collections.abc import Coroutine
+from dataclasses import KW_ONLY, dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from actors.observability import (
@@ -31,56 +31,48 @@ from actors.observability import (
     INTAKE_PAUSES,
     RUNS_CLAIMED,
     RUNS_SKIPPED,
-    get_logger,
 )
 from actors.pacing import BrokerGate, ClaimedBatch
 from actors.ports import ClaimingStore
+from actors.scheduling.runtime import Runtime
 
-log = get_logger("claimer")
 
-
+@dataclass(eq=False)
 class Claimer:
-    """Claims while claimed-but-not-started runs stay under ``max_claimed``."""
+    """Claims while claimed-but-not-started runs stay under ``max_claimed``.
 
-    def __init__(
-        self,
-        store: ClaimingStore,
-        owner: str,
-        outbox: asyncio.Queue[ClaimedBatch | None],
-        gate: BrokerGate,
-        *,
-        batch: int,
-        lease: timedelta,
-        max_claimed: int,
-        interval: timedelta,
-        stop: asyncio.Event,
-        ahead: timedelta = timedelta(0),
-        wake: bool = False,
-        clock: Callable[[], datetime] | None = None,
-    ) -> None:
-        """``clock``: the database's time as estimated here (compares notified instants)."""
-        self.store = store
-        self.owner = owner
-        self.outbox = outbox
-        self.gate = gate
-        self.batch = batch
-        self.lease = lease
-        self.max_claimed = max_claimed
-        self.interval = interval
-        self.stop = stop
-        self.ahead = ahead
-        self.wake = wake
-        self.clock = clock or (lambda: datetime.now(UTC))
-        self._woken = asyncio.Event()
-        self._rest_until: datetime | None = None  # None: not resting (a pass is under way)
-        self._paused_since: float | None = None  # monotonic, while the gate's outage lasts
+    ``runtime``: the replica's (actors.scheduling.runtime); its database clock's
+    estimate compares notified instants.
+    """
+
+    store: ClaimingStore
+    owner: str
+    outbox: asyncio.Queue[ClaimedBatch | None]
+    gate: BrokerGate
+    _: KW_ONLY
+    batch: int
+    lease: timedelta
+    max_claimed: int
+    interval: timedelta
+    stop: asyncio.Event
+    ahead: timedelta = timedelta(0)
+    wake: bool = False
+    runtime: Runtime = field(default_factory=Runtime.local)
+    _woken: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _rest_until: datetime | None = field(default=None, init=False)  # None: not resting
+    # monotonic, while the gate's outage lasts
+    _paused_since: float | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.clock = self.runtime.database.now
+        self.log = self.runtime.logger("claimer")
 
     async def claim_once(self, limit: int | None = None, *, trial: bool = False) -> int:
         """One pass: skip what may not run, claim up to ``limit`` (the batch) and send it on."""
         limit = self.batch if limit is None else limit
         for run_id, reason in await self.store.skip_unrunnable(self.batch):
             RUNS_SKIPPED.inc()
-            log.info("run skipped", run_id=run_id, reason=str(reason))
+            self.log.info("run skipped", run_id=run_id, reason=str(reason))
         runs = await self.store.claim_due_runs(
             self.owner, limit, self.lease, self.max_claimed, self.ahead
         )
@@ -144,10 +136,10 @@ class Claimer:
     async def _while_gate_closed(self) -> None:
         """Wait for the gate; said once per outage, however many trials it takes."""
         if self._paused_since is None:
-            self._paused_since = time.monotonic()
+            self._paused_since = self.runtime.monotonic()
             INTAKE_PAUSED.labels(actor="claimer").set(1)
             INTAKE_PAUSES.labels(actor="claimer", reason="broker").inc()
-            log.warning(
+            self.log.warning(
                 "claiming paused: this replica cannot publish; others claim. Backing off, "
                 "one run tried after each delay",
                 error=self.gate.last_error,
@@ -160,9 +152,9 @@ class Claimer:
         if self._paused_since is None or self.gate.outage_began is not None:
             return
         INTAKE_PAUSED.labels(actor="claimer").set(0)
-        log.warning(
+        self.log.warning(
             "claiming resumed: publishes go through again",
-            paused_s=round(time.monotonic() - self._paused_since, 3),
+            paused_s=round(self.runtime.monotonic() - self._paused_since, 3),
             trials=self.gate.trials,
         )
         self._paused_since = None

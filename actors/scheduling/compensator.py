@@ -12,18 +12,23 @@ from __future__ import annotations
 import asyncio
 
 from actors.domain import ClaimedRun
-from actors.observability import RUNS_RELEASED, get_logger
+from actors.observability import RUNS_RELEASED
 from actors.pacing import Backoff
 from actors.ports import ClaimingStore, Outage
-
-log = get_logger("compensator")
+from actors.scheduling.runtime import Runtime
 
 
 class Compensator:
     def __init__(
-        self, store: ClaimingStore, owner: str, inbox: asyncio.Queue[tuple[ClaimedRun, ...] | None]
+        self,
+        store: ClaimingStore,
+        owner: str,
+        inbox: asyncio.Queue[tuple[ClaimedRun, ...] | None],
+        *,
+        runtime: Runtime | None = None,
     ) -> None:
         self.store = store
+        self.log = (runtime or Runtime.local()).logger("compensator")
         self.owner = owner
         self.inbox = inbox
         self.backoff = Backoff(initial=0.1, maximum=5.0)
@@ -34,7 +39,7 @@ class Compensator:
                 released = await self.store.release_unpublished(self.owner, runs)
             except Outage as exc:  # retried; the lease is the backstop
                 delay = self.backoff.next_delay()
-                log.warning(
+                self.log.warning(
                     "release failed; retrying",
                     runs=len(runs),
                     delay_s=round(delay, 3),
@@ -44,7 +49,7 @@ class Compensator:
                 continue
             self.backoff.reset()
             RUNS_RELEASED.inc(released)
-            log.info(
+            self.log.info(
                 "released unpublished runs", runs=released, run_ids=[r.run_id for r in runs][:20]
             )
             return released

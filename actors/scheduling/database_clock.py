@@ -18,11 +18,12 @@ holding runs claimed ahead still starts them at their instants.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
+from actors import clocks
+from actors.clocks import SystemClock
 from actors.observability import CLOCK_SKEW, get_logger
 from actors.pacing import wait_for_stop
 from actors.ports import Clock, MovingClock
@@ -43,13 +44,6 @@ class DatabaseNow(Protocol):
     """What the clock needs from the store (``RunStore.database_now``)."""
 
     async def database_now(self) -> datetime: ...
-
-
-class SystemClock:
-    """The replica's own wall clock: for local use only (logs, estimates)."""
-
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 class DatabaseClock:
@@ -80,7 +74,7 @@ class DatabaseClock:
         local: Clock | None = None,
         warn_above: timedelta = SKEW_WARNING,
         warn_every: timedelta = WARN_EVERY,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] = clocks.monotonic,
     ) -> None:
         self.store = store
         self.local = local or SystemClock()

@@ -10,32 +10,30 @@ instead of waiting out a publish timeout for every run.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import KW_ONLY, dataclass, field
 
 from actors.domain import ClaimedRun
-from actors.observability import PUBLISH_FAILED, PUBLISHED, get_logger
+from actors.observability import PUBLISH_FAILED, PUBLISHED
 from actors.observability.tracing import Span, run_attributes, tracing
 from actors.pacing import BrokerGate, ClaimedBatch
 from actors.ports import Broker, DispatchMessage
+from actors.scheduling.runtime import Runtime
 
-log = get_logger("dispatcher")
 
-
+@dataclass(eq=False)
 class Dispatcher:
     """Publishes claimed batches; returns unpublished runs to the compensator."""
 
-    def __init__(
-        self,
-        broker: Broker,
-        deployment: str,
-        inbox: asyncio.Queue[ClaimedBatch | None],
-        compensate: asyncio.Queue[tuple[ClaimedRun, ...] | None],
-        gate: BrokerGate,
-    ) -> None:
-        self.broker = broker
-        self.deployment = deployment
-        self.inbox = inbox
-        self.compensate = compensate
-        self.gate = gate
+    broker: Broker
+    deployment: str
+    inbox: asyncio.Queue[ClaimedBatch | None]
+    compensate: asyncio.Queue[tuple[ClaimedRun, ...] | None]
+    gate: BrokerGate
+    _: KW_ONLY
+    runtime: Runtime = field(default_factory=Runtime.local)
+
+    def __post_init__(self) -> None:
+        self.log = self.runtime.logger("dispatcher")
 
     def message(
         self, run: ClaimedRun, trace_context: tuple[tuple[str, str], ...] = ()
@@ -61,7 +59,7 @@ class Dispatcher:
         """
         runs = batch.runs
         if not self.gate.is_open and not batch.trial:
-            log.info(
+            self.log.info(
                 "broker unhealthy for this replica; batch released unpublished",
                 runs=len(runs),
                 error=self.gate.last_error,
@@ -92,7 +90,7 @@ class Dispatcher:
         PUBLISH_FAILED.inc(len(failed))
         error = failed[0][1]
         first = (str(error) or repr(error))[:300]  # a JetStream refusal says why in str()
-        say = log.debug if batch.trial else log.warning
+        say = self.log.debug if batch.trial else self.log.warning
         say(
             "publish failed; runs go to the compensator",
             runs=len(failed),
@@ -102,7 +100,7 @@ class Dispatcher:
             trial=batch.trial,
         )
         delay = self.gate.failed(first)
-        log.debug("claiming paused while the broker fails", delay_s=round(delay, 3))
+        self.log.debug("claiming paused while the broker fails", delay_s=round(delay, 3))
         await self.compensate.put(tuple(run for run, _ in failed))
         return [run for run, _ in failed]
 

@@ -53,13 +53,10 @@ from actors.observability import (
     PLANS_DISCARDED,
     RUNS_MATERIALIZED,
     RUNS_MISSED,
-    get_logger,
 )
 from actors.pacing import wait_for_stop
 from actors.ports import DatabaseTime, JobState, PlanningStore
-
-log = get_logger("materializer")
-
+from actors.scheduling.runtime import Runtime
 
 # Jobs planned and written together: one statement of a few thousand rows.
 CHUNK_JOBS = 2_000
@@ -96,13 +93,15 @@ class Materializer:
         guard_stale_plans: bool = True,
         quiet_before: timedelta = timedelta(seconds=3),
         config_jobs: Callable[[], Mapping[str, Job]] = dict,
+        runtime: Runtime | None = None,
     ) -> None:
         """``clock`` is the database's (tests may move a fake one, and then turn
         ``guard_stale_plans`` off: the database's own now() cannot agree with it).
         ``quiet_before``: how long before a herd's instant ticks stop (the
         claimer's claim-ahead and a margin). ``config_jobs``: this replica's jobs as
         its config has them now, used in place of a stored definition that is the
-        same (one decode less per job)."""
+        same (one decode less per job). ``runtime``: the replica's, for the logger."""
+        self.log = (runtime or Runtime.local()).logger("materializer")
         self._config_jobs = config_jobs
         self.store = store
         self._decoded = DecodedJobs(size=0)  # each stored definition decoded once
@@ -154,7 +153,7 @@ class Materializer:
         written = await self.store.materialize_many(plans, fresh_until)
         if written.stale:
             PLANS_DISCARDED.inc()
-            log.warning(
+            self.log.warning(
                 "plan reached the database after its on-time tolerance; planning it again",
                 jobs=len(plans),
                 tolerance_s=self.on_time.total_seconds(),
@@ -181,14 +180,14 @@ class Materializer:
             self._version = None
         RUNS_MATERIALIZED.inc(written.runs)
         if written.runs:
-            log.debug("materialized", runs=written.runs, jobs=len(written.written))
+            self.log.debug("materialized", runs=written.runs, jobs=len(written.written))
         # Counted as recorded, not as planned: replicas planning the same
         # dropped instants count them once between them (the first records
         # the gap), and a plan that wrote nothing counts nothing.
         for job_id, missed in written.missed.items():
             job = by_id[job_id][0]
             RUNS_MISSED.labels(job.name).inc(missed)
-            log.warning(
+            self.log.warning(
                 "missed instants dropped by catch-up policy",
                 job=job.name,
                 missed=missed,
@@ -331,7 +330,9 @@ class Materializer:
         try:
             return self._decoded.job(state.name, state.fingerprint, state.definition)
         except Exception as exc:  # noqa: BLE001 - one bad row must not stop the others
-            log.error("stored job definition unreadable; skipped", job=state.name, error=repr(exc))
+            self.log.error(
+                "stored job definition unreadable; skipped", job=state.name, error=repr(exc)
+            )
             return None
 
     # -- herds and lateness ------------------------------------------------------------
@@ -366,14 +367,14 @@ class Materializer:
         PLANNING_BEHIND.set(self._behind.total_seconds())
         late = self._behind > self.horizon / 4
         if late and not self._warned_behind:
-            log.warning(
+            self.log.warning(
                 "materializer falling behind: jobs planned late",
                 behind_s=round(self._behind.total_seconds(), 1),
                 horizon_s=self.horizon.total_seconds(),
                 jobs=len(self._jobs),
             )
         elif not late and self._warned_behind:
-            log.info("materializer keeping up again", jobs=len(self._jobs))
+            self.log.info("materializer keeping up again", jobs=len(self._jobs))
         self._warned_behind = late
 
     async def run(self) -> None:

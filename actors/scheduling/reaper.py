@@ -8,14 +8,14 @@ heartbeats keep a live run's lease fresh.
 from __future__ import annotations
 
 import asyncio
-import time
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import timedelta
 
-from actors.observability import RUNS_FAILED_FINALLY, RUNS_PRUNED, RUNS_REAPED, get_logger
+from actors.observability import RUNS_FAILED_FINALLY, RUNS_PRUNED, RUNS_REAPED
 from actors.pacing import wait_for_stop
 from actors.ports import ReapingStore
+from actors.scheduling.runtime import Runtime
 
-log = get_logger("reaper")
 REAP_BATCH = 1000
 
 
@@ -23,21 +23,20 @@ PRUNE_BATCH = 1000
 PRUNE_EVERY = 10.0  # seconds between retention passes
 
 
+@dataclass(eq=False)
 class Reaper:
     """Recovers expired leases every tick; prunes history past its retention now and then."""
 
-    def __init__(
-        self,
-        store: ReapingStore,
-        interval: timedelta,
-        stop: asyncio.Event,
-        retention: timedelta | None = None,
-    ) -> None:
-        self.store = store
-        self.interval = interval
-        self.stop = stop
-        self.retention = retention
-        self._last_prune = 0.0
+    store: ReapingStore
+    interval: timedelta
+    stop: asyncio.Event
+    retention: timedelta | None = None
+    _: KW_ONLY
+    runtime: Runtime = field(default_factory=Runtime.local)
+    _last_prune: float = field(default=0.0, init=False)
+
+    def __post_init__(self) -> None:
+        self.log = self.runtime.logger("reaper")
 
     async def prune_once(self) -> int:
         """Up to a few small batches of old terminal runs; the hot path never waits on it."""
@@ -51,20 +50,20 @@ class Reaper:
                 break
         if pruned:
             RUNS_PRUNED.inc(pruned)
-            log.info("history pruned", runs=pruned)
+            self.log.info("history pruned", runs=pruned)
         return pruned
 
     async def reap_once(self) -> int:
         orphaned = await self.store.cancel_orphaned_runs()
         if orphaned:
-            log.info("cancelled pending runs of removed jobs", runs=orphaned)
+            self.log.info("cancelled pending runs of removed jobs", runs=orphaned)
         reaped = await self.store.reap_expired_leases(REAP_BATCH)
         for run_id, job, transition in reaped:
             RUNS_REAPED.labels(transition=transition).inc()
             if transition.endswith("->failed"):
                 # The last attempt's worker vanished: the run fails for good.
                 RUNS_FAILED_FINALLY.labels(job).inc()
-                log.error(
+                self.log.error(
                     "lease expired",
                     run_id=run_id,
                     job=job,
@@ -72,14 +71,14 @@ class Reaper:
                     error="lease expired on the last attempt: the run failed",
                 )
                 continue
-            log.warning("lease expired", run_id=run_id, job=job, transition=transition)
+            self.log.warning("lease expired", run_id=run_id, job=job, transition=transition)
         return len(reaped)
 
     async def run(self) -> None:
         while not self.stop.is_set():
             if await self.reap_once() >= REAP_BATCH:
                 continue
-            if time.monotonic() - self._last_prune >= PRUNE_EVERY:
-                self._last_prune = time.monotonic()
+            if self.runtime.monotonic() - self._last_prune >= PRUNE_EVERY:
+                self._last_prune = self.runtime.monotonic()
                 await self.prune_once()
             await wait_for_stop(self.stop, self.interval.total_seconds())

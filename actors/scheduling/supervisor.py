@@ -22,10 +22,10 @@ health says an outage once (actors.observability.DependencyHealth).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 
+from actors import clocks
 from actors.observability import ACTOR_OUTAGES, ACTOR_RESTARTS, get_logger
 from actors.pacing import Backoff
 from actors.ports import Outage
@@ -91,7 +91,7 @@ async def supervise(
     window: float = 60.0,
     backoff: Backoff | None = None,
     outage_backoff: Backoff | None = None,
-    monotonic: Callable[[], float] = time.monotonic,
+    monotonic: Callable[[], float] = clocks.monotonic,
     settled_after: float = RUNNING_AGAIN_AFTER,
 ) -> None:
     """Run ``start()`` until it returns; restart it when it raises.

@@ -6,7 +6,9 @@ import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from actors.domain import Catchup, ClaimedRun, Overlap, RunState, SkipReason
+from actors.domain import Catchup, ClaimedRun, RunState, SkipReason, row_rules
+from actors.domain.row_rules import claimable, job_open, runs_beside_others
+from actors.ports.translator import reads_only
 from actors.testing.memory_catalog import InMemoryJobCatalog
 from actors.testing.memory_rows import RunRow
 
@@ -21,34 +23,17 @@ class InMemoryClaims(InMemoryJobCatalog):
         nominated: dict[str, SkipReason | None] = {}
         late: list[RunRow] = []
         for job in self.jobs.values():
-            if not job.enabled or job.paused:
+            if not job_open(job):
                 continue
             pending = sorted(
-                (
-                    r
-                    for r in self.runs.values()
-                    if r.job == job.name and r.state is RunState.PENDING
-                ),
+                (r for r in self._runs_of(job.name) if r.state is RunState.PENDING),
                 key=lambda r: r.scheduled_at,
             )
-            if job.overlap is Overlap.FORBID and self._active(job.name):
-                due = [
-                    r
-                    for r in pending
-                    if r.scheduled_at <= now
-                    and r.due_at <= now
-                    and r.overlap in (None, Overlap.FORBID)
-                ]
-                for r in due[:limit]:
-                    nominated[r.id] = SkipReason.OVERLAP_FORBIDDEN
-            if job.start_deadline is not None:
-                late += [
-                    r
-                    for r in pending
-                    if r.trigger == "schedule"
-                    and r.attempt == 1
-                    and r.scheduled_at < now - job.start_deadline
-                ]
+            busy = self._busy(job.name)
+            forbidden = [r for r in pending if row_rules.overlap_forbidden(r, job, busy, now)]
+            for r in forbidden[:limit]:
+                nominated[r.id] = SkipReason.OVERLAP_FORBIDDEN
+            late += [r for r in pending if row_rules.deadline_missed(r, job, now)]
             if job.catchup is Catchup.LATEST:
                 behind = [r for r in pending if r.trigger == "schedule" and r.due_at <= now]
                 for r in behind[:limit]:
@@ -78,30 +63,27 @@ class InMemoryClaims(InMemoryJobCatalog):
         now = self._now()
         by = now + ahead
         room = min(limit, max(0, max_claimed - len(self.in_state(RunState.CLAIMED))))
-        open_jobs = {n for n, j in self.jobs.items() if j.enabled and not j.paused}
+        open_jobs = {n for n, j in self.jobs.items() if job_open(j)}
         due = sorted(
             (
                 r
                 for r in self.runs.values()
-                if r.state is RunState.PENDING
-                and r.due_at <= by
+                if claimable(r, by)
                 and r.job in open_jobs
-                and Overlap.ALLOW in (self.jobs[r.job].overlap, r.overlap)
+                and runs_beside_others(self.jobs[r.job], r)
             ),
             key=lambda r: r.due_at,
         )[:room]
         claimed = self._claim_or_skip(due, owner, lease, now, exclusive=False)
         candidates = []
         for name in sorted(open_jobs):
-            if self.jobs[name].overlap is Overlap.ALLOW or self._active(name):
+            job = self.jobs[name]
+            if row_rules.job_busy(self._runs_of(name)):
                 continue
             pending = [
                 r
-                for r in self.runs.values()
-                if r.job == name
-                and r.state is RunState.PENDING
-                and r.due_at <= by
-                and r.overlap is not Overlap.ALLOW
+                for r in self._runs_of(name)
+                if claimable(r, by) and not runs_beside_others(job, r)
             ]
             if pending:
                 candidates.append(min(pending, key=lambda r: r.scheduled_at))
@@ -137,10 +119,11 @@ class InMemoryClaims(InMemoryJobCatalog):
             )
         return claimed
 
+    @reads_only
     async def next_due_in(self, ahead: timedelta) -> timedelta | None:
         """NEXT_DUE_IN: the soonest pending run of an open job due after now + ahead."""
         now = self._now()
-        open_jobs = {n for n, j in self.jobs.items() if j.enabled and not j.paused}
+        open_jobs = {n for n, j in self.jobs.items() if job_open(j)}
         soonest = min(
             (
                 r.due_at
@@ -157,7 +140,7 @@ class InMemoryClaims(InMemoryJobCatalog):
         released = 0
         for claimed in runs:
             run = self.runs.get(claimed.run_id)
-            if run is None or not run.held(owner, claimed.epoch, RunState.CLAIMED):
+            if run is None or not row_rules.held_claimed(run, owner, claimed.epoch):
                 continue
             run.hand_back()
             released += 1

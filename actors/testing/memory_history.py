@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import fields
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any, cast
 
 from actors.domain import RunState
+from actors.domain.defaults import OVERDUE_AFTER
 from actors.domain.history import Gap, RunRecord
 from actors.domain.pause import pause_spans
 from actors.ports import (
@@ -37,6 +40,14 @@ TERMINAL = (RunState.SUCCEEDED, RunState.FAILED, RunState.SKIPPED, RunState.CANC
 
 def _zone(job: JobRow) -> str:
     return str(json.loads(job.definition)["schedule"].get("timezone") or "UTC")
+
+
+# A RunRow field whose column is named otherwise in job_runs.
+_COLUMN = {"epoch": "claim_epoch"}
+
+
+def _value(value: Any) -> Any:
+    return value.value if isinstance(value, Enum) else value
 
 
 def _newest(runs: Sequence[RunRow]) -> RunRow | None:
@@ -68,7 +79,10 @@ class InMemoryHistory:
             r for r in mine if r.state in (RunState.PENDING, RunState.CLAIMED) and r.due_at <= now
         ]
         last = _newest([r for r in mine if r.state in TERMINAL and r.scheduled_at <= now])
-        success = _newest([r for r in mine if r.state is RunState.SUCCEEDED])
+        success = max(
+            (r.finished_at for r in mine if r.state is RunState.SUCCEEDED and r.finished_at),
+            default=None,
+        )
         return {
             "id": job.id,
             "name": job.name,
@@ -81,6 +95,7 @@ class InMemoryHistory:
             "timezone": _zone(job),
             "backlog": len(due),
             "oldest_due": min((r.due_at for r in due), default=None),
+            "overdue": sum(r.due_at <= now - OVERDUE_AFTER for r in due),
             "ahead": sum(r.state is RunState.PENDING and r.due_at > now for r in mine),
             "running": sum(r.state is RunState.RUNNING for r in mine),
             "last_run_id": last.id if last else None,
@@ -90,7 +105,7 @@ class InMemoryHistory:
             "last_scheduled_at": last.scheduled_at if last else None,
             "last_finished_at": last.finished_at if last else None,
             "last_trigger": last.trigger if last else None,
-            "last_success": success.finished_at if success else None,
+            "last_success": success,
             "failures_24h": sum(
                 r.state is RunState.FAILED and r.scheduled_at > now - timedelta(hours=24)
                 for r in mine
@@ -116,25 +131,12 @@ class InMemoryHistory:
         }
 
     def _listing(self, run: RunRow) -> RunListing:
-        return {
-            "id": run.id,
-            "job": run.job,
-            "timezone": _zone(self.store.jobs[run.job]),
-            "scheduled_at": run.scheduled_at,
-            "due_at": run.due_at,
-            "state": run.state.value,
-            "trigger": run.trigger,
-            "attempt": run.attempt,
-            "claim_epoch": run.epoch,
-            "lease_owner": run.lease_owner,
-            "lease_expires_at": run.lease_expires_at,
-            "claimed_at": run.claimed_at,
-            "started_at": run.started_at,
-            "finished_at": run.finished_at,
-            "outcome": run.outcome,
-            "exit_code": run.exit_code,
-            "error": run.error,
+        """The run's row as RUNS_PAGE names its columns: every column of ``job_runs`` the
+        row holds (a listing's model takes the ones it names), and the job's zone."""
+        row: dict[str, Any] = {
+            _COLUMN.get(f.name, f.name): _value(getattr(run, f.name)) for f in fields(run)
         }
+        return {**row, "timezone": _zone(self.store.jobs[run.job])}
 
     async def runs(
         self,

@@ -1,4 +1,4 @@
-"""A replica's Adapters in memory: the whole replica in a unit test, no server.
+"""A replica's PortBundle in memory: the whole replica in a unit test, no server.
 
 The store, the broker, the worker's inbox and the executor are the test's
 (so it can look at them and move the store's clock); the inbox is subscribed
@@ -25,8 +25,8 @@ MEMORY_HEALTH = DependencyHealth("memory")
 
 
 @dataclass
-class MemoryAdapters:
-    """Adapters on an InMemoryRunStore and an InMemoryBroker."""
+class MemoryPorts:
+    """PortBundle on an InMemoryRunStore and an InMemoryBroker."""
 
     store: InMemoryRunStore
     broker: InMemoryBroker
@@ -36,6 +36,10 @@ class MemoryAdapters:
     store_health: DependencyHealth = field(default=MEMORY_HEALTH)
     broker_health: DependencyHealth = field(default=MEMORY_HEALTH)
     opened: int = 0
+
+    def __post_init__(self) -> None:
+        if self.store.health is None:  # its calls report as PostgreSQL's do
+            self.store.health = self.store_health
 
     async def open_store(self) -> ReplicaStore:
         await self.store.ping()  # raises the store's outage, if one is set

@@ -1,9 +1,8 @@
-"""The rows of the in-memory store, the one policy rule they share (MUST_NOT_RUN), and how
-a verdict moves a row."""
+"""The rows of the in-memory store, and how a verdict moves a row (the rules that judge
+them are actors.domain.row_rules, the SQL's own)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -59,10 +58,6 @@ class RunRow:
     error: str | None = None
     output_tail: str | None = None
 
-    def held(self, owner: str, epoch: int, state: RunState) -> bool:
-        """The guard of every change after a claim: this owner, this epoch, this state."""
-        return self.state is state and self.epoch == epoch and self.lease_owner == owner
-
     def hand_back(self) -> None:
         """Pending again, as if never claimed: the epoch stays, so its message is stale."""
         self.state = RunState.PENDING
@@ -103,32 +98,3 @@ class AttemptRow:
     exit_code: int | None = None
     finished_at: datetime | None = None
     output_tail: str | None = None
-
-
-def must_not_run(
-    run: RunRow, job: JobRow, runs: Iterable[RunRow], now: datetime
-) -> SkipReason | None:
-    """Why a due run must not run, or None (MUST_NOT_RUN, on the row as it is now).
-
-    A first scheduled attempt past its starting deadline; or, with catchup =
-    latest, a scheduled run once a newer scheduled instant of the job is due
-    or has moved on (claimed, running, finished).
-    """
-    if (
-        run.trigger == "schedule"
-        and run.attempt == 1
-        and job.start_deadline is not None
-        and run.scheduled_at < now - job.start_deadline
-    ):
-        return DEADLINE_MISSED
-    if job.catchup is Catchup.LATEST and run.trigger == "schedule":
-        moved_on = (RunState.CLAIMED, RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED)
-        for n in runs:
-            if (
-                n.job == run.job
-                and n.trigger == "schedule"
-                and run.scheduled_at < n.scheduled_at <= now
-                and (n.state in moved_on or (n.state is RunState.PENDING and n.due_at <= now))
-            ):
-                return SUPERSEDED
-    return None

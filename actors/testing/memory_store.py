@@ -12,9 +12,10 @@ distributed behaviour (the integration tests and the fault harness do that).
 Held to the same contract tests as the PostgreSQL store (tests/contract): where
 the two disagree, PostgreSQL is right and this store is fixed.
 
-The rooms, each a layer of the class: the job catalog (memory_catalog), the
-claims (memory_claims), the worker's statements (memory_worker), and here the
-reaper's.
+The rooms, each a layer of the class: the tables and what a replica reads
+besides (memory_tables), the job catalog (memory_catalog), the claims
+(memory_claims), the worker's statements (memory_worker), and here the
+reaper's. The rules they judge rows by are actors.domain.row_rules, the SQL's own.
 """
 
 from __future__ import annotations
@@ -22,12 +23,24 @@ from __future__ import annotations
 from datetime import timedelta
 
 from actors.domain import Outcome, RunState, decide_attempt
+from actors.domain.row_rules import lease_expired, prunable
 from actors.domain.runs import REMOVED_FROM_CONFIG
-from actors.testing.memory_catalog import ACTIVE
+from actors.ports import Outage
+from actors.ports.translator import Fault, Translator, speaks_the_port
 from actors.testing.memory_rows import DEADLINE_MISSED, SUPERSEDED
 from actors.testing.memory_worker import InMemoryWorkerStatements
 
 
+def _memory_fault(exc: BaseException) -> Fault | None:
+    return Fault.UNREACHABLE if isinstance(exc, Outage) else None
+
+
+# The in-memory store's outage (``outage``, a port's Outage) is reported as PostgreSQL's
+# are: the same translator, the same health calls.
+MEMORY = Translator(_memory_fault)
+
+
+@speaks_the_port(MEMORY)
 class InMemoryRunStore(InMemoryWorkerStatements):
     """RunStore on the in-memory rows: claims, starts, heartbeats, completions, the reaper."""
 
@@ -35,11 +48,7 @@ class InMemoryRunStore(InMemoryWorkerStatements):
         """LOCK_EXPIRED_LEASES, each verdict from decide_attempt, APPLY_REAPED."""
         now = self._now()
         expired = sorted(
-            (
-                r
-                for r in self.runs.values()
-                if r.state in ACTIVE and r.lease_expires_at is not None and r.lease_expires_at < now
-            ),
+            (r for r in self.runs.values() if lease_expired(r, now)),
             key=lambda r: r.lease_expires_at or now,
         )[:limit]
         reaped = []
@@ -78,14 +87,11 @@ class InMemoryRunStore(InMemoryWorkerStatements):
         """PRUNE_HISTORY: up to ``batch`` terminal runs finished before now - older_than; the
         job's history_pruned_through moves to the latest instant deleted."""
         now = self._now()
-        old = [
-            r.id
-            for r in sorted(
-                (r for r in self.runs.values() if r.state.terminal and r.finished_at is not None),
-                key=lambda r: r.finished_at or now,
-            )
-            if r.finished_at is not None and r.finished_at < now - older_than
-        ][:batch]  # ORDER BY finished_at: the oldest history goes first
+        terminal = [
+            r for r in self.runs.values() if prunable(r.state, r.finished_at, now, older_than)
+        ]
+        # ORDER BY finished_at: the oldest history goes first
+        old = [r.id for r in sorted(terminal, key=lambda r: r.finished_at or now)][:batch]
         for run_id in old:
             run = self.runs.pop(run_id)
             job = self.jobs[run.job]

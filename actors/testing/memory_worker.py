@@ -14,6 +14,7 @@ from actors.domain import (
     decide_attempt,
     refusal_of,
 )
+from actors.domain.row_rules import completion_accepted, due_to_start, held_running, startable
 from actors.ports import Completion, DispatchMessage, NotStarted, StartedRun
 from actors.testing.memory_claims import InMemoryClaims
 from actors.testing.memory_rows import AttemptRow, JobRow, RunRow
@@ -44,8 +45,7 @@ class InMemoryWorkerStatements(InMemoryClaims):
             if run is None:
                 refused.append(NotStarted(m.run_id, m.epoch, StartRefusal.UNKNOWN, None))
                 continue
-            retaken = run.held(worker, m.epoch, RunState.RUNNING) and (m.run_id, m.epoch) in retake
-            if run.epoch != m.epoch or not (run.state is RunState.CLAIMED or retaken):
+            if not startable(run, worker, m.epoch, (m.run_id, m.epoch) in retake):
                 why = refusal_of(run.state, run.epoch, m.epoch)
                 refused.append(NotStarted(m.run_id, m.epoch, why, run.state))
                 continue
@@ -54,7 +54,7 @@ class InMemoryWorkerStatements(InMemoryClaims):
                 run.hand_back()
                 refused.append(NotStarted(m.run_id, m.epoch, StartRefusal.STALE, RunState.PENDING))
                 continue
-            if run.state is RunState.CLAIMED and run.due_at > now:
+            if not due_to_start(run, now):
                 # START_RUNS starts no claimed run before it is due.
                 refused.append(NotStarted(m.run_id, m.epoch, StartRefusal.EARLY, run.state))
                 continue
@@ -122,7 +122,7 @@ class InMemoryWorkerStatements(InMemoryClaims):
         extended = set()
         for run_id, epoch in runs:
             run = self.runs.get(run_id)
-            if run is not None and run.held(worker, epoch, RunState.RUNNING):
+            if run is not None and held_running(run, worker, epoch):
                 run.lease_expires_at = now + lease
                 extended.add((run_id, epoch))
         return extended
@@ -133,7 +133,7 @@ class InMemoryWorkerStatements(InMemoryClaims):
         recorded = set()
         for c in completions:
             run = self.runs.get(c.run_id)
-            if run is None or run.epoch != c.epoch or run.state is not RunState.RUNNING:
+            if run is None or not completion_accepted(run, c.epoch):
                 continue  # fenced: the run moved on
             verdict = c.verdict or AttemptVerdict.final(c.result.outcome)
             self._attempt(
@@ -158,7 +158,7 @@ class InMemoryWorkerStatements(InMemoryClaims):
         handed_back = 0
         for run_id, epoch in runs:
             run = self.runs.get(run_id)
-            if run is None or not run.held(worker, epoch, RunState.RUNNING):
+            if run is None or not held_running(run, worker, epoch):
                 continue
             verdict = decide_attempt(
                 Outcome.INTERRUPTED,

@@ -14,11 +14,21 @@ from collections.abc import Sequence
 
 from actors.observability import get_logger
 from actors.pacing import Probe
-from actors.ports import Clock, Delivery, Executor, Inbox, MovingClock, Outage, WorkerStore
+from actors.ports import (
+    Clock,
+    Delivery,
+    Executor,
+    Inbox,
+    MovingClock,
+    Outage,
+    Preparing,
+    WorkerStore,
+    settle_quietly,
+)
 from actors.worker.completing import Completer
 from actors.worker.executing import Execution
 from actors.worker.heartbeat import Heartbeat, InFlight, Keeping
-from actors.worker.holding import Holding, Key, Pending, quietly
+from actors.worker.holding import Holding, Key, Pending
 from actors.worker.intake import Intake
 from actors.worker.settings import WorkerSettings
 from actors.worker.starting import Starter
@@ -77,6 +87,7 @@ class Worker:
             Execution(executor, settings.worker_id, self.holding, clock),
             clock.now if clock is not None else None,
             executor.runs_inline,
+            executor.prepare if isinstance(executor, Preparing) else None,
         )
         self.completer = Completer(store, self.holding, self.keeping)
         if isinstance(clock, MovingClock):
@@ -243,4 +254,4 @@ class Worker:
         )
         for entry in cut:
             # That epoch's message is obsolete: the run will be claimed anew.
-            await quietly(entry.message.ack())
+            await settle_quietly(entry.message.ack())

@@ -12,7 +12,7 @@ What keeps it correct:
 
 - START_RUNS starts no claimed run before it is due on the database's own
   clock; a run released a little early (the estimate ran fast) is refused as
-  "early" and held again (:meth:`UntilDue.again`), a little longer each time.
+  "early" and held again (:meth:`ClaimedAhead.again`), a little longer each time.
 - A hold lasts at most ``max_hold`` (``lease / 8``, see
   ``actors.domain.lease``): a message held longer than its claim meant (a
   clock estimate far off) is tried, and the database says whether it is due.
@@ -21,7 +21,7 @@ What keeps it correct:
   clock plus the monotonic time since (a step of the host's wall clock does
   not move it); when the estimate jumps (a read found it off, a test's clock
   moved) the clock says so and the wait is computed again
-  (:meth:`UntilDue.clock_moved`).
+  (:meth:`ClaimedAhead.clock_moved`).
 - A held message is kept from redelivery: ``in_progress`` every
   ``keep_alive_every`` (``ack_wait / 3``), so that at its release its last
   word to the broker is recent enough for the start and the first heartbeat
@@ -70,7 +70,7 @@ class _Held(Generic[D]):
     marked: float = 0.0  # monotonic time of its last word to the broker (delivery, in_progress)
 
 
-class UntilDue(Generic[D]):
+class ClaimedAhead(Generic[D]):
     """Deliveries of runs not yet due, by (run id, epoch), released by instant.
 
     ``clock`` is the database's time as this worker estimates it. The methods
@@ -97,6 +97,7 @@ class UntilDue(Generic[D]):
         self._early: dict[tuple[str, int], int] = {}
         self._changed = asyncio.Event()
         self._closed = False
+        self._keeping: set[asyncio.Task[None]] = set()  # keep-alives being sent
 
     def __len__(self) -> int:
         return len(self._held)
@@ -218,22 +219,46 @@ class UntilDue(Generic[D]):
         is held (or there is no keep-alive). Their marks move before anything is
         awaited, so a delivery is kept alive once per period.
         """
+        await self._send_keep_alives(self._mark_old())
+        return self._next_keep_alive_in()
+
+    def _mark_old(self) -> list[_Held[D]]:
+        """The held deliveries whose keep-alive is due, their marks moved to now."""
         if self.keep_alive is None or not self.keep_alive_every or not self._held:
-            return None
+            return []
         now, db_now = time.monotonic(), self.clock()
-        every = self.keep_alive_every
         old = [h for h in self._held.values() if now >= self._keep_alive_at(h, db_now)]
         for h in old:
             h.marked = now
+        return old
+
+    async def _send_keep_alives(self, old: Sequence[_Held[D]]) -> None:
+        keep_alive = self.keep_alive
+        if keep_alive is None:
+            return
         for i in range(0, len(old), KEEP_ALIVE_AT_ONCE):
-            await asyncio.gather(
-                *(self.keep_alive(h.delivery) for h in old[i : i + KEEP_ALIVE_AT_ONCE])
-            )
-        if not self._held:
+            await asyncio.gather(*(keep_alive(h.delivery) for h in old[i : i + KEEP_ALIVE_AT_ONCE]))
+
+    def _next_keep_alive_in(self) -> float | None:
+        """In how many seconds the next keep-alive is due (None: nothing held, or none)."""
+        if self.keep_alive is None or not self.keep_alive_every or not self._held:
             return None
         db_now = self.clock()
         soonest = min(self._keep_alive_at(h, db_now) for h in self._held.values())
-        return max(0.0, min(soonest, time.monotonic() + every) - time.monotonic())
+        now = time.monotonic()
+        return max(0.0, min(soonest, now + self.keep_alive_every) - now)
+
+    def _keep_alive_beside(self) -> float | None:
+        """Send the keep-alives due in a task of their own: the starts of due runs do not
+        wait for them (10,000 held runs are 10,000 replies to the broker, and a
+        herd's runs waiting for slots are kept alive every half-period: a start
+        of 1,000 at a time waited about a second behind each round of them)."""
+        old = self._mark_old()
+        if old:
+            task = asyncio.ensure_future(self._send_keep_alives(old))
+            self._keeping.add(task)
+            task.add_done_callback(self._keeping.discard)
+        return self._next_keep_alive_in()
 
     def _keep_alive_at(self, held: _Held[D], db_now: datetime) -> float:
         """The monotonic time the delivery's next keep-alive is due."""
@@ -285,7 +310,7 @@ class UntilDue(Generic[D]):
         """
         while not self._closed:
             self._changed.clear()
-            keep_in = await self.keep_alive_due()
+            keep_in = self._keep_alive_beside()
             release = self.next_release()
             if release is None:
                 with contextlib.suppress(TimeoutError):

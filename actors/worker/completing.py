@@ -20,9 +20,9 @@ from actors.observability import (
 )
 from actors.observability.tracing import tracing
 from actors.pacing import Backoff
-from actors.ports import Outage, RecordRejected, WorkerStore
+from actors.ports import Outage, RecordRejected, WorkerStore, settle_quietly
 from actors.worker.heartbeat import COMPLETIONS, Keeping
-from actors.worker.holding import Holding, Key, Pending, quietly
+from actors.worker.holding import Holding, Key, Pending
 
 log = get_logger("worker")
 COMPLETION_BATCH = 256
@@ -179,7 +179,7 @@ class Completer:
         if entry is not None:
             self.holding.forget(entry)  # stop heartbeating it, so its lease can expire
         tracing().end(pending.span, f"completion not recorded: {exc!r}")
-        await quietly(pending.delivery.term())
+        await settle_quietly(pending.delivery.term())
 
     async def _settle(self, batch: list[Pending], recorded: set[Key]) -> None:
         for pending in batch:
@@ -205,7 +205,7 @@ class Completer:
                     None if key in recorded else "completion fenced: the run moved on",
                     **{"claimd.recorded": key in recorded},
                 )
-            await quietly(pending.delivery.ack())
+            await settle_quietly(pending.delivery.ack())
             entry = self.holding.in_flight.get(key)
             if entry is not None:
                 self.holding.forget(entry)

@@ -12,9 +12,9 @@ from actors.domain import ExecutionResult, Outcome, RunContext, RunState, decide
 from actors.observability import RUN_DURATION, RUNS_STARTED, SCHEDULE_LAG, get_logger, logs_at
 from actors.observability.secrets import MASKER
 from actors.observability.tracing import Span, Tracing, run_attributes, tracing
-from actors.ports import Clock, Completion, Executor, StartedRun
+from actors.ports import Clock, Completion, Executor, StartedRun, settle_quietly
 from actors.worker.heartbeat import InFlight
-from actors.worker.holding import Holding, Pending, quietly
+from actors.worker.holding import Holding, Pending
 
 log = get_logger("worker")
 
@@ -54,7 +54,7 @@ class Execution:
             if entry.lease_lost:
                 # Another attempt may own the run now; record nothing, settle the message.
                 self.holding.forget(entry)
-                await quietly(entry.message.ack())
+                await settle_quietly(entry.message.ack())
                 return
             self.holding.forget(entry)
             raise

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from actors.observability import RUNS_IN_FLIGHT, get_logger
@@ -32,10 +31,11 @@ class Holding:
     """The in-flight set (heartbeated), the verdicts queued for the completer, the slots.
 
     Two pools of slots. ``concurrency`` slots for work that takes a process, a
-    thread or an outbound connection (shell, sync python, http), and
-    ``inline_concurrency`` for async python callables, which run in this
-    process (on the job event loops) and cost a task each: a herd of them does not wait behind the
-    shell jobs' slots, nor for them. A slot is taken from the moment a
+    thread or an outbound connection of its own (shell, http), and
+    ``inline_concurrency`` for python callables: async ones run in this process
+    (on the job event loop) and cost a task each, sync ones wait their turn for a
+    warm child of the executor's pool, which bounds them: a herd of them does not
+    wait behind the shell jobs' slots, nor for them. A slot is taken from the moment a
     delivery is admitted to a start until its execution ends. It is free again
     once the verdict is queued, while the run stays in the in-flight set, and
     heartbeated, until the verdict is recorded and the message acked. What waits
@@ -57,7 +57,7 @@ class Holding:
         # Read when scraped, not set per run (a herd set it 10,000 times a second).
         RUNS_IN_FLIGHT.set_function(lambda: len(self.in_flight))
         self.busy = 0  # slots taken: deliveries being started, executions not ended
-        self.inline_busy = 0  # the same, of async python callables
+        self.inline_busy = 0  # the same, of python callables
         self.slot_freed = asyncio.Event()
 
     def free(self, inline: bool = False) -> int:
@@ -94,13 +94,3 @@ class Holding:
     def forget(self, entry: InFlight) -> None:
         """The run leaves the in-flight set: no longer heartbeated."""
         self.in_flight.pop((entry.run_id, entry.epoch), None)
-
-
-async def quietly(reply: Awaitable[object]) -> None:
-    """Ack/term/nak are best effort: a lost ack means a redelivery, which changes nothing."""
-    try:
-        await reply
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # noqa: BLE001
-        log.warning("broker reply failed", error=repr(exc))

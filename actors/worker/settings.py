@@ -7,8 +7,10 @@ from datetime import timedelta
 
 from actors.config import Settings
 from actors.domain import DEFAULT_LEASE, defaults
+from actors.domain.lease import stall_after
 
 DEFAULT_MAX_HOLD = DEFAULT_LEASE.max_hold()
+DEFAULT_KEEP_HELD_ALIVE = DEFAULT_LEASE.keep_held_alive()
 
 
 @dataclass(frozen=True)
@@ -24,16 +26,16 @@ class WorkerSettings:
     # Async python callables executing at once, at most (their own pool).
     inline_concurrency: int = defaults.WORKER_ASYNC_CONCURRENCY
     # A held delivery tells the broker it is still held this often (ack_wait / 3).
-    keep_held_alive: timedelta = DEFAULT_LEASE.ack_wait / 3
-    # A database call unanswered this long is failing (None: a quarter of the
-    # lease, a second at least): the leases it would extend are running out.
+    keep_held_alive: timedelta = DEFAULT_KEEP_HELD_ALIVE
+    # A database call unanswered this long is failing (None: stall_after, domain/lease.py,
+    # from the lease): the leases it would extend are running out.
     stall_after: timedelta | None = None
 
     @property
     def stall_threshold(self) -> timedelta:
         if self.stall_after is not None:
             return self.stall_after
-        return max(self.lease / 4, timedelta(seconds=1))
+        return stall_after(self.lease)
 
     @classmethod
     def from_config(cls, settings: Settings, worker_id: str) -> WorkerSettings:
@@ -46,5 +48,5 @@ class WorkerSettings:
             grace=settings.shutdown_grace,
             max_hold=settings.lease_settings.max_hold(),
             inline_concurrency=settings.worker_async_concurrency,
-            keep_held_alive=settings.ack_wait / 3,
+            keep_held_alive=settings.lease_settings.keep_held_alive(),
         )

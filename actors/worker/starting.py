@@ -18,10 +18,10 @@ from typing import Any
 
 from actors.domain import StartRefusal
 from actors.observability import DELIVERIES_SKIPPED, REDELIVERIES, get_logger
-from actors.ports import Delivery, DispatchMessage, Outage, StartedRun, WorkerStore
-from actors.worker.claimed_ahead import UntilDue
+from actors.ports import Delivery, DispatchMessage, Outage, StartedRun, WorkerStore, settle_quietly
+from actors.worker.claimed_ahead import ClaimedAhead
 from actors.worker.heartbeat import STARTS, InFlight, Keeping
-from actors.worker.holding import Holding, Key, quietly
+from actors.worker.holding import Holding, Key
 from actors.worker.settings import WorkerSettings
 
 log = get_logger("worker")
@@ -69,11 +69,15 @@ class Starter:
         execute: Execute,
         clock: Callable[[], datetime] | None = None,
         runs_inline: Callable[[str | None], bool] | None = None,
+        prepare: Callable[[str | None, int], None] | None = None,
     ) -> None:
         """``clock``: the database's time as this worker estimates it (DatabaseClock.now).
 
         ``runs_inline(hint)``: whether a run of that kind (the message's
         ``executor``) executes on the event loop, in the inline pool of slots.
+        ``prepare(hint, count)``: ``count`` runs of that kind are coming (the executor
+        forks a sync python job's warm processes while its runs are held, before the
+        instant).
         """
         self.store = store
         self.settings = settings
@@ -89,13 +93,14 @@ class Starter:
         # (the supervisor reruns the same worker, with the same worker id).
         self.start_unknown: OrderedDict[Key, None] = OrderedDict()
         # Runs claimed ahead wait here until their instant.
-        self.until_due: UntilDue[Delivery] = UntilDue(
+        self.until_due: ClaimedAhead[Delivery] = ClaimedAhead(
             clock or (lambda: datetime.now(UTC)),
             settings.max_hold,
-            keep_alive=lambda delivery: quietly(delivery.in_progress()),
+            keep_alive=lambda delivery: settle_quietly(delivery.in_progress()),
             keep_alive_every=settings.keep_held_alive,
         )
         self.runs_inline = runs_inline or (lambda hint: False)
+        self.prepare = prepare
         # Whether inline work has come this way: until it has, the fetch loop
         # sizes its fetches by the process slots alone, as before there were two
         # pools (a worker full of shell jobs leaves the rest to other workers).
@@ -142,14 +147,26 @@ class Starter:
             starting.add(key)  # no other start takes it meanwhile
             taken.keys.append(key)
             candidates.append((message, delivery))
+        if self.prepare is not None:
+            self._prepare(candidates)
         taken.batch = self.until_due.split(candidates, room=len(candidates), admit=self.admit)
         return taken
+
+    def _prepare(self, candidates: Sequence[tuple[DispatchMessage, Delivery]]) -> None:
+        """Tell the executor which kinds of runs are coming, and how many of each."""
+        assert self.prepare is not None
+        kinds: dict[str, int] = {}
+        for message, _ in candidates:
+            if message.executor is not None:
+                kinds[message.executor] = kinds.get(message.executor, 0) + 1
+        for kind, count in kinds.items():
+            self.prepare(kind, count)
 
     async def start_taken(self, taken: Taken, group: asyncio.TaskGroup) -> None:
         """The rest of a start: settle the copies, start the admitted runs, free the slots."""
         try:
             for reply in taken.settle:
-                await quietly(reply())
+                await settle_quietly(reply())
             if taken.batch:
                 await self._start(taken.batch, [(m.run_id, m.epoch) for m, _ in taken.batch], group)
         finally:
@@ -206,7 +223,7 @@ class Starter:
             # taken up again then. An outage is waited out here (no fetch until
             # the database answers); anything else is a bug the supervisor must see.
             for _, delivery in batch:
-                await quietly(delivery.nak(delay=1.0))
+                await settle_quietly(delivery.nak(delay=1.0))
             if not isinstance(exc, Outage):
                 raise
             self.keeping.failed(STARTS, repr(exc)[:200])
@@ -248,7 +265,7 @@ class Starter:
             )
             # Unknown: not a run of this database (or a run claimed ahead and then
             # withdrawn by a schedule change); terminate so it is never redelivered.
-            await quietly(
+            await settle_quietly(
                 delivery.term() if skipped.reason is StartRefusal.UNKNOWN else delivery.ack()
             )
 
@@ -295,7 +312,7 @@ class Starter:
         if held:
             log.info("stopping: held runs handed back unstarted", runs=len(held))
         for _, delivery in held:
-            await quietly(delivery.nak())
+            await settle_quietly(delivery.nak())
 
     def _remember_start_unknown(self, keys: Sequence[Key]) -> None:
         for key in keys:

@@ -1,7 +1,7 @@
 """Broken builds: a replica's production adapters with one protection removed.
 
 The harness proves that it catches a bug by running replicas with a fault in
-them. They are composed here, on ``ProductionAdapters`` with faulty wrappers
+them. They are composed here, on ``ProductionPorts`` with faulty wrappers
 around what they open, and run by an entry point of the harness's own
 (``python -m tests.chaos.broken_replica``, see ``command``). `claimd run` has no
 switch that turns any of this on: the production package does not import this
@@ -22,7 +22,7 @@ import asyncpg
 from actors.adapters.postgres import PostgresRunStore
 from actors.observability import get_logger
 from actors.ports import Completion, DispatchMessage, ReplicaBroker, ReplicaStore, WorkerStore
-from actors.replica.production import ProductionAdapters
+from actors.replica.production import ProductionPorts
 
 log = get_logger("faults")
 
@@ -146,7 +146,7 @@ class FailingPublishes:
 
 
 @dataclass
-class BrokenAdapters(ProductionAdapters):
+class BrokenPorts(ProductionPorts):
     """`claimd run`'s adapters, with ``faults`` wrapped around what they open."""
 
     faults: Faults = field(default_factory=Faults)
@@ -162,7 +162,7 @@ class BrokenAdapters(ProductionAdapters):
     def worker_store(self, store: ReplicaStore) -> WorkerStore:
         recording = super().worker_store(store)
         if self.faults.skip_epoch_guard:
-            assert isinstance(store, PostgresRunStore), "opened by ProductionAdapters.open_store"
+            assert isinstance(store, PostgresRunStore), "opened by ProductionPorts.open_store"
             log.warning("test fault installed: completions are not fenced by epoch")
             recording = cast(WorkerStore, UnfencedCompletions(recording, store.pool))
         after = self.faults.exit_after_complete

@@ -16,10 +16,11 @@ import uuid
 from pathlib import Path
 
 from actors.cli import main as cli
+from actors.cli import process
 from actors.config import ConfigError, load_config
 from actors.observability import configure_logging
 from actors.replica import Replica, Role
-from tests.chaos.broken import BrokenAdapters, Faults
+from tests.chaos.broken import BrokenPorts, Faults
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         loaded,
         Role(args.role),
         replica_id=replica_id,
-        adapters=BrokenAdapters(loaded.settings, replica_id, faults=faults),
+        bundle=BrokenPorts(loaded.settings, replica_id, faults=faults),
     )
-    return cli.run_replica(replica)
+    return process.run_replica(replica)
 
 
 if __name__ == "__main__":

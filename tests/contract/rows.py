@@ -9,15 +9,21 @@ store's manual clock.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
+import asyncpg
+
 from actors.adapters.postgres import PostgresRunStore
 from actors.adapters.postgres.operations import Operations
 from actors.domain import Overlap, RunState
+from actors.ports import StoreUnavailable
 from actors.testing.memory import InMemoryRunStore, ManualClock
 
 
@@ -48,9 +54,23 @@ class Rows(Protocol):
         due: timedelta | None = None,
         trigger: str = "schedule",
         overlap: Overlap | None = None,
+        attempt: int = 1,
     ) -> str:
         """A pending run of ``job`` at now + ``scheduled``, due at now + ``due`` (default:
         its instant), with its own ``overlap`` mode (None: the job's); its id."""
+        ...
+
+    async def force(
+        self,
+        run_id: str,
+        state: RunState,
+        *,
+        owner: str = "other",
+        lease: timedelta = timedelta(minutes=5),
+        finished: timedelta = timedelta(0),
+    ) -> None:
+        """Put the row in ``state`` behind the port's back: leased (claimed, running) by
+        ``owner`` until now + ``lease``; finished (terminal) ``finished`` ago."""
         ...
 
     async def row(self, run_id: str) -> Row | None: ...
@@ -88,6 +108,10 @@ class Rows(Protocol):
 
     def unknown_run(self) -> str: ...
 
+    def outage(self) -> AbstractAsyncContextManager[None]:
+        """Within it, the store's database is away (every call fails as an outage)."""
+        ...
+
 
 class MemoryRows:
     def __init__(self, store: InMemoryRunStore, clock: ManualClock) -> None:
@@ -101,13 +125,32 @@ class MemoryRows:
         due: timedelta | None = None,
         trigger: str = "schedule",
         overlap: Overlap | None = None,
+        attempt: int = 1,
     ) -> str:
         now = self.clock.now()
         due_at = now + (scheduled if due is None else due)
         run = self.store.add_run(
             job, now + scheduled, due_at=due_at, trigger=trigger, overlap=overlap
         )
+        run.attempt = attempt
         return run.id
+
+    async def force(
+        self,
+        run_id: str,
+        state: RunState,
+        *,
+        owner: str = "other",
+        lease: timedelta = timedelta(minutes=5),
+        finished: timedelta = timedelta(0),
+    ) -> None:
+        run, now = self.store.runs[run_id], self.clock.now()
+        leased = state in (RunState.CLAIMED, RunState.RUNNING)
+        run.state = state
+        run.lease_owner = owner if leased else None
+        run.lease_expires_at = now + lease if leased else None
+        run.finished_at = now - finished if state.terminal else None
+        run.outcome = state.value if state.terminal else None
 
     async def row(self, run_id: str) -> Row | None:
         r = self.store.runs.get(run_id)
@@ -166,6 +209,14 @@ class MemoryRows:
     def unknown_run(self) -> str:
         return str(uuid.uuid4())
 
+    @contextlib.asynccontextmanager
+    async def outage(self) -> AsyncIterator[None]:
+        self.store.outage = StoreUnavailable("the database is away (a test's outage)")
+        try:
+            yield
+        finally:
+            self.store.outage = None
+
 
 ROW = """
 SELECT state, attempt, claim_epoch, lease_owner, lease_expires_at, scheduled_at, due_at,
@@ -176,6 +227,7 @@ SELECT state, attempt, claim_epoch, lease_owner, lease_expires_at, scheduled_at,
 
 class PostgresRows:
     def __init__(self, store: PostgresRunStore) -> None:
+        self.store = store
         self.pool = store.pool
 
     async def insert(
@@ -185,10 +237,11 @@ class PostgresRows:
         due: timedelta | None = None,
         trigger: str = "schedule",
         overlap: Overlap | None = None,
+        attempt: int = 1,
     ) -> str:
         run_id: str = await self.pool.fetchval(
-            """INSERT INTO job_runs (job_id, scheduled_at, due_at, trigger, overlap)
-               SELECT id, now() + $2::interval, now() + $3::interval, $4, $5 FROM jobs
+            """INSERT INTO job_runs (job_id, scheduled_at, due_at, trigger, overlap, attempt)
+               SELECT id, now() + $2::interval, now() + $3::interval, $4, $5, $6 FROM jobs
                 WHERE name = $1
                RETURNING id::text""",
             job,
@@ -196,9 +249,33 @@ class PostgresRows:
             scheduled if due is None else due,
             trigger,
             None if overlap is None else overlap.value,
+            attempt,
         )
         assert run_id is not None, f"no job {job!r}"
         return run_id
+
+    async def force(
+        self,
+        run_id: str,
+        state: RunState,
+        *,
+        owner: str = "other",
+        lease: timedelta = timedelta(minutes=5),
+        finished: timedelta = timedelta(0),
+    ) -> None:
+        leased = state in (RunState.CLAIMED, RunState.RUNNING)
+        await self.pool.execute(
+            """UPDATE job_runs
+                  SET state = $2, lease_owner = $3, lease_expires_at = now() + $4::interval,
+                      finished_at = now() - $5::interval, outcome = $6
+                WHERE id = $1::uuid""",
+            run_id,
+            state.value,
+            owner if leased else None,
+            lease if leased else None,
+            finished if state.terminal else None,
+            state.value if state.terminal else None,
+        )
 
     async def row(self, run_id: str) -> Row | None:
         r = await self.pool.fetchrow(ROW, run_id)
@@ -262,6 +339,18 @@ class PostgresRows:
 
     def unknown_run(self) -> str:
         return str(uuid.uuid4())
+
+    @contextlib.asynccontextmanager
+    async def outage(self) -> AsyncIterator[None]:
+        # The store's pool swapped for one on a port nothing listens on: its calls
+        # fail to connect, as when the database is down.
+        away = await asyncpg.create_pool("postgresql://postgres@127.0.0.1:1/x", min_size=0)
+        self.store._pool = away
+        try:
+            yield
+        finally:
+            self.store._pool = self.pool
+            await away.close()
 
 
 __all__ = ["MemoryRows", "PostgresRows", "Row", "Rows"]

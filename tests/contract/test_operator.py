@@ -40,18 +40,18 @@ async def test_runs_are_listed_newest_first_a_page_at_a_time(
     pages = 0
     while True:
         page = await service.runs(limit=2, cursor=cursor)
-        seen += [r["id"] for r in page["runs"]]
+        seen += [r.id for r in page.runs]
         pages += 1
-        cursor = page["next_cursor"]
+        cursor = page.next_cursor
         if cursor is None:
             break
     assert seen == inserted  # newest first (each inserted further back), none twice
     assert pages == 3
     with_ahead = await service.runs(ahead=True, limit=10)
-    assert [r["id"] for r in with_ahead["runs"]] == [ahead, *inserted]
+    assert [r.id for r in with_ahead.runs] == [ahead, *inserted]
     only_a = await service.runs(job="a", limit=10)
-    assert [r["id"] for r in only_a["runs"]] == inserted[1::2]
-    assert {r["job"] for r in only_a["runs"]} == {"a"}
+    assert [r.id for r in only_a.runs] == inserted[1::2]
+    assert {r.job for r in only_a.runs} == {"a"}
 
 
 async def test_the_job_list_counts_what_is_due_ahead_and_running(
@@ -65,16 +65,16 @@ async def test_the_job_list_counts_what_is_due_ahead_and_running(
     await rows.insert("job", ago(10))
     await rows.insert("job", timedelta(minutes=5))
     [overview] = await service.jobs()
-    assert (overview["name"], overview["running"], overview["backlog"], overview["ahead"]) == (
+    assert (overview.name, overview.running, overview.backlog, overview.ahead) == (
         "job",
         1,
         2,
         1,
     )
-    assert overview["last_outcome"] is None  # nothing finished yet
+    assert overview.last_outcome is None  # nothing finished yet
     detail = await service.run(running)
-    assert detail["state"] == "running"
-    assert [(a["outcome"], a["worker"]) for a in detail["attempts"]] == [("running", "w")]
+    assert detail.state == "running"
+    assert [(a.outcome, a.worker) for a in detail.attempts] == [("running", "w")]
 
 
 async def test_a_run_shows_every_attempt_with_its_verdict(
@@ -87,12 +87,12 @@ async def test_a_run_shows_every_attempt_with_its_verdict(
     failed = ExecutionResult(Outcome.FAILED, error="boom", exit_code=3)
     await store.complete_runs([Completion(run_id, first.epoch, failed, None, "w1")])
     detail = await service.run(run_id)
-    assert (detail["state"], detail["error"]) == ("failed", "boom")  # the job has no retry
+    assert (detail.state, detail.error) == ("failed", "boom")  # the job has no retry
     assert [
-        (a["attempt"], a["claim_epoch"], a["worker"], a["outcome"], a["error"], a["exit_code"])
-        for a in detail["attempts"]
+        (a.attempt, a.claim_epoch, a.worker, a.outcome, a.error, a.exit_code)
+        for a in detail.attempts
     ] == [(1, first.epoch, "w1", "failed", "boom", 3)]
-    assert detail["attempts"][0]["finished_at"] is not None
+    assert detail.attempts[0].finished_at is not None
     with pytest.raises(NotFound):
         await service.run(rows.unknown_run())
 
@@ -113,11 +113,11 @@ async def test_each_attempt_keeps_its_own_output(
     succeeded = ExecutionResult(Outcome.SUCCEEDED, output_tail="second says hi\n")
     await store.complete_runs([Completion(run_id, second.epoch, succeeded, None, "w1")])
     detail = await service.run(run_id)
-    assert [(a["attempt"], a["output_tail"]) for a in detail["attempts"]] == [
+    assert [(a.attempt, a.output_tail) for a in detail.attempts] == [
         (1, "first says hi\n"),
         (2, "second says hi\n"),
     ]
-    assert detail["output_tail"] == "second says hi\n"  # the run's: its latest attempt's
+    assert detail.output_tail == "second says hi\n"  # the run's: its latest attempt's
 
 
 async def test_a_trigger_refuses_a_future_instant_and_adds_one_run_per_instant(
@@ -128,7 +128,7 @@ async def test_a_trigger_refuses_a_future_instant_and_adds_one_run_per_instant(
     future = (now + timedelta(hours=1)).isoformat()
     with pytest.raises(Unprocessable, match="later than now"):
         await service.trigger(ALICE, "job", future)
-    assert (await service.runs(ahead=True))["runs"] == []  # nothing written
+    assert (await service.runs(ahead=True)).runs == []  # nothing written
     past = (now - timedelta(hours=1)).isoformat()
     done = await service.trigger(ALICE, "job", past)
     assert done["scheduled_instant"] is False  # the rare cron names no such instant
@@ -158,7 +158,7 @@ async def test_pause_and_resume_change_the_job_once_and_leave_the_paused_span(
     await store.claim_due_runs("c", 10, LEASE, 100)
     paused = await service.pause(ALICE, "job")
     assert paused["message"] == "paused job"
-    assert (await service.jobs())[0]["paused"] is True
+    assert (await service.jobs())[0].paused is True
     row = await rows.row(claimed_id)
     assert row is not None
     assert row.state is RunState.PENDING
@@ -167,7 +167,7 @@ async def test_pause_and_resume_change_the_job_once_and_leave_the_paused_span(
     await rows.later()
     resumed = await service.resume(ALICE, "job")
     assert resumed["action_id"] > paused["action_id"]
-    assert (await service.jobs())[0]["paused"] is False
+    assert (await service.jobs())[0].paused is False
     with pytest.raises(NothingToDo, match="already running"):
         await service.resume(ALICE, "job")
     with pytest.raises(NotFound):
@@ -209,7 +209,7 @@ async def test_resume_skipping_the_paused_instants_skips_the_runs_due_meanwhile(
         row = await rows.row(left)
         assert row is not None
         assert row.state is RunState.PENDING
-    assert (await service.jobs())[0]["paused"] is False
+    assert (await service.jobs())[0].paused is False
     log = await service.actions(job="job", limit=1)
     assert (log[0]["action"], log[0]["ok"]) == ("resume", True)
     assert log[0]["arguments"] == {"paused_instants": "skip"}

@@ -78,3 +78,8 @@ def talks_then_fails_twice(ctx: RunContext) -> None:
     logging.getLogger("talker").warning("logged by attempt %s", ctx.attempt)
     if ctx.attempt < 3:
         raise RuntimeError(f"planned failure of attempt {ctx.attempt}")
+
+
+def notes_its_process(ctx: RunContext) -> None:
+    """A sync job that notes which process ran it (warm children run many attempts)."""
+    _note("ran", ctx.run_id, ctx.attempt, os.getpid())

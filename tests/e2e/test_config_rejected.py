@@ -155,3 +155,64 @@ async def test_rejected_jobs_are_listed_by_the_cli_the_api_and_a_metric(
     assert status["config_rejected"] == []
     replica.terminate()
     assert await replica.wait(GRACE_S + EXIT_MARGIN_S) == 0, replica.stderr()[-3000:]
+
+
+async def test_a_later_refusal_for_another_reason_replaces_the_first_ones_job_error(
+    tmp_path: Path,
+    spawn: Callable[..., ClaimdProcess],
+    schema_url: str,
+    nats_url: str,
+    deployment: str,
+) -> None:
+    """Refused for a job's error, then for the file as a whole (not TOML) with that job
+    fixed: the second refusal is what `claimd reload`, `claimd jobs`, the status and the
+    metrics say; the first one's job error is gone from all of them."""
+    config = run_config(
+        tmp_path / "claimd.toml",
+        schema_url,
+        nats_url,
+        deployment,
+        TICK + NIGHTLY.format(cron="0 2 * * *"),
+    )
+    pid_file = tmp_path / "claimd.pid"
+    replica = spawn("run", "--config", str(config), "--pid-file", str(pid_file))
+    port = await started(replica)
+    db = ("--database-url", schema_url)
+    good = config.read_text()
+
+    # First refusal: a job's error, on record everywhere.
+    config.write_text(good.replace('cron = "0 2 * * *"', 'cron = "0 25 * * *"'), "utf-8")
+    first = await claimd("reload", *db, "--pid-file", str(pid_file))
+    assert first.code == 1, first
+    assert "field 'cron'" in first.err, first
+    assert "nightly" in rejected_lines((await claimd("jobs", *db)).out)
+    await _metrics_say(port, REJECTED % "nightly", 1)
+
+    # Second refusal, another reason: the job is fixed, the file as a whole is not TOML.
+    config.write_text(good.replace('cron = "0 2 * * *"', 'cron = "0 3 * * *"') + "[jobs.\n")
+    second = await claimd("reload", *db, "--pid-file", str(pid_file))
+    assert second.code == 1, second
+    assert "not valid TOML" in second.err, second
+    assert "cron" not in second.err, second
+    for how in (db, ("--url", f"http://127.0.0.1:{port}")):
+        jobs = await claimd("jobs", *how)
+        assert jobs.code == 0, jobs
+        assert rejected_lines(jobs.out) == {}, jobs.out
+        assert "25 is out of range" not in jobs.out, jobs.out
+    status = await asyncio.to_thread(get_json, port, "/api/status")
+    assert status["config_rejected"] == [], status["config_rejected"]
+    await _metrics_say(port, "claimd_config_file_refused", 1)
+    metrics = scrape_metrics(port)
+    assert not [k for k in metrics if k.startswith("claimd_config_job_rejected{")], metrics
+    assert metrics["claimd_config_job_errors"] == 0
+    # The jobs of the last good load run on: nightly's old definition.
+    api_jobs = {j["name"]: j for j in await asyncio.to_thread(get_json, port, "/api/jobs")}
+    assert api_jobs["nightly"]["schedule"] == "cron '0 2 * * *' in UTC"
+
+    # Fixed: reloaded, and nothing refused any more.
+    config.write_text(good.replace('cron = "0 2 * * *"', 'cron = "0 3 * * *"'), "utf-8")
+    fixed = await claimd("reload", *db, "--pid-file", str(pid_file))
+    assert fixed.code == 0, fixed
+    await _metrics_say(port, "claimd_config_file_refused", 0)
+    replica.terminate()
+    assert await replica.wait(GRACE_S + EXIT_MARGIN_S) == 0, replica.stderr()[-3000:]

@@ -109,6 +109,37 @@ async def test_a_sync_job_past_its_timeout_is_dead_before_its_next_attempt_start
     assert outcomes == ["timed_out"] * 3
 
 
+async def test_sync_runs_through_a_replica_reuse_one_warm_process(
+    make_config: Callable[..., LoadedConfig], store: PostgresRunStore, tmp_path: Path
+) -> None:
+    """Three runs of a sync job, one after another, through `claimd run` with one warm
+    process: all three ran in it (no fork per run), and not in the replica."""
+    make_config(
+        f"""
+        [jobs.reused]
+        cron = "{RARE_CRON}"
+        run = {{ python = "tests.e2e.python_exec_jobs:notes_its_process" }}
+        """,
+        claim_interval="50ms",
+        materialize_interval="200ms",
+        python_processes=1,
+    )
+    effects = tmp_path / "effects"
+    replicas = Replicas(tmp_path)
+    try:
+        proc = await replicas.start(tmp_path / "claimd.toml", "r1", PYJOBS_EFFECTS=str(effects))
+        await _job_known(store, "reused")
+        for _ in range(3):
+            run_id = await _insert_run(store, "reused")
+            await _until_state(store, run_id, "succeeded", timeout=60)
+    finally:
+        await replicas.stop_all()
+    pids = {int(w[3]) for w in _lines(effects) if w[0] == "ran"}
+    assert len(_lines(effects)) == 3
+    assert len(pids) == 1, _lines(effects)
+    assert proc.pid not in pids
+
+
 async def _after(moment: float) -> bool:
     return time.time() >= moment
 

@@ -77,3 +77,26 @@ async def leaking_async_job(ctx: RunContext) -> None:
     """The same in the replica's process (async), where claimd's environment is readable."""
     await asyncio.sleep(0)
     raise RuntimeError("cannot use " + os.environ["CLAIMD_TEST_LEAKED_SECRET"])
+
+
+def pid_job(ctx: RunContext) -> None:
+    """Prints the pid of the process it ran in, and its attempt."""
+    print(f"pid {os.getpid()} attempt {ctx.attempt}")
+
+
+def crashing_job(ctx: RunContext) -> None:
+    """Ends its process outright, mid-attempt, after a line of output."""
+    print(f"pid {os.getpid()} about to crash", flush=True)
+    os._exit(3)
+
+
+def thread_leaving_job(ctx: RunContext) -> None:
+    """Returns, leaving a thread that prints after the attempt ended."""
+    import threading
+
+    def late() -> None:
+        time.sleep(0.3)
+        print("late line from a thread the attempt left", flush=True)
+
+    threading.Thread(target=late).start()
+    print(f"pid {os.getpid()} left a thread")

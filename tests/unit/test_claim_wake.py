@@ -13,6 +13,8 @@ from actors.adapters.postgres.notify import parse_pending
 from actors.pacing import BrokerGate, ClaimedBatch
 from actors.ports import RunStore
 from actors.scheduling.claimer import Claimer
+from actors.scheduling.runtime import Runtime
+from actors.testing.memory import ManualClock
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 MS = timedelta(milliseconds=1)
@@ -32,7 +34,7 @@ def claimer(ahead: timedelta = 500 * MS, interval: timedelta = timedelta(seconds
         stop=asyncio.Event(),
         ahead=ahead,
         wake=True,
-        clock=lambda: T0,
+        runtime=Runtime(ManualClock(T0)),
     )
 
 

@@ -143,7 +143,10 @@ async def test_the_per_job_gauges_text_says_what_prometheus_client_writes_for_th
     store = Store(ClusterReading(jobs=(beat, odd), claimed=0, running=0, past_lease=0))
     await ClusterMetrics(store.read, collector=collector, monotonic=ticks).refresh()
     reference = {k: v for k, v in samples(collector).items() if k.startswith("claimd_job_")}
-    assert len(reference) == 11  # beat: no failure yet; odd: no success, no period
+    # beat: no failure yet; odd: no success, no period; and six states each (0 or 1).
+    assert len(reference) == 11 + 2 * 6
+    states = {k: v for k, v in reference.items() if k.startswith("claimd_job_state") and v}
+    assert [k.rsplit("state=", 1)[1] for k in sorted(states)] == ["healthy", "paused"]
     text = "".join(collector.text())
     written = {}
     for family in text_string_to_metric_families(text):

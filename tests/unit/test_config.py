@@ -332,6 +332,13 @@ CASES: list[tuple[str, str, str | None, str | None, str]] = [
         "less than or equal to 100",
     ),
     (
+        "zero-python-processes",
+        "[claimd]\npython_processes = 0\n",
+        None,
+        "claimd.python_processes",
+        "greater than or equal to 1",
+    ),
+    (
         "bad-overlap",
         job(f'every = "1m"\noverlap = "sometimes"\n{RUN}'),
         "export",

@@ -8,11 +8,11 @@ import pytest
 
 from actors.domain import ExecutionResult, Outcome
 from actors.ports import Completion, DispatchMessage
-from actors.replica.production import ProductionAdapters
+from actors.replica.production import ProductionPorts
 from actors.testing.memory import InMemoryBroker
 from tests.chaos.broken import (
     EXIT_STATUS,
-    BrokenAdapters,
+    BrokenPorts,
     ExitAfterComplete,
     FailingPublishes,
     Faults,
@@ -40,14 +40,14 @@ def test_faults_round_trip_through_the_entry_points_options() -> None:
 def test_no_fault_leaves_the_worker_store_as_production_has_it() -> None:
     store = WorkerStore().as_port()
     settings: Any = None
-    broken = BrokenAdapters(settings, "r", faults=Faults())
+    broken = BrokenPorts(settings, "r", faults=Faults())
     assert broken.worker_store(cast(Any, store)) is store
-    assert ProductionAdapters(settings, "r").worker_store(cast(Any, store)) is store
-    wrapped = BrokenAdapters(settings, "r", faults=Faults(exit_after_complete=1))
+    assert ProductionPorts(settings, "r").worker_store(cast(Any, store)) is store
+    wrapped = BrokenPorts(settings, "r", faults=Faults(exit_after_complete=1))
     assert isinstance(wrapped.worker_store(cast(Any, store)), ExitAfterComplete)
     # Forging epochs needs the PostgreSQL store's pool: asked of another store, it refuses.
-    forged = BrokenAdapters(settings, "r", faults=Faults(skip_epoch_guard=True))
-    with pytest.raises(AssertionError, match="opened by ProductionAdapters"):
+    forged = BrokenPorts(settings, "r", faults=Faults(skip_epoch_guard=True))
+    with pytest.raises(AssertionError, match="opened by ProductionPorts"):
         forged.worker_store(cast(Any, store))
 
 

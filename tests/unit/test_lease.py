@@ -14,6 +14,7 @@ from actors.domain import (
     LeaseSettings,
     check_lease_invariant,
 )
+from actors.domain.lease import stall_after
 
 S = timedelta(seconds=1)
 
@@ -113,3 +114,12 @@ def test_config_raising_max_deliver_alone_can_break_the_invariant() -> None:
     parse_config("[claimd]\nmax_deliver = 8\n", "c.toml", env={})
     with pytest.raises(ConfigError, match=re.escape("5s x 8 x 3 = 2m, but lease = 2m")):
         parse_config("[claimd]\nmax_deliver = 9\n", "c.toml", env={})
+
+
+def test_every_duration_a_worker_and_the_stream_take_from_the_lease() -> None:
+    lease = LeaseSettings(timedelta(seconds=120), timedelta(seconds=6), 5)
+    assert lease.keep_held_alive() == timedelta(seconds=2)  # ack_wait / 3
+    assert stall_after(lease.lease) == timedelta(seconds=30)  # lease / 4
+    assert stall_after(timedelta(seconds=2)) == timedelta(seconds=1)  # a second at least
+    assert lease.stream_max_age(timedelta(minutes=2)) == timedelta(minutes=4)  # two leases
+    assert lease.stream_max_age(timedelta(minutes=10)) == timedelta(minutes=10)

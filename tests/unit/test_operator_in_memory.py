@@ -30,12 +30,13 @@ from actors.domain import ExecutionResult, ExecutorSpec, Outcome, Overlap, RunCo
 from actors.http.api import OperatorApi
 from actors.http.server import build_app
 from actors.operator import OperatorService
+from actors.operator.models import Audit, Job
 from actors.ports import Completion, OperatorStore, RejectedJob, StoreUnavailable
 from actors.replica import Replica
 from actors.testing.memory import InMemoryBroker, InMemoryRunStore, ManualClock
 from actors.testing.memory_inbox import MemoryInbox
 from actors.testing.memory_operator import InMemoryOperatorStore
-from actors.testing.memory_replica import MemoryAdapters
+from actors.testing.memory_replica import MemoryPorts
 from tests.contract.jobs import LEASE, job, message
 from tests.unit.memory_world import until
 
@@ -218,8 +219,8 @@ async def test_a_replica_on_memory_adapters_serves_its_operator_api(tmp_path: Pa
     path.write_text(text)
     clock = ManualClock()
     store = InMemoryRunStore(clock)
-    adapters = MemoryAdapters(store, InMemoryBroker(), _NoExecutor(), MemoryInbox())
-    replica = Replica(path, parse_config(text, str(path), env={}), adapters=adapters)
+    bundle = MemoryPorts(store, InMemoryBroker(), _NoExecutor(), MemoryInbox())
+    replica = Replica(path, parse_config(text, str(path), env={}), bundle=bundle)
     task = asyncio.create_task(replica.run())
     try:
         # The replica hands the API its service as soon as the store is open, before
@@ -312,11 +313,14 @@ async def test_the_commands_http_client_reaches_every_route_it_names_through_the
     backend = HttpBackend(base, TOKEN, "tester", 5.0)
     try:
         jobs = await backend.get("jobs")
-        assert {j["name"] for j in jobs} == {"job", "beat"}
-        assert (await backend.get("job", name="job"))["name"] == "job"
-        runs = (await backend.get("runs", job="job", limit=10))["runs"]
-        assert (await backend.get("run", run_id=runs[0]["id"]))["id"] == runs[0]["id"]
-        await backend.get("audit", job="job", start="2026-01-01", end="now")
+        # The reads come back as the operator's read models, the ones the service returns.
+        assert {j.name for j in jobs} == {"job", "beat"}
+        assert isinstance(jobs[0], Job)
+        assert (await backend.get("job", name="job")).name == "job"
+        runs = (await backend.get("runs", job="job", limit=10)).runs
+        assert (await backend.get("run", run_id=runs[0].id)).id == runs[0].id
+        audit = await backend.get("audit", job="job", start="2026-01-01", end="now")
+        assert isinstance(audit, Audit)
         await backend.get("actions")
         await backend.get("rejected_jobs")
         assert (await backend.act("pause", job="beat"))["action"] == "pause"

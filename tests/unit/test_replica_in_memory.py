@@ -28,7 +28,7 @@ from actors.replica.reload import JobsConfig
 from actors.replica.status import ReplicaStatus
 from actors.testing.memory import InMemoryBroker, InMemoryRunStore, ManualClock
 from actors.testing.memory_inbox import MemoryInbox
-from actors.testing.memory_replica import MEMORY_HEALTH, MemoryAdapters
+from actors.testing.memory_replica import MEMORY_HEALTH, MemoryPorts
 from tests.unit.memory_world import until
 
 pytestmark = pytest.mark.timeout(180)
@@ -111,8 +111,8 @@ async def run_a_minute(tmp_path: Path, broker: InMemoryBroker) -> Minute:
     store = InMemoryRunStore(clock)
     executions = Executions()
     inbox = MemoryInbox()
-    adapters = MemoryAdapters(store, broker, executions, inbox)
-    replica = Replica(tmp_path / "claimd.toml", config(tmp_path), adapters=adapters)
+    bundle = MemoryPorts(store, broker, executions, inbox)
+    replica = Replica(tmp_path / "claimd.toml", config(tmp_path), bundle=bundle)
     task = asyncio.create_task(replica.run())
     try:
         await until(lambda: len(store.runs) > 0, "the materializer planned the horizon")
@@ -127,7 +127,7 @@ async def run_a_minute(tmp_path: Path, broker: InMemoryBroker) -> Minute:
             # A deadline, not a wait: a step settles in milliseconds. (It took 1-5 s,
             # 30 s on a loaded machine, while the worker's hold slept through the
             # clock's jumps and its estimate of the store's clock lagged it by half
-            # a real round trip: see actors/worker/claimed_ahead.py and MemoryAdapters.)
+            # a real round trip: see actors/worker/claimed_ahead.py and MemoryPorts.)
             await until(recorded, f"every run due by {now} recorded")
     finally:
         replica.stop_requested.set()
@@ -192,8 +192,8 @@ async def test_the_memory_replicas_estimate_of_the_store_clock_is_that_clock() -
     # the worker's estimate too (timed on the real clock, the estimate lagged).
     clock = ManualClock()
     store = InMemoryRunStore(clock)
-    adapters = MemoryAdapters(store, InMemoryBroker(), Executions(), MemoryInbox())
-    database = adapters.database_clock(store)
+    bundle = MemoryPorts(store, InMemoryBroker(), Executions(), MemoryInbox())
+    database = bundle.database_clock(store)
     for _ in range(20):
         await database.read()
         assert database.now() == clock.now()
@@ -254,13 +254,13 @@ async def test_not_ready_until_the_stream_is_prepared(tmp_path: Path) -> None:
     store = InMemoryRunStore(ManualClock())
     preparing, prepared = asyncio.Event(), asyncio.Event()
 
-    class SlowStream(MemoryAdapters):
+    class SlowStream(MemoryPorts):
         async def prepare_broker(self, broker: object) -> None:
             preparing.set()
             await prepared.wait()
 
-    adapters = SlowStream(store, InMemoryBroker(), Executions(), MemoryInbox())
-    replica = Replica(tmp_path / "claimd.toml", config(tmp_path), adapters=adapters)
+    bundle = SlowStream(store, InMemoryBroker(), Executions(), MemoryInbox())
+    replica = Replica(tmp_path / "claimd.toml", config(tmp_path), bundle=bundle)
     task = asyncio.create_task(replica.run())
     try:
         await asyncio.wait_for(preparing.wait(), 10)

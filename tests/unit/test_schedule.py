@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.domain import CronSchedule, IntervalSchedule, InvalidSchedule, take
-from actors.domain.schedule import EPOCH, local_to_instant
+from actors.domain.schedule import EPOCH
+from actors.domain.zones import local_to_instant
 from tests.unit.dst_reference import walked_fires
 
 BERLIN = "Europe/Berlin"

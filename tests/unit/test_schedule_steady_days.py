@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.domain import CronSchedule, take
-from actors.domain.schedule import local_to_instant
+from actors.domain.zones import local_to_instant
 
 ZONES = (
     "Europe/Berlin",

@@ -19,7 +19,7 @@ from actors.ports import StoreUnavailable
 from actors.replica import Replica
 from actors.testing.memory import InMemoryBroker, InMemoryRunStore, ManualClock
 from actors.testing.memory_inbox import MemoryInbox
-from actors.testing.memory_replica import MemoryAdapters
+from actors.testing.memory_replica import MemoryPorts
 from tests.unit.memory_world import until
 from tests.unit.test_replica_in_memory import Executions, config
 
@@ -38,8 +38,8 @@ class FirstSyncTimesOut(InMemoryRunStore):
 
 async def test_a_replica_whose_first_sync_times_out_syncs_again_and_runs(tmp_path: Path) -> None:
     store = FirstSyncTimesOut(ManualClock())
-    adapters = MemoryAdapters(store, InMemoryBroker(), Executions(), MemoryInbox())
-    replica = Replica(tmp_path / "claimd.toml", config(tmp_path), adapters=adapters)
+    bundle = MemoryPorts(store, InMemoryBroker(), Executions(), MemoryInbox())
+    replica = Replica(tmp_path / "claimd.toml", config(tmp_path), bundle=bundle)
     with capture_logs() as logs:
         task = asyncio.create_task(replica.run())
         try:

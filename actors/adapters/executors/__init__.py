@@ -23,10 +23,16 @@ from actors.adapters.executors.python import (
     PythonRunner,
     resolve_callable,
     run_python,
-    runs_on_the_loop,
 )
 from actors.adapters.executors.shell import run_shell
-from actors.domain import ExecutionResult, ExecutorSpec, PythonSpec, RunContext, ShellSpec
+from actors.domain import (
+    ExecutionResult,
+    ExecutorSpec,
+    PythonSpec,
+    RunContext,
+    ShellSpec,
+    defaults,
+)
 
 
 class LocalExecutor:
@@ -36,8 +42,11 @@ class LocalExecutor:
     ``CLAIMD_*`` settings, that python jobs do not get (the API token's).
     """
 
-    def __init__(self, withheld_env: Iterable[str] = ()) -> None:
-        self.python = PythonRunner(withheld_env)
+    def __init__(
+        self, withheld_env: Iterable[str] = (), python_processes: int = defaults.PYTHON_PROCESSES
+    ) -> None:
+        """``python_processes``: the warm child processes kept for sync python attempts."""
+        self.python = PythonRunner(withheld_env, processes=python_processes)
 
     async def execute(
         self, spec: ExecutorSpec, context: RunContext, timeout: timedelta
@@ -52,15 +61,22 @@ class LocalExecutor:
         return scrub(await run_http(spec, context, timeout))
 
     def runs_inline(self, executor: str | None) -> bool:
-        """Whether runs of that kind (a dispatch's ``executor`` hint) execute on the event loop.
+        """Whether runs of that kind (a dispatch's ``executor`` hint) take the inline pool of
+        slots (``worker_async_concurrency``) rather than a process slot.
 
-        An async python callable does (on a job loop); a sync one takes a child, shell a
-        process and http a connection: those take the worker's slots. A
-        target that does not import is not inline (its run fails in a slot).
+        Python runs do: an async callable runs on the job loop, a sync one waits
+        for a warm child of the pool (``python_processes`` bounds how many run at
+        once), so a herd of sync no-ops is started at its instant in a few
+        statements instead of one process slot's worth at a time. Shell takes a
+        process and http a connection: those take the worker's slots.
         """
-        if executor is None or not executor.startswith("python:"):
-            return False
-        return runs_on_the_loop(executor.removeprefix("python:"))
+        return executor is not None and executor.startswith("python:")
+
+    def prepare(self, executor: str | None, count: int = 1) -> None:
+        """``count`` runs of that kind are held for their instant: make ready what they
+        need before it comes (a sync python job's warm child processes)."""
+        if executor is not None and executor.startswith("python:"):
+            self.python.warm(executor.removeprefix("python:"), count)
 
 
 __all__ = [

@@ -1,8 +1,10 @@
-"""The worker's side of the fork server: sync python jobs in killable child processes.
+"""The worker's side of the fork server: it starts, signals and reaps the warm children.
 
 One fork server per worker process (``zygote.py``), started at the first sync
-python run with the job environment. A run is one child forked from it; at
-the timeout (or a cancellation) its process group is signalled and its death
+python run with the job environment. It forks the warm children the pool
+(``pool.py``) asks for, each in a process group of its own, and reports when
+each is reaped (its group swept with SIGKILL). An attempt past its timeout (or
+cancelled) is ended here: its child's group is signalled, and its death
 awaited before the attempt's verdict is handed on, so a retry never overlaps
 the attempt before it.
 """
@@ -16,22 +18,11 @@ import pickle
 import signal
 import socket
 import sys
-import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass
 from typing import Any
 
-from actors.adapters.executors.common import (
-    KILL_GRACE,
-    OUTPUT_TAIL_BYTES,
-    Tail,
-    drain_output,
-    elapsed,
-    pump_output,
-    python_environment,
-)
-from actors.domain import ExecutionResult, Outcome, RunContext
+from actors.adapters.executors.common import KILL_GRACE, OUTPUT_TAIL_BYTES, python_environment
 from actors.observability import PYTHON_CHILDREN_STARTED, get_logger
 
 log = get_logger("executor")
@@ -47,10 +38,19 @@ class ForkServerLost(RuntimeError):
 
 
 @dataclass
-class _Child:
+class WarmChild:
+    """A warm child as the worker sees it: its socket, its pid, its end."""
+
+    key: str
+    sock: socket.socket  # the worker's end: attempts out, verdicts in
     pid: asyncio.Future[int]
     exited: asyncio.Future[int]  # the wait status, once the server reaped it
-    started: float = field(default_factory=time.monotonic)
+    attempts: int = 0
+    env: int = 0  # the version of the base environment it was last sent
+
+    def close(self) -> None:
+        """Let the child go: an idle child reads the end of its socket and exits."""
+        self.sock.close()
 
 
 class ForkServer:
@@ -61,7 +61,7 @@ class ForkServer:
         self._sock: socket.socket | None = None
         self._proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
-        self._children: dict[str, _Child] = {}
+        self._children: dict[str, WarmChild] = {}
         self._starting: asyncio.Lock | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sending: asyncio.Lock | None = None
@@ -116,10 +116,13 @@ class ForkServer:
                         if not future.done():
                             future.set_exception(ForkServerLost(value))
                             future.exception()  # retrieved: the waiter may have gone
+                    self._children.pop(key, None)
                     continue
                 target = child.pid if kind == "pid" else child.exited
                 if not target.done():
                     target.set_result(value)
+                if kind == "exit":
+                    self._children.pop(key, None)
         except (OSError, asyncio.CancelledError):
             pass
         finally:
@@ -147,6 +150,7 @@ class ForkServer:
                 if not future.done():
                     future.set_exception(ForkServerLost("the python fork server ended"))
                     future.exception()  # retrieved: not every waiter is still there
+        self._children = {}
         if proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -174,110 +178,52 @@ class ForkServer:
                 finally:
                     loop.remove_writer(sock.fileno())
 
-    async def run(
-        self,
-        target: str,
-        context: RunContext,
-        timeout: timedelta,
-        kill_grace: float = KILL_GRACE,
-    ) -> tuple[ExecutionResult, str]:
-        """Run ``target(context)`` in a child; its result and output tail (unscrubbed)."""
-        start = time.monotonic()
+    async def spawn(self, target: str | None) -> WarmChild:
+        """Fork a warm child (``target``'s module imported first, when given) and return it
+        once the server has answered with its pid."""
         sock = await self._ensure()
         self._serial += 1
-        key = f"{context.run_id}#{context.fencing_token}#{self._serial}"
+        key = f"w{self._serial}"
         loop = asyncio.get_running_loop()
-        child = _Child(loop.create_future(), loop.create_future())
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        mine.setblocking(False)
+        child = WarmChild(key, mine, loop.create_future(), loop.create_future())
         self._children[key] = child
-        out_r, out_w = os.pipe()
-        verdict_r, verdict_w = os.pipe()
-        env = {**python_environment(self.withheld_env), **context.env()}
-        tail = Tail()
-        pumping: asyncio.Future[None] | None = None
         try:
-            pumping = asyncio.ensure_future(pump_output(out_r, tail))
-            out_r = -1  # the pump owns it now
-            # The timeout is the job's: it starts at the fork, not while a cold
-            # server starts, a herd's requests queue or the job's module is
-            # imported. That phase has a bound of its own (the timeout, plus a
-            # cold server's start): a module whose import hangs would hold the
-            # server, which is then replaced (killing what it started).
             try:
-                async with asyncio.timeout(timeout.total_seconds() + SERVER_START_S):
-                    try:
-                        await self._send(
-                            sock, ("run", key, target, context, env, None), [out_w, verdict_w]
-                        )
-                    finally:
-                        os.close(out_w)  # the child holds its own copies
-                        os.close(verdict_w)
-                    PYTHON_CHILDREN_STARTED.inc()
-                    await asyncio.shield(child.pid)
-            except asyncio.CancelledError:
-                # The request may be out: its child must not run on unwatched.
-                await asyncio.shield(self._end(sock, key, child, kill_grace))
-                raise
-            except TimeoutError:
-                self._replace("it did not start a job within the job's timeout")
-                return (
-                    ExecutionResult(
-                        Outcome.TIMED_OUT,
-                        error=f"timed out after {timeout} before the job's process started "
-                        "(its module's import?); the python fork server was replaced",
-                        duration=elapsed(start),
-                    ),
-                    tail.text(),
-                )
-            try:
-                async with asyncio.timeout(timeout.total_seconds()):
-                    status = await asyncio.shield(child.exited)
-            except TimeoutError:
-                await self._end(sock, key, child, kill_grace)
-                await drain_output(pumping)
-                return (
-                    ExecutionResult(
-                        Outcome.TIMED_OUT,
-                        error=f"timed out after {timeout}; the job's process group was killed",
-                        duration=elapsed(start),
-                    ),
-                    tail.text(),
-                )
-            except asyncio.CancelledError:
-                await asyncio.shield(self._end(sock, key, child, kill_grace))
-                raise
-            await drain_output(pumping)
-            return _verdict(verdict_r, status, start), tail.text()
-        except ForkServerLost as exc:
-            return (
-                ExecutionResult(Outcome.FAILED, error=str(exc), duration=elapsed(start)),
-                tail.text(),
-            )
-        finally:
-            self._children.pop(key, None)
-            if out_r >= 0:
-                os.close(out_r)
-            os.close(verdict_r)
-            if pumping is not None and not pumping.done():
-                pumping.cancel()
+                await self._send(sock, ("spawn", key, target), [theirs.fileno()])
+            finally:
+                theirs.close()  # the child holds its own copy
+            PYTHON_CHILDREN_STARTED.inc()
+            await asyncio.shield(child.pid)
+        except BaseException:
+            mine.close()
+            if child.pid.done() and not child.exited.done():
+                # Spawned after all: it ends when its socket closes; ended here at once.
+                await asyncio.shield(self.end(child, 0.0))
+            raise
+        return child
 
-    async def _end(self, sock: socket.socket, key: str, child: _Child, grace: float) -> None:
+    async def end(self, child: WarmChild, grace: float) -> None:
         """SIGTERM the child's group, SIGKILL after the grace, and wait until it is reaped.
 
         The verdict waits for the death: the attempt after this one must not
         start while this one still runs.
         """
+        child.close()
         try:
-            # The server answers a run with its pid before anything else.
+            # The server answers a spawn with its pid before anything else.
             await asyncio.wait_for(asyncio.shield(child.pid), SERVER_START_S)
         except ForkServerLost:
             return
         except TimeoutError:
-            self._replace("it did not answer a run it was sent")
+            self._replace("it did not answer a spawn it was sent")
             return
-        if child.exited.done():
+        sock = self._sock
+        if child.exited.done() or sock is None:
             return
-        with contextlib.suppress(OSError):
-            await self._send(sock, ("kill", key, signal.SIGTERM), [])
+        with contextlib.suppress(OSError, ForkServerLost):
+            await self._send(sock, ("kill", child.key, signal.SIGTERM), [])
         try:
             await asyncio.wait_for(asyncio.shield(child.exited), grace)
             return
@@ -285,8 +231,8 @@ class ForkServer:
             pass
         if child.exited.done():
             return
-        with contextlib.suppress(OSError):
-            await self._send(sock, ("kill", key, signal.SIGKILL), [])
+        with contextlib.suppress(OSError, ForkServerLost):
+            await self._send(sock, ("kill", child.key, signal.SIGKILL), [])
         with contextlib.suppress(ForkServerLost):
             await asyncio.shield(child.exited)
 
@@ -319,32 +265,4 @@ class ForkServer:
             await self._proc.wait()
 
 
-def _verdict(verdict_fd: int, status: int, start: float) -> ExecutionResult:
-    """What the child wrote to its verdict pipe; if nothing, how it died."""
-    os.set_blocking(verdict_fd, False)
-    data = b""
-    with contextlib.suppress(BlockingIOError, OSError):
-        while chunk := os.read(verdict_fd, 65536):
-            data += chunk
-    code = os.waitstatus_to_exitcode(status)
-    verdict: dict[str, Any] | None = None
-    with contextlib.suppress(Exception):
-        verdict = pickle.loads(data) if data else None
-    if verdict is None:
-        how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-        return ExecutionResult(
-            Outcome.FAILED,
-            exit_code=code,
-            error=f"the job's process ended without a verdict ({how})",
-            duration=elapsed(start),
-        )
-    if verdict.get("outcome") == "succeeded":
-        return ExecutionResult(Outcome.SUCCEEDED, duration=elapsed(start))
-    return ExecutionResult(
-        Outcome.FAILED,
-        error=str(verdict.get("error", "failed"))[:1000],
-        duration=elapsed(start),
-    )
-
-
-__all__ = ["OUTPUT_TAIL_BYTES", "ForkServer", "ForkServerLost"]
+__all__ = ["OUTPUT_TAIL_BYTES", "ForkServer", "ForkServerLost", "WarmChild"]

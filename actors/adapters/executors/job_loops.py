@@ -19,7 +19,6 @@ it runs is routed by a context variable to that attempt's output tail.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import contextvars
 import logging
@@ -27,10 +26,11 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TextIO
 
 from actors.adapters.executors.common import Tail
+from actors.adapters.executors.handoff import Handoff
 from actors.observability import JOB_LOOP_BLOCKED, get_logger
 
 log = get_logger("executor")
@@ -105,6 +105,7 @@ class _JobLoop:
         self.jobs: dict[asyncio.Task[Any], tuple[str, str]] = {}
         self.blocked_since: float | None = None
         self.counted = 0.0
+        self.handoff = Handoff(self.loop)  # runs handed to it, many per wake-up
         self.thread = threading.Thread(
             target=self._serve, name=f"claimd-job-loop-{index}", daemon=True
         )
@@ -125,6 +126,53 @@ class _JobLoop:
         return None if task is None else self.jobs.get(task)
 
 
+class _Attempt:
+    """One async attempt between the worker's loop and the job loop.
+
+    Handed over in both directions through :class:`Handoff` (many per
+    wake-up): ``start`` and ``cancel`` run on the job loop, ``settle`` on the
+    worker's.
+    """
+
+    def __init__(
+        self,
+        job_loop: _JobLoop,
+        replies: Handoff,
+        make: Callable[[], Coroutine[Any, Any, Any]],
+    ) -> None:
+        self.job_loop = job_loop
+        self.replies = replies
+        self.make = make
+        self.done: asyncio.Future[Any] = replies.loop.create_future()  # the job's result
+        self.ended: asyncio.Future[None] = replies.loop.create_future()  # its task is over
+        self.task: asyncio.Task[Any] | None = None
+        self.cancelled = False
+
+    def start(self) -> None:
+        if self.cancelled:  # cancelled before it began
+            self.replies.call(lambda: self.settle(None))
+            return
+        self.task = self.job_loop.loop.create_task(self.make())
+        self.task.add_done_callback(lambda t: self.replies.call(lambda: self.settle(t)))
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.task is not None:
+            self.task.cancel()
+
+    def settle(self, task: asyncio.Task[Any] | None) -> None:
+        if not self.ended.done():
+            self.ended.set_result(None)
+        if self.done.done():
+            return  # the worker stopped waiting (a timeout, a cancellation)
+        if task is None or task.cancelled():
+            self.done.cancel()
+        elif (exc := task.exception()) is not None:
+            self.done.set_exception(exc)
+        else:
+            self.done.set_result(task.result())
+
+
 class JobLoops:
     """The job event loops and their watchdog, started at the first async job."""
 
@@ -133,6 +181,7 @@ class JobLoops:
         self.blocked_after = blocked_after
         self._loops: list[_JobLoop] = []
         self._lock = threading.Lock()
+        self._back: dict[asyncio.AbstractEventLoop, Handoff] = {}
 
     def _started(self) -> list[_JobLoop]:
         with self._lock:
@@ -174,12 +223,6 @@ class JobLoops:
         """
         _route_output()
         job_loop = self.loop_for(job)
-        worker_loop = asyncio.get_running_loop()
-        ended: asyncio.Future[None] = worker_loop.create_future()
-
-        def settle() -> None:
-            if not ended.done():
-                ended.set_result(None)
 
         async def wrapped() -> Any:
             _CAPTURE.set(tail)
@@ -190,19 +233,16 @@ class JobLoops:
                 return await call()
             finally:
                 job_loop.jobs.pop(task, None)
-                with contextlib.suppress(RuntimeError):  # the worker's loop is closed
-                    worker_loop.call_soon_threadsafe(settle)
 
-        future: concurrent.futures.Future[Any] = asyncio.run_coroutine_threadsafe(
-            wrapped(), job_loop.loop
-        )
+        attempt = _Attempt(job_loop, self._replies(asyncio.get_running_loop()), wrapped)
+        job_loop.handoff.call(attempt.start)
         try:
             async with asyncio.timeout(timeout):
-                await asyncio.wrap_future(future)
+                await attempt.done
         except BaseException:
-            future.cancel()
+            job_loop.handoff.call(attempt.cancel)
             try:
-                await asyncio.wait_for(asyncio.shield(ended), grace)
+                await asyncio.wait_for(asyncio.shield(attempt.ended), grace)
             except TimeoutError:
                 log.warning(
                     "async python job did not end when cancelled",
@@ -211,6 +251,15 @@ class JobLoops:
                     grace_s=grace,
                 )
             raise
+
+    def _replies(self, loop: asyncio.AbstractEventLoop) -> Handoff:
+        """The hand-off of jobs' ends back to ``loop`` (the worker's), one per loop."""
+        found = self._back.get(loop)
+        if found is None:
+            if len(self._back) > 16:  # loops of tests come and go
+                self._back = {k: v for k, v in self._back.items() if not k.is_closed()}
+            found = self._back[loop] = Handoff(loop)
+        return found
 
     def _watch(self) -> None:
         """The watchdog: names the job holding a loop that stopped coming round."""

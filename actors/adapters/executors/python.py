@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import importlib
 import inspect
@@ -22,11 +23,13 @@ from actors.adapters.executors.common import (
     elapsed,
 )
 from actors.adapters.executors.job_loops import JobLoops
+from actors.adapters.executors.pool import WarmPool
 from actors.domain import (
     ExecutionResult,
     Outcome,
     PythonSpec,
     RunContext,
+    defaults,
 )
 
 
@@ -36,14 +39,6 @@ def resolve_callable(target: str) -> Callable[..., Any]:
     if not callable(func):
         raise TypeError(f"{target} is not callable")
     return func
-
-
-def runs_on_the_loop(target: str) -> bool:
-    """Whether ``target`` is a coroutine function (False when it does not resolve)."""
-    try:
-        return _resolved(target)[1]
-    except Exception:  # noqa: BLE001 - its run reports the error; here it only takes a slot
-        return False
 
 
 _RESOLVED: dict[str, tuple[Callable[..., Any], bool, ModuleType, str]] = {}
@@ -72,18 +67,32 @@ def _resolved(target: str) -> tuple[Callable[..., Any], bool]:
 class PythonRunner:
     """Runs python jobs: sync callables in child processes, async ones on job loops.
 
-    A sync callable runs in a child forked from the fork server (``children``):
+    A sync callable runs in a warm child process of the pool (``pool``), forked
+    from the fork server (``children``) and reused from attempt to attempt:
     killable at its timeout, its death awaited before the verdict. An async one
     runs in this process on a job event loop (``job_loops``), never on the
     worker's. Either way its printed and logged output is kept as the
     attempt's output tail, with claimd's own secrets scrubbed from it.
     """
 
-    def __init__(self, withheld_env: Iterable[str] = (), kill_grace: float = KILL_GRACE) -> None:
+    def __init__(
+        self,
+        withheld_env: Iterable[str] = (),
+        kill_grace: float = KILL_GRACE,
+        processes: int = defaults.PYTHON_PROCESSES,
+    ) -> None:
         self.withheld_env = tuple(withheld_env)
         self.kill_grace = kill_grace
         self.children = ForkServer(self.withheld_env)
+        self.pool = WarmPool(self.children, processes)
         self.job_loops = JobLoops()
+
+    def warm(self, target: str, count: int = 1) -> None:
+        """Runs of ``target`` are coming (held for their instant): a sync one's warm
+        children are forked now, not at the instant."""
+        with contextlib.suppress(Exception):  # its run reports a target that does not load
+            if not _resolved(target)[1]:
+                self.pool.warm(target, count)
 
     async def run(
         self, spec: PythonSpec, context: RunContext, timeout: timedelta
@@ -99,7 +108,7 @@ class PythonRunner:
         if is_async:
             result = await self._run_async(func, context, timeout, start)
         else:
-            result, output = await self.children.run(spec.target, context, timeout, self.kill_grace)
+            result, output = await self.pool.run(spec.target, context, timeout, self.kill_grace)
             result = dataclasses.replace(result, output_tail=output or None)
         return result  # masked by the executor (every secret the replica knows)
 

@@ -8,6 +8,7 @@ import os
 import signal
 import time
 from datetime import timedelta
+from typing import Any
 
 from actors.adapters.executors.common import (
     KILL_GRACE,
@@ -70,25 +71,19 @@ async def _terminate(proc: asyncio.subprocess.Process, grace: float, marker: str
 async def _spawn(
     spec: ShellSpec, argv: list[str], env: dict[str, str], output: int
 ) -> asyncio.subprocess.Process:
+    # The same process either way: no stdin, output to the pump, its own session
+    # (so that a timeout can end its whole tree).
+    options: dict[str, Any] = {
+        "stdin": asyncio.subprocess.DEVNULL,
+        "stdout": output,
+        "stderr": output,
+        "env": env,
+        "cwd": spec.cwd,
+        "start_new_session": True,
+    }
     if spec.use_shell:
-        return await asyncio.create_subprocess_shell(
-            argv[0],
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=output,
-            stderr=output,
-            env=env,
-            cwd=spec.cwd,
-            start_new_session=True,
-        )
-    return await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=output,
-        stderr=output,
-        env=env,
-        cwd=spec.cwd,
-        start_new_session=True,
-    )
+        return await asyncio.create_subprocess_shell(argv[0], **options)
+    return await asyncio.create_subprocess_exec(*argv, **options)
 
 
 async def run_shell(

@@ -1,128 +1,39 @@
-"""The fork server: a process that imports job modules once and forks a child per run.
+"""The fork server: a process that imports job modules once and forks warm children.
 
 Started by the worker (``python -m actors.adapters.executors.zygote FD``) with
 the job environment (claimd's own settings and secrets left out), it reads
 requests on a SEQPACKET socket and answers with events:
 
-- ``("run", id, target, context, env, cwd)`` with two file descriptors (the
-  output pipe and the verdict pipe): fork a child in a session (process group)
-  of its own; answer ``("pid", id, pid)``.
+- ``("spawn", id, target)`` with one file descriptor (the child's end of a
+  socket to the worker): import ``target``'s module (when given; again if its
+  file changed), then fork a warm child (``warm_child.py``) in a session
+  (process group) of its own, which runs attempts the worker sends it on that
+  socket; answer ``("pid", id, pid)``.
 - ``("kill", id, signal)``: signal the child's process group while it is not
   yet reaped (a reaped child's pid is never signalled: it may be reused).
-- A fork that fails answers ``("failed", id, why)``: that run fails.
+- A fork that fails answers ``("failed", id, why)``.
 - When a child ends: sweep its group with SIGKILL (nothing it left behind
   lingers), answer ``("exit", id, wait status)``.
 
 A closed socket (the worker is gone) kills every child's group and ends the
 server: no execution outlives the worker that would record it.
-
-The child: stdin from /dev/null, stdout and stderr (and a ``logging`` handler
-on the root logger) to the output pipe, the run's environment, then
-``func(ctx)``; its verdict (pickled) goes to the verdict pipe.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
-import io
-import logging
 import os
 import pickle
 import selectors
 import signal
 import socket
 import sys
-import traceback
 from typing import Any
 
-VERDICT_LIMIT = 4096
+from actors.adapters.executors.warm_child import preload, serve
+
 MESSAGE_LIMIT = 1 << 20
-
-
-def _resolve(target: str) -> Any:
-    module_name, _, attr = target.partition(":")
-    func = getattr(importlib.import_module(module_name), attr)
-    if not callable(func):
-        raise TypeError(f"{target} is not callable")
-    return func
-
-
-# module -> its file's (mtime, size) when imported here: an edited module is
-# imported again (as a reload of the config imports it again in the replica).
-_STAMPS: dict[str, tuple[int, int] | None] = {}
-
-
-def _stamp(module: Any) -> tuple[int, int] | None:
-    path = getattr(module, "__file__", None)
-    try:
-        found = os.stat(path) if path else None
-    except OSError:
-        return None
-    return None if found is None else (found.st_mtime_ns, found.st_size)
-
-
-def _preload(target: str) -> None:
-    """Import the job's module here, once per version of its file: every child forked
-    after has it."""
-    name = target.partition(":")[0]
-    with contextlib.suppress(Exception):  # the child reports the import's error itself
-        module = sys.modules.get(name)
-        if module is None:
-            module = importlib.import_module(name)
-        elif name in _STAMPS and _stamp(module) != _STAMPS[name]:
-            module = importlib.reload(module)
-        _STAMPS[name] = _stamp(module)
-
-
-def _child(request: tuple[Any, ...], out_fd: int, verdict_fd: int, keep_closed: list[int]) -> None:
-    """In the forked child: never returns."""
-    _, _, target, context, env, cwd = request
-    code = 0
-    try:
-        os.setsid()
-        signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_DFL)
-        for fd in keep_closed:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        os.dup2(out_fd, 1)
-        os.dup2(out_fd, 2)
-        os.close(out_fd)
-        os.environ.clear()
-        os.environ.update(env)
-        if cwd:
-            os.chdir(cwd)
-        # Line-buffered: a child killed at its timeout loses at most a partial line.
-        sys.stdout = io.TextIOWrapper(
-            io.FileIO(1, "w", closefd=False), line_buffering=True, errors="backslashreplace"
-        )
-        sys.stderr = io.TextIOWrapper(
-            io.FileIO(2, "w", closefd=False), line_buffering=True, errors="backslashreplace"
-        )
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        root = logging.getLogger()
-        root.handlers = [handler]
-        root.setLevel(logging.INFO)
-        verdict: dict[str, Any]
-        try:
-            _resolve(target)(context)
-            verdict = {"outcome": "succeeded"}
-        except BaseException as exc:  # noqa: BLE001 - the job's failure is its verdict
-            traceback.print_exc()
-            verdict = {"outcome": "failed", "error": repr(exc)[:1000]}
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os.write(verdict_fd, pickle.dumps(verdict)[:VERDICT_LIMIT])
-    except BaseException:  # noqa: BLE001 - a child must never return into the server's loop
-        code = 70
-    os._exit(code)
 
 
 class ForkServer:
@@ -161,7 +72,7 @@ class ForkServer:
 
     def receive(self) -> bool:
         try:
-            data, fds, _, _ = socket.recv_fds(self.sock, MESSAGE_LIMIT, 2)
+            data, fds, _, _ = socket.recv_fds(self.sock, MESSAGE_LIMIT, 1)
         except InterruptedError:
             return True
         except OSError:
@@ -169,39 +80,36 @@ class ForkServer:
         if not data:
             return False
         request = pickle.loads(data)
-        if request[0] == "run":
-            self.fork(request, fds)
-        elif request[0] == "kill":
-            for fd in fds:
-                os.close(fd)
+        if request[0] == "spawn" and len(fds) == 1:
+            self.fork(request, fds[0])
+            return True
+        for fd in fds:
+            os.close(fd)
+        if request[0] == "kill":
             pid = self.pids.get(request[1])
             if pid is not None:
                 _signal_group(pid, request[2])
         return True
 
-    def fork(self, request: tuple[Any, ...], fds: list[int]) -> None:
-        run_key = request[1]
-        out_fd, verdict_fd = fds
-        _preload(request[2])
+    def fork(self, request: tuple[Any, ...], child_sock: int) -> None:
+        _, key, target = request
+        if target:
+            preload(target)  # once here: every child forked after has it
         try:
             pid = os.fork()
-        except OSError as exc:  # no process to be had (a limit): this run fails, not the server
-            os.close(out_fd)
-            os.close(verdict_fd)
-            self.send(("failed", run_key, f"cannot fork the job's process: {exc}"))
+        except OSError as exc:  # no process to be had (a limit): fail the spawn, not the server
+            os.close(child_sock)
+            self.send(("failed", key, f"cannot fork the job's process: {exc}"))
             return
         if pid == 0:
-            _child(
-                request,
-                out_fd,
-                verdict_fd,
+            serve(
+                socket.socket(fileno=child_sock),
                 [self.sock.fileno(), self.wake_r, self.wake_w, self.selector.fileno()],
             )
-        os.close(out_fd)
-        os.close(verdict_fd)
-        self.children[pid] = run_key
-        self.pids[run_key] = pid
-        self.send(("pid", run_key, pid))
+        os.close(child_sock)
+        self.children[pid] = key
+        self.pids[key] = pid
+        self.send(("pid", key, pid))
 
     def reap(self) -> None:
         while self.children:

@@ -22,6 +22,7 @@ from nats.js.errors import (
 from actors.adapters.nats.codec import MAX_MESSAGE_BYTES, encode, take_waiting_at_once
 from actors.adapters.nats.connection import NATS_HEALTH, ConnectionEvents, answered
 from actors.adapters.nats.refusals import answer_refusals, report_publishes
+from actors.clocks import Deadline
 from actors.domain import DEFAULT_TIMEOUTS, ClaimdError, TimeoutBudget
 from actors.observability import get_logger
 from actors.ports import DispatchMessage
@@ -283,8 +284,7 @@ class JetStreamBroker:
         The whole batch shares one deadline, the publish timeout; a message
         whose ack has not come by then counts as a timed-out publish.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.publish_timeout
+        deadline = Deadline.within(self.publish_timeout)
         out: list[BaseException | None] = [None] * len(messages)
         acks: dict[asyncio.Future[api.PubAck], int] = {}
         try:
@@ -295,7 +295,7 @@ class JetStreamBroker:
                 except Exception as exc:  # noqa: BLE001 - that message's result
                     out[i] = exc
             if acks:
-                await asyncio.wait(acks, timeout=max(0.0, deadline - loop.time()))
+                await asyncio.wait(acks, timeout=deadline.left())
             for future, i in acks.items():
                 if not future.done() or future.cancelled():
                     out[i] = nats.errors.TimeoutError()
@@ -336,16 +336,15 @@ class JetStreamBroker:
         )
 
     async def _within_window(
-        self, acks: dict[asyncio.Future[api.PubAck], int], deadline: float
+        self, acks: dict[asyncio.Future[api.PubAck], int], deadline: Deadline
     ) -> None:
         """Wait, up to the deadline, until one more publish fits under the pending bound.
 
         nats-py's ``publish_async`` would otherwise wait for a free place
         without any deadline (its own stall timeout costs a task per message).
         """
-        loop = asyncio.get_running_loop()
         while self.js.publish_async_pending() >= self.publish_window:
-            left = deadline - loop.time()
+            left = deadline.left()
             ours = [f for f in acks if not f.done()]
             if left <= 0:
                 raise nats.errors.TimeoutError()

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 import asyncpg
 
-from actors.adapters.postgres.errors import reads_only, store_methods_report_outages
+from actors.adapters.postgres.errors import POSTGRES, POSTGRES_HEALTH, reads_only
 from actors.adapters.postgres.generations import (
     forget_replica,
     judge_locked,
@@ -47,6 +46,7 @@ from actors.adapters.postgres.statements import (
     WITHDRAW_FUTURE_RUNS,
 )
 from actors.adapters.postgres.stored_definitions import StoredDefinitions
+from actors.clocks import Stopwatch
 from actors.domain import (
     Job,
     Plan,
@@ -58,9 +58,10 @@ from actors.domain import (
 from actors.domain.generations import ConfigIdentity
 from actors.domain.history import Gap
 from actors.domain.runs import REMOVED_FROM_CONFIG
-from actors.observability import get_logger
+from actors.observability import DependencyHealth, get_logger
 from actors.ports import Caller, JobState, Materialized, RejectedJob
 from actors.ports.messages import ConfigReport, ConfigRollout, ConfigSync
+from actors.ports.translator import speaks_the_port
 
 # Jobs written per upsert statement: bounded parameter arrays, one statement
 # of a few hundred milliseconds at most.
@@ -79,11 +80,11 @@ async def _take_sync_lock(conn: asyncpg.Connection) -> None:
     if await conn.fetchval(TRY_LOCK_SYNC):
         return
     log.info("job sync: another replica is syncing; waiting for it to finish")
-    began = time.monotonic()
+    waited = Stopwatch()
     await conn.execute(LOCK_SYNC, timeout=SYNC_LOCK_WAIT_S)
     log.info(
         "job sync: the other replica's sync finished",
-        waited_s=round(time.monotonic() - began, 1),
+        waited_s=round(waited.seconds(), 1),
     )
 
 
@@ -128,9 +129,11 @@ async def _plan_until_removal(conn: asyncpg.Connection, job_ids: Sequence[int]) 
     await conn.execute(ADVANCE_MARKS_TO_REMOVAL, ids, marks)
 
 
-@store_methods_report_outages
+@speaks_the_port(POSTGRES)
 class PostgresJobCatalog:
     """The jobs table: what the config declares, what every replica plans from."""
+
+    health: DependencyHealth | None = POSTGRES_HEALTH  # what its calls report to
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Iterator
 
 import asyncpg
 
 from actors.observability import DependencyHealth
-from actors.ports import RecordRejected, StoreUnavailable
+from actors.ports import RecordRejected
+from actors.ports.translator import Fault, Translator, reads_only
+
+__all__ = [
+    "POSTGRES",
+    "POSTGRES_HEALTH",
+    "fault_of",
+    "is_outage",
+    "is_unreachable",
+    "reads_only",
+    "refuses_writes",
+    "rejections",
+]
 
 POSTGRES_HEALTH = DependencyHealth("postgres")
 
@@ -33,12 +42,6 @@ def rejections() -> Iterator[None]:
         if state[:2] in _TRANSIENT_CLASSES or state in _TRANSIENT_STATES:
             raise
         raise RecordRejected(f"{type(exc).__name__}: {exc}") from exc
-
-
-P = ParamSpec("P")
-R = TypeVar("R")
-T = TypeVar("T")
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def is_outage(exc: BaseException) -> bool:
@@ -70,49 +73,13 @@ def refuses_writes(exc: BaseException) -> bool:
     return getattr(exc, "sqlstate", None) in _TRANSIENT_STATES
 
 
-_READS = "_claimd_reads_only"
+def fault_of(exc: BaseException) -> Fault | None:
+    """The outage ``exc`` means for the replica's store, or None (about the data, or a bug)."""
+    if not is_outage(exc):
+        return None
+    return Fault.WRITES_REFUSED if refuses_writes(exc) else Fault.UNREACHABLE
 
 
-def reads_only(fn: F) -> F:
-    """Marks a store method that only reads: its success says nothing about writes.
-
-    While the database refuses writes it still answers these, and that must
-    not look like the end of the outage (it did: one "unreachable" / "reachable
-    again" pair per read, ~50 pairs in 21 s).
-    """
-    setattr(fn, _READS, True)
-    return fn
-
-
-def outage_as_store_unavailable(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """``fn`` raising StoreUnavailable for an outage, and reporting the database's health."""
-    reads = getattr(fn, _READS, False)
-
-    @functools.wraps(fn)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            result = await fn(*args, **kwargs)
-        except Exception as exc:
-            if is_outage(exc):
-                reason = f"{fn.__name__}: {type(exc).__name__}: {exc}"
-                if refuses_writes(exc):
-                    POSTGRES_HEALTH.refused(reason)
-                else:
-                    POSTGRES_HEALTH.lost(reason)
-                raise StoreUnavailable(reason) from exc
-            raise
-        if reads:
-            POSTGRES_HEALTH.reached()
-        else:
-            POSTGRES_HEALTH.wrote()
-        return result
-
-    return wrapper
-
-
-def store_methods_report_outages(cls: type[T]) -> type[T]:
-    """Every public coroutine method raises StoreUnavailable when the database is away."""
-    for name, member in list(vars(cls).items()):
-        if not name.startswith("_") and inspect.iscoroutinefunction(member):
-            setattr(cls, name, outage_as_store_unavailable(member))
-    return cls
+# The replica's store (the run store and the job catalog): an outage is waited out;
+# any other error is a bug, or about the data (``rejections``), and leaves as it is.
+POSTGRES = Translator(fault_of)

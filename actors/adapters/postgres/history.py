@@ -35,9 +35,9 @@ from actors.adapters.postgres.statements import (
     RUN_ATTEMPTS,
     RUN_DETAIL,
     RUNS_PAGE,
-    TERMINAL,
 )
 from actors.domain import RunState
+from actors.domain.defaults import OVERDUE_AFTER
 from actors.domain.history import Gap, RunRecord
 from actors.domain.pause import pause_spans
 from actors.ports.messages import ConfigRollout
@@ -92,7 +92,7 @@ class History:
     async def jobs(self, name: str | None = None) -> list[JobOverview]:
         return [
             cast(JobOverview, dict(r))
-            for r in await self._pool.fetch(JOBS_OVERVIEW, name, TERMINAL)
+            for r in await self._pool.fetch(JOBS_OVERVIEW, name, OVERDUE_AFTER)
         ]
 
     async def job(self, name: str) -> JobRecord | None:

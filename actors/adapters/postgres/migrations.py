@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -32,6 +31,7 @@ from pathlib import Path
 import asyncpg
 
 from actors.adapters.resources import sql_dir
+from actors.clocks import Stopwatch
 from actors.observability import get_logger
 from actors.pacing import Backoff
 
@@ -173,7 +173,7 @@ async def _apply(
     """One migration in one transaction: its locks, its statements, its record; retried
     whole (after a rollback) while a lock wait outlasts ``lock_timeout``."""
     backoff = Backoff(initial=0.1, maximum=5.0)
-    began = time.monotonic()
+    waiting = Stopwatch()
     tries = 0
     timeout_ms = f"{max(1, round(lock_timeout.total_seconds() * 1000))}ms"
     while True:
@@ -190,7 +190,7 @@ async def _apply(
                 await conn.execute(migration.path.read_text(encoding="utf-8"), timeout=24 * 3600)
                 await conn.execute(RECORD_MIGRATION, migration.version, migration.name)
         except (asyncpg.LockNotAvailableError, asyncpg.DeadlockDetectedError) as exc:
-            waited = time.monotonic() - began
+            waited = waiting.seconds()
             where = waiting_for or "a table its statements lock"
             if waited >= patience.total_seconds():
                 raise MigrationLocked(
@@ -217,6 +217,6 @@ async def _apply(
                 "migration applied after waiting for its locks",
                 migration=migration.name,
                 tries=tries,
-                waited_s=round(time.monotonic() - began, 3),
+                waited_s=round(waiting.seconds(), 3),
             )
         return

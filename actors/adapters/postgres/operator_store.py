@@ -9,23 +9,21 @@ StoreRefused.
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import asyncpg
 
 from actors.adapters.database import CONNECTION_LOST, DATABASE_ERROR, SCHEMA_MISSING, open_pool
-from actors.adapters.postgres.errors import is_outage
+from actors.adapters.postgres.errors import fault_of
 from actors.adapters.postgres.history import History, record_action
 from actors.adapters.postgres.operations import Operations
 from actors.adapters.postgres.statements import ACTIVE_RUN, LOCK_JOB, RUN_JOB, RUN_STATE
 from actors.domain import Overlap
 from actors.domain.backfill import BackfillProgress
 from actors.domain.pause import PausedInstants
-from actors.ports import StoreUnavailable
+from actors.observability import DependencyHealth
 from actors.ports.operator import (
     ActiveRun,
     Caller,
@@ -36,46 +34,46 @@ from actors.ports.operator import (
     StoreRefused,
     Unchanged,
 )
-
-P = ParamSpec("P")
-R = TypeVar("R")
-T = TypeVar("T")
+from actors.ports.translator import Fault, Translator, speaks_the_port, writes
 
 
-def _port_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """``fn`` raising the port's errors instead of the driver's."""
-
-    @functools.wraps(fn)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return await fn(*args, **kwargs)
-        except SCHEMA_MISSING as exc:
-            raise SchemaMissing(f"{type(exc).__name__}: {exc}") from exc
-        except Exception as exc:
-            if isinstance(exc, CONNECTION_LOST) or is_outage(exc):
-                raise StoreUnavailable(f"{type(exc).__name__}: {exc}") from exc
-            if isinstance(exc, DATABASE_ERROR):
-                raise StoreRefused(f"{type(exc).__name__}: {exc}") from exc
-            raise
-
-    return wrapper
+def _operator_fault(exc: BaseException) -> Fault | None:
+    # A command's connection that went away under it (the driver's InterfaceError
+    # included) is an outage too.
+    return fault_of(exc) or (Fault.UNREACHABLE if isinstance(exc, CONNECTION_LOST) else None)
 
 
-def _every_method_speaks_the_port(cls: type[T]) -> type[T]:
-    for klass in reversed(cls.__mro__[:-1]):
-        for name, member in vars(klass).items():
-            if not name.startswith("_") and inspect.iscoroutinefunction(member):
-                setattr(cls, name, _port_errors(member))
-    return cls
+def _operator_error(exc: BaseException) -> BaseException | None:
+    if isinstance(exc, SCHEMA_MISSING):
+        return SchemaMissing(f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, DATABASE_ERROR):
+        return StoreRefused(f"{type(exc).__name__}: {exc}")
+    return None
 
 
-@_every_method_speaks_the_port
+# The operator's port: an outage as StoreUnavailable, a database without our tables
+# as SchemaMissing, any other refusal as StoreRefused.
+OPERATOR = Translator(_operator_fault, _operator_error)
+
+
+@speaks_the_port(OPERATOR, reads_unless_marked=True)
 class PostgresOperatorStore(History):
-    """The OperatorStore port on a pool (the replica's, or a command's own)."""
+    """The OperatorStore port on a pool (the replica's, or a command's own).
 
-    def __init__(self, pool: asyncpg.Pool, *, owns_pool: bool = False) -> None:
+    ``health``: what its calls report to (the replica's PostgreSQL; None for a
+    command's own store). Its methods read, but for the actions marked ``writes``.
+    """
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        owns_pool: bool = False,
+        health: DependencyHealth | None = None,
+    ) -> None:
         super().__init__(pool)
         self._owns_pool = owns_pool
+        self.health = health
 
     @classmethod
     async def open(cls, url: str, timeout: float) -> PostgresOperatorStore:
@@ -87,6 +85,7 @@ class PostgresOperatorStore(History):
         if self._owns_pool:
             await self._pool.close()
 
+    @writes
     async def record_action(
         self,
         actor: Caller,
@@ -111,6 +110,7 @@ class PostgresOperatorStore(History):
             )
         )
 
+    @writes
     async def pause(self, actor: Caller, job: str, *, result: str) -> Recorded | Unchanged:
         async with self._pool.acquire() as conn, conn.transaction():
             row = await conn.fetchrow(LOCK_JOB, job)
@@ -123,6 +123,7 @@ class PostgresOperatorStore(History):
                 *await record_action(conn, actor, "pause", job=job, ok=True, result=result)
             )
 
+    @writes
     async def resume(
         self,
         actor: Caller,
@@ -146,6 +147,7 @@ class PostgresOperatorStore(History):
             )
             return done, Recorded(*recorded)
 
+    @writes
     async def trigger(
         self,
         actor: Caller,
@@ -172,6 +174,7 @@ class PostgresOperatorStore(History):
             )
             return run_id, Recorded(*recorded)
 
+    @writes
     async def backfill(
         self,
         job: str,
@@ -190,6 +193,7 @@ class PostgresOperatorStore(History):
         row = await self._pool.fetchrow(ACTIVE_RUN, job)
         return None if row is None else ActiveRun(row["id"], row["state"])
 
+    @writes
     async def cancel(self, actor: Caller, run_id: str, *, reason: str, result: str) -> Cancelled:
         async with self._pool.acquire() as conn, conn.transaction():
             if await Operations(conn).cancel(run_id, reason):

@@ -17,12 +17,7 @@ import asyncpg
 
 from actors.adapters.postgres import verdicts
 from actors.adapters.postgres.catalog import PostgresJobCatalog
-from actors.adapters.postgres.errors import (
-    POSTGRES_HEALTH,
-    is_outage,
-    reads_only,
-    store_methods_report_outages,
-)
+from actors.adapters.postgres.errors import POSTGRES, POSTGRES_HEALTH, is_outage, reads_only
 from actors.adapters.postgres.migrations import migrate
 from actors.adapters.postgres.pool import connect_pool, init_connection
 from actors.adapters.postgres.statements import (
@@ -54,6 +49,7 @@ from actors.domain import (
     decide_attempt,
     refusal_of,
 )
+from actors.domain.defaults import OVERDUE_AFTER
 from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.observability import RUNS_SKIPPED, get_logger
 from actors.ports import (
@@ -64,11 +60,12 @@ from actors.ports import (
     NotStarted,
     StartedRun,
 )
+from actors.ports.translator import speaks_the_port
 
 log = get_logger("postgres")
 
 
-@store_methods_report_outages
+@speaks_the_port(POSTGRES)
 class PostgresRunStore(PostgresJobCatalog):
     """RunStore on PostgreSQL through an asyncpg pool."""
 
@@ -321,7 +318,7 @@ class PostgresRunStore(PostgresJobCatalog):
     async def cluster_figures(self, timeout: float) -> ClusterReading:
         """The cluster-wide figures /metrics reports (every replica reads the same)."""
         async with self._pool.acquire(timeout=timeout) as conn:
-            jobs = await conn.fetch(CLUSTER_JOB_FIGURES, timeout=timeout)
+            jobs = await conn.fetch(CLUSTER_JOB_FIGURES, OVERDUE_AFTER, timeout=timeout)
             leases = await conn.fetchrow(CLUSTER_LEASE_FIGURES, timeout=timeout)
         assert leases is not None
         definitions = await self._definitions.of(self._pool, jobs)
@@ -337,6 +334,9 @@ class PostgresRunStore(PostgresJobCatalog):
                     overdue=r["overdue"],
                     overdue_oldest_age=r["overdue_oldest_age"],
                     materialized_behind=r["materialized_behind"],
+                    last_state=r["last_state"],
+                    running=r["running"],
+                    rejected=r["rejected"],
                 )
                 for r in jobs
             ),

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import aiohttp
+from pydantic import TypeAdapter
 
 from actors.config import ConfigError, database_url_of
 from actors.domain.backfill import BACKFILL_CHUNK, BackfillProgress
@@ -35,6 +36,15 @@ from actors.operator import (
     Unauthorized,
     Unavailable,
     Unprocessable,
+)
+from actors.operator.models import (
+    Audit,
+    ConfigRollout,
+    Job,
+    JobDetail,
+    RejectedJob,
+    RunDetail,
+    RunsPage,
 )
 from actors.ports import Caller, OperatorStore
 
@@ -51,7 +61,7 @@ _BY_STATUS: dict[int, type[OperatorError]] = {
 
 # Opens the operator's store on a database URL within a timeout, or raises BadInput
 # (the URL names no database) or Unavailable (no answer). The composition root
-# that names the adapter (actors.operator_root) hands it to ``register``.
+# that names the adapter (actors.cli.operator_store) hands it to ``register``.
 StoreOpener = Callable[[str, float], Awaitable[OperatorStore]]
 
 
@@ -201,6 +211,16 @@ _ACTIONS = {
     "backfill": "backfillJob",
     "cancel": "cancelRun",
 }
+# The answers parsed back into the operator's read models.
+_PARSED: dict[str, TypeAdapter[Any]] = {
+    "listJobs": TypeAdapter(list[Job]),
+    "getJob": TypeAdapter(JobDetail),
+    "listRuns": TypeAdapter(RunsPage),
+    "getRun": TypeAdapter(RunDetail),
+    "auditJob": TypeAdapter(Audit),
+    "listRejectedJobs": TypeAdapter(list[RejectedJob]),
+    "getConfig": TypeAdapter(ConfigRollout),
+}
 # The commands' names for the table's path parameters.
 _PATH_ALIASES = {"name": ("name", "job"), "run_id": ("run_id",)}
 _QUERY_NAMES = {"start": "from", "end": "to", "states": "state"}
@@ -245,7 +265,8 @@ class HttpBackend:
         raise error(f"{message or 'no message'} (HTTP {status} from {self.base})")
 
     async def get(self, what: str, **params: Any) -> Any:
-        path = _path(_READS[what], params)
+        operation_id = _READS[what]
+        path = _path(operation_id, params)
         query: list[tuple[str, str]] = []
         for key, value in params.items():
             if value is None:
@@ -255,7 +276,11 @@ class HttpBackend:
                 value = "true" if value else "false"
             values = value if isinstance(value, list | tuple) else [value]
             query.extend((name, str(v)) for v in values)
-        return await self._call("GET", path, params=query)
+        data = await self._call("GET", path, params=query)
+        # The operator's reads come back as the read models the service returns
+        # (actors.operator.models): the commands render the same typed values either way.
+        model = _PARSED.get(operation_id)
+        return data if model is None else model.validate_python(data)
 
     async def act(self, action: str, **params: Any) -> dict[str, Any]:
         path = _path(_ACTIONS[action], params)

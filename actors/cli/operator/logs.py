@@ -20,13 +20,10 @@ from typing import Any
 import aiohttp
 
 from actors.cli.operator import render
-from actors.cli.operator.connect import (
-    ENDPOINTS_FILE,
-    Backend,
-    StoreOpener,
-    _token,
-    open_backend,
-)
+from actors.cli.operator.connect import ENDPOINTS_FILE, Backend, _token, open_backend
+from actors.cli.operator.options import Commands, connection
+from actors.cli.operator.reads import _is_run_id
+from actors.cli.operator.running import EXIT_CODES, fail
 from actors.http.openapi import BY_ID
 from actors.operator import BadInput, NotFound, OperatorError, Unavailable
 
@@ -35,16 +32,19 @@ HELP = "a run's output: each attempt's kept tail, or (-f) its lines as they are 
 
 async def current_run(backend: Backend, target: str) -> str:
     """``target`` if it is a run id, else the job's run running now, else its latest."""
-    from actors.cli.operator.commands import _is_run_id
-
     if _is_run_id(target):
         return target
-    page = await backend.get("runs", job=target, states=["running", "claimed"], limit=1)
+    page = _plain(await backend.get("runs", job=target, states=["running", "claimed"], limit=1))
     if not page["runs"]:
-        page = await backend.get("runs", job=target, limit=1)
+        page = _plain(await backend.get("runs", job=target, limit=1))
     if not page["runs"]:
         raise NotFound(f"job {target!r} has no run yet")
     return str(page["runs"][0]["id"])
+
+
+def _plain(answer: Any) -> Any:
+    """A read model (either backend answers with one) as JSON values."""
+    return answer.model_dump(mode="json") if hasattr(answer, "model_dump") else answer
 
 
 def kept(run: dict[str, Any]) -> str:
@@ -137,14 +137,12 @@ def _show(event: str, data: dict[str, Any]) -> int | None:
 
 
 async def _logs(args: argparse.Namespace) -> int:
-    from actors.cli.operator.commands import _fail
-
     try:
         backend = await open_backend(args)
         try:
             run_id = await current_run(backend, args.target)
             if not args.follow:
-                run = await backend.get("run", run_id=run_id)
+                run = _plain(await backend.get("run", run_id=run_id))
                 if args.json:
                     print(json.dumps(run["attempts"], indent=2))
                 else:
@@ -154,14 +152,12 @@ async def _logs(args: argparse.Namespace) -> int:
             await backend.close()
         return await follow(api_url(args), _token(args), run_id, args.connect_timeout)
     except OperatorError as exc:
-        return _fail(exc, exc.exit)
+        return fail(str(exc).strip() or type(exc).__name__, exc.exit)
 
 
-def register(sub: Any, open_store: StoreOpener) -> None:
-    """`claimd logs` (called by actors.cli.operator.commands.register)."""
-    from actors.cli.operator.commands import EXIT_CODES, _connection
-
-    p = sub.add_parser(
+def add_logs(commands: Commands) -> None:
+    """`claimd logs`: its own handler (-f prints as the stream goes, not one answer)."""
+    p = commands.sub.add_parser(
         "logs",
         allow_abbrev=False,
         help=HELP,
@@ -176,7 +172,7 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         action="store_true",
         help="print the lines as they are printed, until the run ends (through the API)",
     )
-    _connection(p)
+    connection(p)
 
     def run(args: argparse.Namespace) -> int:
         try:
@@ -184,4 +180,4 @@ def register(sub: Any, open_store: StoreOpener) -> None:
         except KeyboardInterrupt:
             return 130
 
-    p.set_defaults(func=run, open_store=open_store)
+    p.set_defaults(func=run, open_store=commands.open_store)

@@ -14,23 +14,19 @@ import json
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from actors.cli.operator import render
 from actors.cli.operator.connect import connect_database, database_url, os_user
+from actors.cli.operator.options import Commands, connection
+from actors.cli.operator.running import EXIT_CODES, fail
+from actors.clocks import Deadline
 from actors.config import CodeImport, ConfigError, load_config
 from actors.operator import OperatorError
 from actors.ports import Caller
 
 CHANGE_KINDS = ("added", "changed", "removed")
-
-
-def fail(message: str, code: int) -> int:
-    """One ``error:`` line on stderr; ``code``."""
-    print(f"error: {render.terminal_safe(' '.join(message.split()))}", file=sys.stderr)
-    return code
 
 
 def _names(details: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -94,8 +90,8 @@ async def _signal_and_wait(args: argparse.Namespace, pid: int) -> int:
             print(verdict_json(pid, None, sent, {}) if args.json else sent)
             return 0
         verdict = None
-        deadline = time.monotonic() + args.wait
-        while verdict is None and time.monotonic() < deadline:
+        deadline = Deadline.within(args.wait)
+        while verdict is None and not deadline.passed():
             verdict = await store.reload_verdict(pid, before)
             if verdict is None:
                 await asyncio.sleep(0.1)
@@ -151,3 +147,46 @@ def cmd_reload(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         return fail(f"cannot read a pid from {args.pid_file}: {exc}", 2)
     return asyncio.run(_signal_and_wait(args, pid))
+
+
+def add_reload(commands: Commands) -> None:
+    """`claimd reload --pid PID`: its own handler, not a backend command (it signals a process)."""
+    rel = commands.sub.add_parser(
+        "reload",
+        allow_abbrev=False,
+        help="make a running replica reread its config (SIGHUP) and report its verdict",
+        description=(
+            "Send SIGHUP to a replica (--pid, --pid-file), then wait for the verdict it "
+            "records: the jobs added, changed and removed; or, refused (the running jobs "
+            "stay as they were), each error of the file on its own 'error:' line on stderr, "
+            "exit 1. --json prints one object on stdout either way: ok, pid, result, "
+            "added/changed/removed/rejected ({count, names}), errors ({count, messages}), "
+            "settings_not_applied ([claimd] settings changed in the file, applied at the next "
+            "restart). With --config the file is checked here first and, refused, not "
+            "signalled (exit 2). Without a database to read the verdict from, it only "
+            "signals."
+        ),
+        epilog=f"exit status{EXIT_CODES}",
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    target = rel.add_mutually_exclusive_group(required=True)
+    target.add_argument("--pid", type=int)
+    target.add_argument("--pid-file")
+    rel.add_argument(
+        "--force",
+        action="store_true",
+        help=(
+            "roll back: apply the replica's file even when it is older than the config "
+            "generation in force (SIGUSR1 instead of SIGHUP; recorded in the action log; "
+            "docs/rollout.md)"
+        ),
+    )
+    rel.add_argument(
+        "--wait",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait for the replica's verdict (default 10)",
+    )
+    connection(rel)
+    rel.set_defaults(func=cmd_reload, open_store=commands.open_store)

@@ -1,4 +1,5 @@
-"""Tables for a terminal from the API's JSON shapes (``--json`` prints the shapes as they are)."""
+"""Tables for a terminal from the operator's read models (actors.operator.models), whichever
+way the command reached claimd; ``--json`` prints the models as the API sends them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,18 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from pydantic import BaseModel
+
 from actors.domain import human_duration
+from actors.operator.models import (
+    Audit,
+    ConfigRollout,
+    Job,
+    LastOutcome,
+    RejectedJob,
+    RunDetail,
+    RunsPage,
+)
 
 MAX_CELL = 60
 UNFINISHED = ("pending", "claimed", "running")
@@ -59,14 +71,23 @@ def took(seconds: float | None) -> str:
     return "-" if seconds is None else human_duration(timedelta(seconds=seconds))
 
 
-def _outcome(last: dict[str, Any] | None, running: int = 0, width: int | None = None) -> str:
-    if not last:
+def json_ready(payload: Any) -> Any:
+    """What ``--json`` prints: a read model (or a list of them) as the API sends it."""
+    if isinstance(payload, BaseModel):
+        return payload.model_dump(mode="json", by_alias=True)
+    if isinstance(payload, list):
+        return [json_ready(p) for p in payload]
+    return payload
+
+
+def _outcome(last: LastOutcome | None, running: int = 0, width: int | None = None) -> str:
+    if last is None:
         # The first run of a long job is running, not "never ran".
         return "running, none finished yet" if running else "never ran"
-    text = str(last["outcome"] or last["state"])
-    if not last.get("error"):
+    text = str(last.outcome or last.state)
+    if not last.error:
         return text
-    error = " ".join(str(last["error"]).split())
+    error = " ".join(last.error.split())
     if width is not None and len(error) > width:
         error = error[: width - 1] + "…"
     return f"{text}: {error}"
@@ -75,15 +96,19 @@ def _outcome(last: dict[str, Any] | None, running: int = 0, width: int | None = 
 NARROW_ERROR = 60  # characters of the last error in the default (narrow) table
 
 
-def _job_state(j: dict[str, Any]) -> str:
-    state = "removed" if not j["enabled"] else ("paused" if j["paused"] else "active")
-    return f"{state}, edit rejected" if j.get("config_rejected") else state
+def _job_state(j: Job) -> str:
+    """The job's state as the API decided it (actors.domain.job_state), and a rejected
+    edit where the state says something else first."""
+    state = str(j.state)
+    if j.config_rejected is not None and j.state != "rejected":
+        return f"{state}, edit rejected"
+    return state
 
 
 def jobs(
-    rows: list[dict[str, Any]],
-    rejected: Sequence[dict[str, Any]] = (),
-    config: dict[str, Any] | None = None,
+    rows: Sequence[Job],
+    rejected: Sequence[RejectedJob] = (),
+    config: ConfigRollout | None = None,
     *,
     wide: bool = False,
 ) -> str:
@@ -95,43 +120,42 @@ def jobs(
     backlog, the state); ``wide`` adds UTC times, the last success and the runs
     written ahead, and the whole error.
     """
-    listed = {j["name"] for j in rows}
-    new = [r for r in rejected if r["job"] not in listed]
+    listed = {j.name for j in rows}
+    new = [r for r in rejected if r.job not in listed]
     if not rows and not rejected:
         return "no jobs"
     if not wide:
         narrow = [
             [
-                j["name"],
-                j["schedule"]
-                if j["timezone"] in j["schedule"]
-                else f"{j['schedule']} ({j['timezone']})",
-                when(j["next_fire_local"]),
-                _outcome(j["last_outcome"], j.get("running", 0), NARROW_ERROR),
-                "-" if j["paused"] else j["backlog"],
+                j.name,
+                j.schedule if j.timezone in j.schedule else f"{j.schedule} ({j.timezone})",
+                when(j.next_fire_local),
+                _outcome(j.last_outcome, j.running, NARROW_ERROR),
+                "-" if j.paused else j.overdue,
                 _job_state(j),
             ]
             for j in rows
         ]
-        narrow += [[r["job"], *["-"] * 4, "rejected"] for r in new]
+        narrow += [[r.job, *["-"] * 4, "rejected"] for r in new]
         text = table(["JOB", "SCHEDULE", "NEXT FIRE", "LAST OUTCOME", "OVERDUE", "STATE"], narrow)
         return text + config_lines(config) + _rejected_lines(rejected)
     body = [
         [
-            j["name"],
-            j["schedule"],
-            j["timezone"],
-            when(j["next_fire"]),
-            when(j["next_fire_local"]),
-            _outcome(j["last_outcome"], j.get("running", 0)),
-            when(j["last_success"]),
-            "-" if j["paused"] else j["backlog"],
-            j["ahead"],
+            j.name,
+            j.schedule,
+            j.timezone,
+            when(j.next_fire),
+            when(j.next_fire_local),
+            _outcome(j.last_outcome, j.running),
+            when(j.last_success),
+            "-" if j.paused else j.overdue,
+            "-" if j.paused else j.backlog,
+            j.ahead,
             _job_state(j),
         ]
         for j in rows
     ]
-    body += [[r["job"], *["-"] * 8, "rejected"] for r in new]
+    body += [[r.job, *["-"] * 9, "rejected"] for r in new]
     text = table(
         [
             "JOB",
@@ -142,6 +166,7 @@ def jobs(
             "LAST OUTCOME",
             "LAST SUCCESS (UTC)",
             "OVERDUE",
+            "BACKLOG",
             "AHEAD",
             "STATE",
         ],
@@ -150,45 +175,44 @@ def jobs(
     return text + config_lines(config) + _rejected_lines(rejected)
 
 
-def _rejected_lines(rejected: Sequence[dict[str, Any]]) -> str:
+def _rejected_lines(rejected: Sequence[RejectedJob]) -> str:
     if not rejected:
         return ""
     lines = ["", "rejected by the config file (fix the file, then `claimd reload`):"]
     for r in rejected:
-        field = f"field {r['field']!r}: " if r["field"] else ""
-        running = r["old_definition_running"]
-        verdict = "the old definition keeps running" if running else "not running"
-        error = " ".join(r["error"].split())
-        lines.append(f"  {r['job']}: {r['path']}: {field}{error} -- {verdict}")
+        field = f"field {r.field!r}: " if r.field else ""
+        verdict = "the old definition keeps running" if r.old_definition_running else "not running"
+        error = " ".join(r.error.split())
+        lines.append(f"  {r.job}: {r.path}: {field}{error} -- {verdict}")
     return "\n" + "\n".join(lines)
 
 
-def config_lines(config: dict[str, Any] | None) -> str:
+def config_lines(config: ConfigRollout | None) -> str:
     """Under the jobs table: the config generation in force and each replica's file."""
-    if not config or config.get("in_force") is None:
+    if config is None or config.in_force is None:
         return ""
-    g = config["in_force"]
-    version = f", config_version {g['config_version']}" if g["config_version"] is not None else ""
-    forced = ", forced (rollback)" if g["forced"] else ""
+    g = config.in_force
+    version = f", config_version {g.config_version}" if g.config_version is not None else ""
+    forced = ", forced (rollback)" if g.forced else ""
     lines = [
         "",
-        f"config in force: generation {g['generation']}, digest {g['digest']}{version}, since "
-        f"{when(g['since'])}{forced}",
+        f"config in force: generation {g.generation}, digest {g.digest}{version}, since "
+        f"{when(g.since)}{forced}",
     ]
-    if config.get("disagreement"):
-        lines.append(str(config["disagreement"]))
-    for r in config.get("replicas", []):
+    if config.disagreement:
+        lines.append(config.disagreement)
+    for r in config.replicas:
         state = (
             "in force"
-            if r["in_force"]
-            else ("refused: older than the one in force" if r["stale"] else "not in force")
+            if r.in_force
+            else ("refused: older than the one in force" if r.stale else "not in force")
         )
-        lines.append(f"  {terminal_safe(r['replica'])}: digest {r['digest']} ({state})")
+        lines.append(f"  {terminal_safe(r.replica)}: digest {r.digest} ({state})")
     return "\n".join(lines)
 
 
-def runs(page: dict[str, Any]) -> str:
-    rows = page["runs"]
+def runs(page: RunsPage) -> str:
+    rows = page.runs
     if not rows:
         return "no runs"
     text = table(
@@ -204,55 +228,53 @@ def runs(page: dict[str, Any]) -> str:
         ],
         [
             [
-                r["id"],
-                r["job"],
-                when(r["scheduled_at"]),
-                when(r["scheduled_local"]),
-                r["state"],
-                r["attempt"],
-                r["trigger"],
-                r["error"],
+                r.id,
+                r.job,
+                when(r.scheduled_at),
+                when(r.scheduled_local),
+                r.state,
+                r.attempt,
+                r.trigger,
+                r.error,
             ]
             for r in rows
         ],
     )
-    if page.get("next_cursor"):
-        text += f"\n(more: --cursor '{page['next_cursor']}')"
+    if page.next_cursor:
+        text += f"\n(more: --cursor '{page.next_cursor}')"
     return text
 
 
-def run(r: dict[str, Any]) -> str:
+def run(r: RunDetail) -> str:
     lease = (
-        (
-            f"{r['lease_owner']} until {when(r['lease_expires_at'])}"
-            + (" (EXPIRED)" if r["lease_expired"] else "")
-        )
-        if r["lease_owner"]
+        f"{r.lease_owner} until {when(r.lease_expires_at)}"
+        + (" (EXPIRED)" if r.lease_expired else "")
+        if r.lease_owner
         else "-"
     )
-    outcome, error = r["outcome"], r["error"]
-    if r["state"] in UNFINISHED and r["attempt"] > 1 and (outcome or error):
+    outcome, error = r.outcome, r.error
+    if r.state in UNFINISHED and r.attempt > 1 and (outcome or error):
         # The run row keeps the previous attempt's verdict until this one's.
-        outcome = f"none yet (attempt {r['attempt'] - 1}: {outcome or '-'})"
-        error = f"attempt {r['attempt'] - 1}: {error}" if error else None
-    fields = [
-        ("run", r["id"]),
-        ("job", r["job"]),
-        ("scheduled", f"{when(r['scheduled_at'])}  ({when(r['scheduled_local'])} {r['timezone']})"),
-        ("state", r["state"]),
+        outcome = f"none yet (attempt {r.attempt - 1}: {outcome or '-'})"
+        error = f"attempt {r.attempt - 1}: {error}" if error else None
+    fields: list[tuple[str, Any]] = [
+        ("run", r.id),
+        ("job", r.job),
+        ("scheduled", f"{when(r.scheduled_at)}  ({when(r.scheduled_local)} {r.timezone})"),
+        ("state", r.state),
         ("outcome", outcome),
         ("error", error),
-        ("trigger", r["trigger"]),
-        ("attempt", r["attempt"]),
-        ("claim epoch", r["claim_epoch"]),
+        ("trigger", r.trigger),
+        ("attempt", r.attempt),
+        ("claim epoch", r.claim_epoch),
         ("lease", lease),
-        ("due", when(r["due_at"])),
-        ("started", when(r["started_at"])),
-        ("finished", when(r["finished_at"])),
-        ("exit code", r["exit_code"]),
+        ("due", when(r.due_at)),
+        ("started", when(r.started_at)),
+        ("finished", when(r.finished_at)),
+        ("exit code", r.exit_code),
     ]
     lines = [f"{k + ':':<13}{'-' if v is None else v}" for k, v in fields]
-    attempts = r["attempts"]
+    attempts = r.attempts
     lines.append("")
     lines.append(
         table(
@@ -269,15 +291,15 @@ def run(r: dict[str, Any]) -> str:
             ],
             [
                 [
-                    a["attempt"],
-                    a["claim_epoch"],
-                    a["worker"],
-                    when(a["started_at"]),
-                    when(a["finished_at"]),
-                    took(a.get("duration_s")),
-                    a["outcome"],
-                    a["exit_code"],
-                    a["error"],
+                    a.attempt,
+                    a.claim_epoch,
+                    a.worker,
+                    when(a.started_at),
+                    when(a.finished_at),
+                    took(a.duration_s),
+                    a.outcome,
+                    a.exit_code,
+                    a.error,
                 ]
                 for a in attempts
             ],
@@ -287,47 +309,44 @@ def run(r: dict[str, Any]) -> str:
     )
     # Each attempt's own output (sql/0014); attempts recorded before kept none:
     # then the run's, which is its latest attempt's.
-    kept = [a for a in attempts if a.get("output_tail")]
-    for a in kept:
-        lines += [
-            "",
-            f"output of attempt {a['attempt']} (epoch {a['claim_epoch']}, tail):",
-            a["output_tail"].rstrip("\n"),
-        ]
-    if not kept and r["output_tail"]:
-        lines += ["", "output (tail):", r["output_tail"].rstrip("\n")]
+    for a in attempts:
+        if a.output_tail:
+            lines += [
+                "",
+                f"output of attempt {a.attempt} (epoch {a.claim_epoch}, tail):",
+                a.output_tail.rstrip("\n"),
+            ]
+    if not any(a.output_tail for a in attempts) and r.output_tail:
+        lines += ["", "output (tail):", r.output_tail.rstrip("\n")]
     return "\n".join(lines)
 
 
-def audit(result: dict[str, Any], problems_only: bool = False) -> str:
-    entries = [e for e in result["entries"] if e["problem"] or not problems_only]
+def audit(result: Audit, problems_only: bool = False) -> str:
+    entries = [e for e in result.entries if e.problem or not problems_only]
     head = (
-        f"audit of {result['job']} from {when(result['from'])} to {when(result['to'])} "
-        f"(zone {result['timezone']}: {when(result['from_local'])} to "
-        f"{when(result['to_local'])})"
+        f"audit of {result.job} from {when(result.start)} to {when(result.end)} "
+        f"(zone {result.timezone}: {when(result.from_local)} to "
+        f"{when(result.to_local)})"
     )
-    if result["due_since"] and result["due_since"] > result["from"]:
+    if result.due_since and result.due_since > result.start:
         head += (
-            f"\ninstants before {when(result['due_since'])} were never due (the schedule "
-            "began then)"
+            f"\ninstants before {when(result.due_since)} were never due (the schedule began then)"
         )
     body = table(
         ["", "SCHEDULED (UTC)", "SCHEDULED (LOCAL)", "STATUS", "RUN", "WHY"],
         [
             [
-                "!" if e["problem"] else " ",
-                when(e["scheduled_at"]),
-                when(e["scheduled_local"]),
-                e["status"],
-                e["run"]["id"] if e["run"] else None,
-                e["reason"],
+                "!" if e.problem else " ",
+                when(e.scheduled_at),
+                when(e.scheduled_local),
+                e.status,
+                e.run.id if e.run else None,
+                e.reason,
             ]
             for e in entries
         ],
     )
-    return "\n".join(
-        [head, body if entries else "(no instants to show)", result["summary"]["line"]]
-    )
+    return "\n".join([head, body if entries else "(no instants to show)", result.summary.line])
 
 
 def actions(rows: list[dict[str, Any]]) -> str:

@@ -70,7 +70,7 @@ class OutputStreams:
     async def stream(self, request: web.Request) -> web.StreamResponse:
         run_id = str(path_of(request, rq.RunPath).run_id)
         service: OperatorService = self.api.service
-        run = await service.run(run_id)  # 404 before anything is streamed
+        run = _plain(await service.run(run_id))  # 404 before anything is streamed
         if self.open >= self.api.max_output_streams:
             HTTP_REFUSED.labels(reason="output_streams").inc()
             raise Unavailable(
@@ -156,7 +156,7 @@ class OutputStreams:
                 return
             if now >= next_poll:
                 try:  # the replica's service now (its database may have gone, or it stops)
-                    run = await self.api.service.run(run_id)
+                    run = _plain(await self.api.service.run(run_id))
                 except Unavailable:
                     text = "this replica is stopping or lost its database; reconnect to follow on"
                     await _send(response, "notice", {"text": text})
@@ -229,6 +229,12 @@ async def _relay(response: web.StreamResponse, chunk: OutputChunk, seen: dict[in
 
 async def _send(response: web.StreamResponse, name: str, data: dict[str, Any]) -> None:
     await response.write(_event(name, data))
+
+
+def _plain(run: Any) -> dict[str, Any]:
+    """The run's read model as JSON values (what the events carry)."""
+    found: dict[str, Any] = run.model_dump(mode="json") if hasattr(run, "model_dump") else run
+    return found
 
 
 def _terminal(run: dict[str, Any]) -> bool:

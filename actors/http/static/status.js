@@ -14,21 +14,19 @@
   const REFRESH_MS = 1000 * Math.min(300, Math.max(1, Number(params.get("refresh")) || 5));
   const INSTANTS = Math.min(200, Math.max(1, Number(params.get("instants")) || 30));
   const TERMINAL = new Set(["succeeded", "failed", "skipped", "cancelled"]);
-  // A run due this long and not started makes its job overdue: one due a moment
-  // ago is being started (the claimer takes runs ahead and starts them on time).
-  const OVERDUE_AFTER_S = 10;
-
   // A job's state, one per job, in the order the table sorts them (worst first).
+  // The API decides it (its `state`: actors/domain/job_state.py); the page shows it.
   const STATES = {
     failing: { glyph: "✗", says: "its last run failed" },
-    overdue: { glyph: "!", says: `a run due more than ${OVERDUE_AFTER_S} s ago has not started` },
+    overdue: { glyph: "!", says: "a run due more than 10 s ago has not started" },
     rejected: { glyph: "⚠", says: "the config file rejected it, or its last edit" },
     paused: { glyph: "‖", says: "paused by an operator: nothing is due" },
     removed: { glyph: "–", says: "no longer in the config file" },
+    running: { glyph: "▶", says: "its first run is running, none has finished yet" },
     healthy: { glyph: "✓", says: "last run fine, nothing overdue" },
   };
   const RANK = Object.fromEntries(Object.keys(STATES).map((s, i) => [s, i]));
-  const SUMMARY_ORDER = ["healthy", "failing", "overdue", "paused", "rejected", "removed"];
+  const SUMMARY_ORDER = ["healthy", "running", "failing", "overdue", "paused", "rejected", "removed"];
 
   // What each cell looks like and says. The glyph and the title carry the
   // meaning too: colour is never the only signal.
@@ -273,16 +271,10 @@
 
   // --- the jobs: state, summary, table -----------------------------------------
 
+  // The API's state; a new job the config file rejected is not in the catalog (no state).
   function stateOf(job) {
     if (job.rejectedOnly) return "rejected";
-    if (!job.enabled) return "removed";
-    if (job.paused) return "paused";
-    if (job.last_outcome && job.last_outcome.state === "failed") return "failing";
-    if (job.backlog > 0 && job.oldest_due_age_s !== null && job.oldest_due_age_s > OVERDUE_AFTER_S) {
-      return "overdue";
-    }
-    if (job.config_rejected) return "rejected";
-    return "healthy";
+    return STATES[job.state] ? job.state : "healthy";
   }
 
   // The catalog's jobs, and the new jobs the config file rejected (never in the catalog).
@@ -305,7 +297,7 @@
       case "next": order = nullsLast(a.job.next_fire, b.job.next_fire); break;
       case "last": order = nullsLast(a.job.last_outcome && a.job.last_outcome.scheduled_at,
         b.job.last_outcome && b.job.last_outcome.scheduled_at); break;
-      case "overdue": order = a.job.backlog - b.job.backlog; break;
+      case "overdue": order = a.job.overdue - b.job.overdue; break;
       default: order = byName;
     }
     return (view.desc ? -order : order) || byName;
@@ -404,7 +396,7 @@
       setLine(cells.last, "", job.running > 0 ? "running, none finished yet" : "none yet", null, null);
     }
     const oldest = job.backlog > 0 && job.oldest_due ? `oldest due ${ago(job.oldest_due)}` : null;
-    setLine(cells.overdue, job.backlog > 0 ? "num warn" : "num", String(job.backlog), null, oldest);
+    setLine(cells.overdue, job.overdue > 0 ? "num warn" : "num", String(job.overdue), null, oldest);
   }
 
   // A table cell as a main text (with a class) and a muted second line.
@@ -512,7 +504,7 @@
         job.next_fire ? `(${ago(job.next_fire)})` : null),
       fact("last success", job.last_success_local ? wall(job.last_success_local) : "never",
         job.last_success ? `(${ago(job.last_success)})` : null, job.last_success ? "" : "warn"),
-      fact("overdue backlog", String(job.backlog), oldest, job.backlog > 0 ? "warn" : ""),
+      fact("backlog (overdue)", `${job.backlog} (${job.overdue})`, oldest, job.overdue > 0 ? "warn" : ""),
       fact("look-ahead", String(job.ahead), "written ahead, not yet due"),
       fact("running", String(job.running)),
       fact("failures (24 h)", String(job.failures_24h), null, job.failures_24h > 0 ? "bad" : ""),

@@ -4,40 +4,30 @@
 # SQL keeps its hand layout here: the formatter would split the spliced
 # constants across lines and separate each noqa from the line it covers.
 
+from actors.adapters.postgres.statements.row_rules import (
+    CLAIMABLE,
+    HELD_CLAIMED,
+    JOB_BUSY,
+    JOB_OPEN,
+    MOVED_ON,
+    MUST_NOT_RUN,
+    OVERLAP_FORBIDDEN,
+    OVERLAP_FORBIDDEN_JOB,
+    RUNS_BESIDE_OTHERS,
+    aliased,
+)
+
 # Claimed but not yet started, all replicas together: the in-flight bound.
 # Counted in its own statement so that the claim's LIMIT is a plain number the
 # planner can see (a computed LIMIT made it plan for the whole table).
 COUNT_CLAIMED = "SELECT count(*) FROM job_runs WHERE state = 'claimed'"
 
-# Why a due run `r` of job `j` must not run, or NULL when it may: the one
-# definition of the start deadline and the `latest` supersede rule, judged in
-# the claim, at the start and in the skip pass, always on the row as locked.
-#
-# - A first attempt of a scheduled run not started by scheduled_at +
-#   start_deadline. A retry is the same instant trying again; a trigger or a
-#   backfill is an operator asking for a (past) instant to run now.
-# - With catchup = latest, a scheduled run once a newer scheduled instant of
-#   the job is due (pending and due, or already claimed, running or
-#   finished): only the newest instant matters. Counting the newer runs that
-#   have moved on, not only the pending ones, is what makes it hold when a
-#   replica claimed the newer one a moment before this judgement.
-#
-# Both read only the row, its job and (for `latest`) one index range of the
-# job's instants between this one and now: the cost follows the candidates
-# judged, not the backlog. A constant spliced into the statements below,
-# never input.
-MUST_NOT_RUN = """CASE
-    WHEN r.trigger = 'schedule' AND r.attempt = 1
-         AND r.scheduled_at < now() - j.start_deadline
-    THEN 'missed its starting deadline'
-    WHEN j.catchup = 'latest' AND r.trigger = 'schedule' AND EXISTS (
-         SELECT 1 FROM job_runs n
-          WHERE n.job_id = r.job_id AND n.trigger = 'schedule'
-            AND n.scheduled_at > r.scheduled_at AND n.scheduled_at <= now()
-            AND (n.state IN ('claimed', 'running', 'succeeded', 'failed')
-                 OR (n.state = 'pending' AND n.due_at <= now())))
-    THEN 'superseded by a later instant (catchup = latest)'
-END"""
+# Why a due run `r` of job `j` must not run, or NULL when it may (MUST_NOT_RUN,
+# actors/domain/row_rules.py: the start deadline and the `latest` supersede rule),
+# judged in the claim, at the start and in the skip pass, always on the row as
+# locked. Counting the newer runs that have moved on, not only the pending ones, is
+# what makes `latest` hold when a replica claimed the newer one a moment before this
+# judgement.
 
 # What kind of work the run is, as the claim saw its job: "python:<target>",
 # "shell" or "http". It travels in the dispatch message so that a worker knows,
@@ -98,17 +88,18 @@ WITH due AS (
       FROM job_runs r
      CROSS JOIN LATERAL (
            SELECT j.start_deadline, j.catchup FROM jobs j
-            WHERE j.id = r.job_id AND j.enabled AND NOT j.paused
-              AND (j.overlap = 'allow' OR r.overlap = 'allow')
+            WHERE j.id = r.job_id AND """ + JOB_OPEN + """
+              AND """ + RUNS_BESIDE_OTHERS + """
            OFFSET 0) j
-     WHERE r.state = 'pending' AND r.due_at <= now() + $4::interval
+     WHERE """ + CLAIMABLE + """
      ORDER BY r.due_at
        FOR UPDATE OF r SKIP LOCKED
      LIMIT $2
 )""" + _CLAIM_OR_SKIP % {"exclusive": "false"}
 
 # Runs of forbid/queue jobs: at most one per job, and only when none of the
-# job's runs is claimed or running. The partial unique index
+# job's runs is claimed or running (NOT RUNS_BESIDE_OTHERS, its job's half outside
+# the lateral and its run's inside; NOT JOB_BUSY). The partial unique index
 # job_runs_one_active_exclusive is what makes this hold across replicas: a
 # racing replica's statement fails on it (and claims nothing) instead of
 # claiming a second run. A job's next run that must not run is recorded
@@ -124,13 +115,12 @@ WITH next_per_job AS (
       FROM jobs j
      CROSS JOIN LATERAL (
            SELECT r.id FROM job_runs r
-            WHERE r.job_id = j.id AND r.state = 'pending' AND r.due_at <= now() + $4::interval
+            WHERE r.job_id = j.id AND """ + CLAIMABLE + """
               AND r.overlap IS DISTINCT FROM 'allow'
             ORDER BY r.scheduled_at
             LIMIT 1) n
-     WHERE j.enabled AND NOT j.paused AND j.overlap <> 'allow'
-       AND NOT EXISTS (SELECT 1 FROM job_runs a
-                        WHERE a.job_id = j.id AND a.state IN ('claimed', 'running'))
+     WHERE """ + JOB_OPEN + """ AND j.overlap <> 'allow'
+       AND NOT """ + JOB_BUSY + """
 ),
 due AS (
     -- Driven from the (few) candidates, not from the due backlog.
@@ -153,7 +143,7 @@ NEXT_DUE_IN = """
 SELECT extract(epoch FROM r.due_at - now())::float8
   FROM job_runs r
   JOIN jobs j ON j.id = r.job_id
- WHERE r.state = 'pending' AND r.due_at > now() + $1::interval AND j.enabled AND NOT j.paused
+ WHERE r.state = 'pending' AND r.due_at > now() + $1::interval AND """ + JOB_OPEN + """
  ORDER BY r.due_at
  LIMIT 1
 """
@@ -187,25 +177,22 @@ PENDING_CHANNEL = "claimd_runs_pending"
 SKIP_UNRUNNABLE = """
 WITH nominated AS (
     SELECT x.id, 'overlap forbidden: an earlier run was still active' AS reason
-      FROM jobs p
+      FROM jobs j
      CROSS JOIN LATERAL (
            SELECT r.id FROM job_runs r
-            WHERE r.job_id = p.id AND r.state = 'pending' AND r.scheduled_at <= now()
-              AND r.due_at <= now() AND COALESCE(r.overlap, 'forbid') = 'forbid'
+            WHERE r.job_id = j.id AND """ + OVERLAP_FORBIDDEN + """
             ORDER BY r.scheduled_at LIMIT $1) x
-     WHERE p.enabled AND NOT p.paused AND p.overlap = 'forbid'
-       AND EXISTS (SELECT 1 FROM job_runs a
-                    WHERE a.job_id = p.id AND a.state IN ('claimed', 'running'))
+     WHERE """ + JOB_OPEN + """ AND """ + OVERLAP_FORBIDDEN_JOB + """
     UNION ALL
     SELECT x.id, NULL
       FROM (SELECT r.id FROM job_runs r
               JOIN jobs p ON p.id = r.job_id
              WHERE r.state = 'pending' AND r.trigger = 'schedule' AND r.attempt = 1
                AND r.scheduled_at < now() - (SELECT min(d.start_deadline) FROM jobs d
-                                              WHERE d.enabled AND NOT d.paused
+                                              WHERE """ + aliased(JOB_OPEN, j="d") + """
                                                 AND d.start_deadline IS NOT NULL)
                AND r.scheduled_at < now() - p.start_deadline
-               AND p.enabled AND NOT p.paused
+               AND """ + aliased(JOB_OPEN, j="p") + """
              ORDER BY r.scheduled_at LIMIT $1) x
     UNION ALL
     SELECT x.id, NULL
@@ -213,14 +200,13 @@ WITH nominated AS (
      CROSS JOIN LATERAL (
            SELECT max(n.scheduled_at) AS newest FROM job_runs n
             WHERE n.job_id = p.id AND n.trigger = 'schedule' AND n.scheduled_at <= now()
-              AND (n.state IN ('claimed', 'running', 'succeeded', 'failed')
-                   OR (n.state = 'pending' AND n.due_at <= now()))) m
+              AND """ + MOVED_ON + """) m
      CROSS JOIN LATERAL (
            SELECT r.id FROM job_runs r
             WHERE r.job_id = p.id AND r.state = 'pending' AND r.scheduled_at < m.newest
               AND r.trigger = 'schedule' AND r.due_at <= now()
             ORDER BY r.scheduled_at LIMIT $1) x
-     WHERE p.enabled AND NOT p.paused AND p.catchup = 'latest'
+     WHERE """ + aliased(JOB_OPEN, j="p") + """ AND p.catchup = 'latest'
 ),
 -- The verdict is given on the row as locked (its current version), so a run
 -- another replica claimed, or that came back as a retry, meanwhile is judged
@@ -283,6 +269,6 @@ UPDATE job_runs r
    SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, claimed_at = NULL,
        updated_at = now()
   FROM locked l
- WHERE r.id = l.id AND l.at_epoch = l.epoch AND l.at_owner = $1 AND l.at_state = 'claimed'
+ WHERE r.id = l.id AND """ + HELD_CLAIMED + """
 RETURNING r.id
-"""
+"""  # noqa: S608 - spliced from a constant, never from input

@@ -1,6 +1,13 @@
 """What happened (runs, attempts, gaps) and who did what (operator actions): the
 statements of the operator's reads, the gaps a plan drops and the action log."""
 
+from actors.adapters.postgres.statements.job_figures import (
+    LAST_OUTCOME,
+    LAST_SUCCESS,
+    RUNNING,
+    backlog,
+)
+
 TERMINAL = ["succeeded", "failed", "skipped", "cancelled"]
 
 # --- written by the materializer, in the transaction that writes the plan ------
@@ -27,43 +34,33 @@ RETURNING job_id, count
 
 DB_NOW = "SELECT now()"
 
-# One row per job; each figure is one index range of that job's rows. The last
-# outcome is over instants at or before now: a future run cancelled (by a
-# removal, say) has not happened.
-# The backlog is what is due and not started (pending or claimed, due_at past),
-# apart from the look-ahead the materializer writes ahead of time.
-JOBS_OVERVIEW = """
+# One row per job; each figure is one index range of that job's rows, written
+# once in statements/job_figures.py (the cluster gauges read the same ones).
+# $1: a job's name (NULL: every job); $2: the overdue threshold (OVERDUE_AFTER).
+JOBS_OVERVIEW = f"""
+WITH {backlog("$2")}
 SELECT j.id, j.name, j.definition, j.enabled, j.paused, j.created_at, j.history_pruned_through,
        COALESCE(j.planned_since, j.created_at) AS due_since,
        COALESCE(j.definition -> 'schedule' ->> 'timezone', 'UTC') AS timezone,
-       b.backlog, b.oldest_due, a.ahead, x.running,
+       COALESCE(b.backlog, 0) AS backlog, b.oldest_due, COALESCE(b.overdue, 0) AS overdue,
+       a.ahead, x.running,
        lt.id::text AS last_run_id, lt.state AS last_state, lt.outcome AS last_outcome,
        lt.error AS last_error, lt.scheduled_at AS last_scheduled_at,
        lt.finished_at AS last_finished_at, lt.trigger AS last_trigger,
-       ls.finished_at AS last_success, f.failures_24h
+       ls.last_success, f.failures_24h
   FROM jobs j
-  LEFT JOIN LATERAL (SELECT count(*) AS backlog, min(r.due_at) AS oldest_due FROM job_runs r
-                      WHERE r.job_id = j.id AND r.state IN ('pending', 'claimed')
-                        AND r.due_at <= now()) b ON true
+  LEFT JOIN backlog b ON b.job_id = j.id
   LEFT JOIN LATERAL (SELECT count(*) AS ahead FROM job_runs r
                       WHERE r.job_id = j.id AND r.state = 'pending' AND r.due_at > now()) a ON true
-  LEFT JOIN LATERAL (SELECT count(*) AS running FROM job_runs r
-                      WHERE r.job_id = j.id AND r.state = 'running') x ON true
-  LEFT JOIN LATERAL (SELECT r.id, r.state, r.outcome, r.error, r.scheduled_at, r.finished_at,
-                            r.trigger
-                       FROM job_runs r
-                      WHERE r.job_id = j.id AND r.state = ANY ($2::text[])
-                        AND r.scheduled_at <= now()
-                      ORDER BY r.scheduled_at DESC LIMIT 1) lt ON true
-  LEFT JOIN LATERAL (SELECT r.finished_at FROM job_runs r
-                      WHERE r.job_id = j.id AND r.state = 'succeeded'
-                      ORDER BY r.scheduled_at DESC LIMIT 1) ls ON true
+  {RUNNING}
+  {LAST_OUTCOME}
+  {LAST_SUCCESS}
   LEFT JOIN LATERAL (SELECT count(*) AS failures_24h FROM job_runs r
                       WHERE r.job_id = j.id AND r.state = 'failed'
                         AND r.scheduled_at > now() - interval '24 hours') f ON true
  WHERE ($1::text IS NULL OR j.name = $1)
  ORDER BY j.name
-"""
+"""  # noqa: S608 - spliced from constants, never from input
 # Newest first, a page at a time: the cursor is the last row's (scheduled_at, id).
 # What has happened (scheduled at or before now) unless $8 asks for the
 # look-ahead too: the rows the materializer writes ahead would otherwise open
@@ -73,7 +70,7 @@ SELECT r.id::text AS id, j.name AS job,
        COALESCE(j.definition -> 'schedule' ->> 'timezone', 'UTC') AS timezone,
        r.scheduled_at, r.due_at, r.state, r.trigger, r.attempt, r.claim_epoch, r.lease_owner,
        r.lease_expires_at, r.claimed_at, r.started_at, r.finished_at, r.outcome, r.exit_code,
-       r.error, r.created_at, r.updated_at
+       r.error, r.overlap, r.created_at, r.updated_at
   FROM job_runs r JOIN jobs j ON j.id = r.job_id
  WHERE ($1::bigint IS NULL OR r.job_id = $1)
    AND ($2::text[] IS NULL OR r.state = ANY ($2))
@@ -89,7 +86,7 @@ SELECT r.id::text AS id, j.name AS job,
        COALESCE(j.definition -> 'schedule' ->> 'timezone', 'UTC') AS timezone,
        r.scheduled_at, r.due_at, r.state, r.trigger, r.attempt, r.claim_epoch, r.lease_owner,
        r.lease_expires_at, r.claimed_at, r.started_at, r.finished_at, r.outcome, r.exit_code,
-       r.error, r.created_at, r.updated_at,
+       r.error, r.overlap, r.created_at, r.updated_at,
        r.output_tail, now() AS now
   FROM job_runs r JOIN jobs j ON j.id = r.job_id WHERE r.id = $1::uuid
 """

@@ -11,7 +11,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from actors.ports import DispatchMessage
-from actors.worker.claimed_ahead import EARLY_RETRY, UntilDue
+from actors.worker.claimed_ahead import EARLY_RETRY, ClaimedAhead
 
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -43,7 +43,7 @@ def ids(batch: list[tuple[DispatchMessage, str]]) -> list[str]:
 
 def test_due_runs_and_runs_without_due_at_start_now_the_others_are_held() -> None:
     clock = FakeClock()
-    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    hold: ClaimedAhead[str] = ClaimedAhead(clock, max_hold=S)
     now = hold.split(pairs(msg("old", None), msg("due", T0), msg("later", T0 + 500 * MS)), room=10)
     assert ids(now) == ["old", "due"]
     assert len(hold) == 1
@@ -53,7 +53,7 @@ def test_due_runs_and_runs_without_due_at_start_now_the_others_are_held() -> Non
 
 def test_nothing_is_released_before_its_instant_and_an_instant_comes_out_whole() -> None:
     clock = FakeClock()
-    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    hold: ClaimedAhead[str] = ClaimedAhead(clock, max_hold=S)
     a = T0 + 300 * MS
     b = T0 + 600 * MS
     hold.split(pairs(msg("b1", b), msg("a1", a), msg("b2", b)), room=10)
@@ -71,7 +71,7 @@ def test_nothing_is_released_before_its_instant_and_an_instant_comes_out_whole()
 
 def test_the_earliest_instant_goes_first_when_slots_are_short() -> None:
     clock = FakeClock()
-    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    hold: ClaimedAhead[str] = ClaimedAhead(clock, max_hold=S)
     hold.split(pairs(msg("late", T0 + 200 * MS), msg("early", T0 + 100 * MS)), room=10)
     clock.now = T0 + S
     assert ids(hold.due(1)) == ["early"]
@@ -81,7 +81,7 @@ def test_the_earliest_instant_goes_first_when_slots_are_short() -> None:
 
 def test_due_runs_beyond_the_free_slots_wait_in_the_hold_as_due() -> None:
     clock = FakeClock()
-    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    hold: ClaimedAhead[str] = ClaimedAhead(clock, max_hold=S)
     now = hold.split(pairs(msg("r1", T0), msg("r2", T0), msg("r3", None)), room=1)
     assert ids(now) == ["r1"]
     assert hold.next_release() == T0  # due already: started as soon as a slot frees
@@ -90,14 +90,14 @@ def test_due_runs_beyond_the_free_slots_wait_in_the_hold_as_due() -> None:
 
 def test_a_hold_lasts_at_most_max_hold_the_database_says_whether_it_is_due() -> None:
     clock = FakeClock()
-    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    hold: ClaimedAhead[str] = ClaimedAhead(clock, max_hold=S)
     hold.split(pairs(msg("far", T0 + timedelta(minutes=5))), room=10)
     assert hold.next_release() == T0 + S
 
 
 def test_a_redelivered_copy_replaces_the_held_delivery_and_is_not_started() -> None:
     clock = FakeClock()
-    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    hold: ClaimedAhead[str] = ClaimedAhead(clock, max_hold=S)
     m = msg("r", T0 + 100 * MS)
     hold.split([(m, "first")], room=10)
     assert hold.split([(m, "second")], room=10) == []
@@ -107,7 +107,7 @@ def test_a_redelivered_copy_replaces_the_held_delivery_and_is_not_started() -> N
 
 def test_early_runs_are_held_again_a_little_longer_each_time() -> None:
     clock = FakeClock()
-    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    hold: ClaimedAhead[str] = ClaimedAhead(clock, max_hold=S)
     m = msg("r", T0)
     hold.again(m, "d")
     assert hold.next_release() == T0 + EARLY_RETRY
@@ -119,7 +119,7 @@ def test_early_runs_are_held_again_a_little_longer_each_time() -> None:
 
 def test_take_all_empties_the_hold() -> None:
     clock = FakeClock()
-    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    hold: ClaimedAhead[str] = ClaimedAhead(clock, max_hold=S)
     hold.split(pairs(msg("a", T0 + MS), msg("b", T0 + 2 * MS)), room=10)
     assert sorted(ids(hold.take_all())) == ["a", "b"]
     assert len(hold) == 0
@@ -127,7 +127,7 @@ def test_take_all_empties_the_hold() -> None:
 
 async def test_the_loop_starts_each_instant_in_one_call_within_the_free_slots() -> None:
     clock = FakeClock()
-    hold: UntilDue[str] = UntilDue(clock, max_hold=S)
+    hold: ClaimedAhead[str] = ClaimedAhead(clock, max_hold=S)
     started: list[list[str]] = []
     got = asyncio.Event()
     slots = {"free": 2}
@@ -161,19 +161,19 @@ async def test_the_loop_starts_each_instant_in_one_call_within_the_free_slots() 
 # -- keeping held deliveries from redelivery ---------------------------------------------
 
 
-def _keeping(clock: FakeClock) -> tuple[UntilDue[str], list[str]]:
+def _keeping(clock: FakeClock) -> tuple[ClaimedAhead[str], list[str]]:
     told: list[str] = []
 
     async def keep_alive(delivery: str) -> None:
         told.append(delivery)
 
-    hold: UntilDue[str] = UntilDue(
+    hold: ClaimedAhead[str] = ClaimedAhead(
         clock, max_hold=timedelta(minutes=1), keep_alive=keep_alive, keep_alive_every=S
     )
     return hold, told
 
 
-def _age(hold: UntilDue[str], run: str, seconds: float) -> None:
+def _age(hold: ClaimedAhead[str], run: str, seconds: float) -> None:
     """Pretend the delivery's last word to the broker was ``seconds`` ago."""
     hold._held[(run, 1)].marked = time.monotonic() - seconds
 
@@ -201,3 +201,40 @@ async def test_a_delivery_about_to_be_released_gets_a_fresh_word_first() -> None
     _age(hold, "later", 0.6)
     await hold.keep_alive_due()
     assert told == ["delivery-soon"]
+
+
+async def test_due_runs_start_while_the_broker_has_not_answered_a_keep_alive() -> None:
+    """A herd's keep-alives (thousands of replies to the broker) go out beside the
+    starts: a start does not wait for them."""
+    clock = FakeClock()
+    answered = asyncio.Event()  # the broker never answers within this test
+    told: list[str] = []
+
+    async def keep_alive(delivery: str) -> None:
+        told.append(delivery)
+        await answered.wait()
+
+    hold: ClaimedAhead[str] = ClaimedAhead(
+        clock, max_hold=timedelta(minutes=1), keep_alive=keep_alive, keep_alive_every=S
+    )
+    started: list[list[str]] = []
+    got = asyncio.Event()
+
+    async def start(batch: list[tuple[DispatchMessage, str]]) -> None:
+        started.append(sorted(ids(batch)))
+        got.set()
+
+    hold.open()
+    hold.split(pairs(msg("waiting", T0 + timedelta(seconds=30))), room=10)
+    _age(hold, "waiting", 1.1)  # its keep-alive is due at the first look
+    loop = asyncio.create_task(hold.run(start, lambda: 10, asyncio.Event(), asyncio.Lock()))
+    try:
+        clock.now = T0 + 100 * MS
+        hold.split(pairs(msg("due", T0 + 100 * MS)), room=0)  # due, held for a slot
+        await asyncio.wait_for(got.wait(), 5)
+        assert started == [["due"]]
+        assert told == ["delivery-waiting"]  # sent, still unanswered
+    finally:
+        answered.set()
+        hold.close()
+        await asyncio.wait_for(loop, 5)

@@ -1,0 +1,215 @@
+"""A warm child of the fork server: one process that runs many sync python attempts in turn.
+
+Forked by the fork server (``zygote.py``) into a session (process group) of
+its own, it waits on a SEQPACKET socket shared with the worker. Each request
+``(target, context, env_version, env, cwd)`` (``env`` None when this child has that
+version already) comes with one file descriptor, the attempt's
+output pipe: fds 1 and 2 (and a ``logging`` handler on the root logger) write
+to it while ``func(ctx)`` runs; then they are pointed at /dev/null again, so
+the worker's reader sees the attempt's output end (an end of file), and the
+verdict goes back on the socket: ``("done", verdict, reusable)``.
+
+``reusable`` is False when the attempt left something running in this process
+(a thread) or below it (a child process, or an orphan of one: the child is
+their subreaper): the child then exits, and the fork server's sweep of its
+group (SIGKILL) ends what the attempt left, before the worker hands the
+verdict on. An attempt's leftovers never run beside the next attempt.
+
+A job's module is imported once per child (most often inherited from the fork
+server, which imports it before it forks), and imported again here when its
+file changed (size or modification time), as the fork server does.
+
+Standard library only: this runs in the fork server's children.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import io
+import logging
+import os
+import pickle
+import signal
+import socket
+import sys
+import traceback
+from typing import Any, NoReturn
+
+VERDICT_LIMIT = 4096
+MESSAGE_LIMIT = 1 << 20
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def resolve(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    func = getattr(importlib.import_module(module_name), attr)
+    if not callable(func):
+        raise TypeError(f"{target} is not callable")
+    return func
+
+
+# module -> its file's (mtime, size) when imported here: an edited module is
+# imported again (as a reload of the config imports it again in the replica).
+_STAMPS: dict[str, tuple[int, int] | None] = {}
+
+
+def _stamp(module: Any) -> tuple[int, int] | None:
+    path = getattr(module, "__file__", None)
+    try:
+        found = os.stat(path) if path else None
+    except OSError:
+        return None
+    return None if found is None else (found.st_mtime_ns, found.st_size)
+
+
+def preload(target: str) -> None:
+    """Import the job's module here, once per version of its file."""
+    name = target.partition(":")[0]
+    with contextlib.suppress(Exception):  # the attempt reports the import's error itself
+        module = sys.modules.get(name)
+        if module is None:
+            module = importlib.import_module(name)
+        elif name in _STAMPS and _stamp(module) != _STAMPS[name]:
+            module = importlib.reload(module)
+        _STAMPS[name] = _stamp(module)
+
+
+def _become_subreaper() -> None:
+    """Orphans of the job's processes become this child's, so :func:`_alone` sees them."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _alone() -> bool:
+    """Whether nothing the attempt started still runs: one thread, no child process.
+
+    Without /proc (not Linux) this cannot be told: the child is not reused.
+    """
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:  # the job's ended children, reaped
+            pass
+    try:
+        tasks = os.listdir("/proc/self/task")
+        if len(tasks) != 1:
+            return False
+        with open(f"/proc/self/task/{tasks[0]}/children", "rb") as found:
+            return not found.read().strip()
+    except OSError:
+        return False
+
+
+def _streams() -> None:
+    """sys.stdout and sys.stderr on fds 1 and 2, line-buffered (a kill loses at most a
+    partial line), and the root logger writing to stderr: set again for each attempt,
+    whatever the last one did to them."""
+    sys.stdout = io.TextIOWrapper(
+        io.FileIO(1, "w", closefd=False), line_buffering=True, errors="backslashreplace"
+    )
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), line_buffering=True, errors="backslashreplace"
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(logging.INFO)
+
+
+class _Environment:
+    """The attempt's environment: the base the worker sent (once per version) plus the
+    run's ``CLAIMD_*`` variables, set afresh whatever the last attempt changed."""
+
+    def __init__(self) -> None:
+        self.base: dict[str, str] = {}
+        self.last: dict[str, str] | None = None
+
+    def set(self, base: dict[str, str] | None, run: dict[str, str]) -> None:
+        if base is not None:
+            self.base, self.last = base, None
+        wanted = {**self.base, **run}
+        if self.last is not None and self.last.keys() == wanted.keys() and os.environ == self.last:
+            os.environ.update(run)  # only the run's variables differ from the last attempt's
+        else:
+            os.environ.clear()
+            os.environ.update(wanted)
+        self.last = wanted
+
+
+def _attempt(
+    request: tuple[Any, ...], out_fd: int, null: int, home: str, env: _Environment
+) -> dict[str, Any]:
+    target, context, _, base, cwd = request
+    os.dup2(out_fd, 1)
+    os.dup2(out_fd, 2)
+    os.close(out_fd)
+    try:
+        env.set(base, context.env())
+        os.chdir(cwd or home)
+        _default_signals()
+        _streams()
+        preload(target)
+        try:
+            resolve(target)(context)
+            verdict: dict[str, Any] = {"outcome": "succeeded"}
+        except BaseException as exc:  # noqa: BLE001 - the job's failure is its verdict
+            traceback.print_exc()
+            verdict = {"outcome": "failed", "error": repr(exc)[:1000]}
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        return verdict
+    finally:
+        # The attempt's output ends here: the worker's reader sees its end.
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+
+
+_RESET = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE, signal.SIGALRM)
+
+
+def _default_signals() -> None:
+    """Whatever handlers the last attempt installed, this one starts from the defaults
+    (a SIGTERM at its timeout ends it at once; an alarm the last one set is gone)."""
+    signal.alarm(0)
+    for sig in _RESET:
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def serve(sock: socket.socket, keep_closed: list[int]) -> NoReturn:
+    """In the forked child: attempts until the socket closes; never returns."""
+    code = 0
+    try:
+        os.setsid()
+        signal.set_wakeup_fd(-1)
+        _default_signals()
+        for fd in keep_closed:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        _become_subreaper()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        home = os.getcwd()
+        env = _Environment()
+        sock.setblocking(True)
+        while True:
+            data, fds, _, _ = socket.recv_fds(sock, MESSAGE_LIMIT, 1)
+            if not data:
+                break  # the worker is gone (or let this child go)
+            if len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                break
+            verdict = _attempt(pickle.loads(data), fds[0], null, home, env)
+            reusable = _alone()
+            answer = pickle.dumps(("done", verdict, reusable))
+            if len(answer) > VERDICT_LIMIT:
+                answer = pickle.dumps(("done", {"outcome": verdict["outcome"]}, reusable))
+            sock.sendall(answer)
+            if not reusable:
+                break
+    except BaseException:  # noqa: BLE001 - a child must never return into the server's loop
+        code = 70
+    os._exit(code)

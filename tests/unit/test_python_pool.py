@@ -1,0 +1,167 @@
+"""The warm pool of sync python children: reused from attempt to attempt, ended only when
+an attempt overruns, dies or leaves something running, and never mixing attempts' output."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from actors.adapters.executors import LocalExecutor
+from actors.domain import ExecutionResult, Outcome, PythonSpec, RunContext
+
+TIMEOUT = timedelta(seconds=30)
+
+
+def _context(attempt: int) -> RunContext:
+    return RunContext(
+        "6c1f8a0e-0b0e-4c39-9a55-3a7d8f1f2e10", "pooled", datetime.now(UTC), attempt, 1
+    )
+
+
+async def _run(
+    executor: LocalExecutor, target: str, attempt: int, timeout: timedelta = TIMEOUT
+) -> ExecutionResult:
+    async with asyncio.timeout(60):
+        return await executor.execute(PythonSpec(target), _context(attempt), timeout)
+
+
+def _pid(result: ExecutionResult) -> int:
+    assert result.output_tail is not None, result
+    return int(result.output_tail.split()[1])
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def test_one_warm_child_serves_attempt_after_attempt() -> None:
+    executor = LocalExecutor(python_processes=1)
+    first = await _run(executor, "tests.unit.jobfuncs:pid_job", 1)
+    second = await _run(executor, "tests.unit.jobfuncs:pid_job", 2)
+    assert first.outcome is second.outcome is Outcome.SUCCEEDED, (first, second)
+    assert _pid(first) == _pid(second)  # no fork for the second attempt
+    assert _pid(first) != os.getpid()  # and not in the replica's process
+    assert executor.python.pool.idle == 1
+
+
+async def test_each_attempt_keeps_its_own_output() -> None:
+    """One child runs both attempts; each attempt's tail holds its own lines only."""
+    executor = LocalExecutor(python_processes=1)
+    first = await _run(executor, "tests.unit.jobfuncs:talking_job", 1)
+    second = await _run(executor, "tests.unit.jobfuncs:talking_job", 2)
+    assert first.output_tail is not None
+    assert second.output_tail is not None
+    assert first.output_tail.splitlines() == [
+        "printed by attempt 1",
+        "to stderr",
+        "INFO talking: logged at info",
+    ]
+    assert second.output_tail.splitlines() == [
+        "printed by attempt 2",
+        "to stderr",
+        "INFO talking: logged at info",
+    ]
+
+
+async def test_a_timed_out_attempt_is_dead_before_the_retry_which_gets_a_new_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JOBFUNCS_PID_FILE", str(tmp_path / "pid"))
+    executor = LocalExecutor(python_processes=1)
+    executor.python.kill_grace = 0.5
+    warm = await _run(executor, "tests.unit.jobfuncs:pid_job", 1)
+    timed_out = await _run(
+        executor, "tests.unit.jobfuncs:sleeping_job", 2, timeout=timedelta(seconds=1)
+    )
+    assert timed_out.outcome is Outcome.TIMED_OUT, timed_out
+    sleeper = int((tmp_path / "pid").read_text())
+    assert sleeper == _pid(warm)  # the warm child ran it
+    assert not _alive(sleeper)  # dead (and reaped) when the verdict came back
+    retry = await _run(executor, "tests.unit.jobfuncs:pid_job", 3)
+    assert retry.outcome is Outcome.SUCCEEDED, retry
+    assert _pid(retry) != sleeper  # a new child in its place
+
+
+async def test_a_child_that_dies_fails_its_attempt_and_is_replaced() -> None:
+    executor = LocalExecutor(python_processes=1)
+    crashed = await _run(executor, "tests.unit.jobfuncs:crashing_job", 1)
+    assert crashed.outcome is Outcome.FAILED, crashed
+    assert crashed.error == "the job's process ended without a verdict (exit status 3)"
+    assert crashed.output_tail is not None
+    assert "about to crash" in crashed.output_tail
+    dead = _pid(crashed)
+    assert not _alive(dead)
+    again = await _run(executor, "tests.unit.jobfuncs:pid_job", 2)
+    assert again.outcome is Outcome.SUCCEEDED, again
+    assert _pid(again) != dead
+
+
+async def test_an_attempt_that_leaves_a_thread_running_retires_its_child() -> None:
+    """What the attempt left ends with its child, before the verdict: its late line
+    reaches neither the next attempt's output nor any other."""
+    executor = LocalExecutor(python_processes=1)
+    left = await _run(executor, "tests.unit.jobfuncs:thread_leaving_job", 1)
+    assert left.outcome is Outcome.SUCCEEDED, left
+    retired = _pid(left)
+    assert not _alive(retired)
+    nxt = await _run(executor, "tests.unit.jobfuncs:pid_job", 2)
+    assert _pid(nxt) != retired
+    assert nxt.output_tail is not None
+    assert "late line" not in nxt.output_tail
+
+
+async def test_a_warm_child_imports_an_edited_module_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the fork server does: a sync job runs its module as the file is now."""
+    module = tmp_path / "pool_edited_job.py"
+    module.write_text("def job(ctx):\n    print('version 1')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    executor = LocalExecutor(python_processes=1)
+    first = await _run(executor, "pool_edited_job:job", 1)
+    assert first.output_tail == "version 1\n", first
+    module.write_text("def job(ctx):\n    print('version 2, longer')\n")
+    second = await _run(executor, "pool_edited_job:job", 2)
+    assert second.output_tail == "version 2, longer\n", second
+
+
+async def test_attempts_beyond_the_pool_wait_for_a_child_and_all_finish() -> None:
+    executor = LocalExecutor(python_processes=2)
+    results = await asyncio.gather(
+        *(_run(executor, "tests.unit.jobfuncs:pid_job", i) for i in range(1, 41))
+    )
+    assert {r.outcome for r in results} == {Outcome.SUCCEEDED}
+    assert len({_pid(r) for r in results}) <= 2
+
+
+async def test_runs_held_for_their_instant_get_their_children_forked_ahead() -> None:
+    """prepare (the worker calls it for the runs it holds): warm children wait for them,
+    within the pool's size; an async job's runs need none."""
+    executor = LocalExecutor(python_processes=3)
+    executor.prepare("python:tests.unit.jobfuncs:async_job", 5)
+    executor.prepare("python:tests.unit.jobfuncs:pid_job", 5)
+    pool = executor.python.pool
+    async with asyncio.timeout(60):
+        while pool.idle < 3:
+            await asyncio.sleep(0.05)
+    result = await _run(executor, "tests.unit.jobfuncs:pid_job", 1)
+    assert result.outcome is Outcome.SUCCEEDED
+    assert pool.idle == 3  # it ran on one of them, and no fourth was forked
+
+
+def test_python_runs_take_the_python_pool_of_slots_shell_and_http_a_process_slot() -> None:
+    """A herd of sync runs is started at its instant, not a process slot's worth at a time:
+    the warm pool, not worker_concurrency, bounds how many execute at once."""
+    executor = LocalExecutor()
+    assert executor.runs_inline("python:tests.unit.jobfuncs:sync_job")
+    assert executor.runs_inline("python:tests.unit.jobfuncs:async_job")
+    assert not executor.runs_inline("shell")
+    assert not executor.runs_inline(None)
