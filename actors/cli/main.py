@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from actors.adapters.postgres import PostgresRunStore
+from actors.cli import notifications as notifications_cli
 from actors.cli import operator as operator_cli
 from actors.cli.dev import cmd_dev
 from actors.cli.fire_times import job_fire_times, text_lines
@@ -146,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     operator_cli.register(sub, open_operator_store)
+    notifications_cli.register(sub)
 
     mig = sub.add_parser("migrate", help="apply the schema migrations")
     mig.add_argument("--database-url")

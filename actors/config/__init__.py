@@ -31,6 +31,14 @@ from actors.config.declared import (
 )
 from actors.config.errors import ConfigError, ConfigErrors
 from actors.config.jobs import JOB_NAME_PATTERN, JobReader, job_from_raw
+from actors.config.notify import (
+    EMPTY,
+    NotifyConfig,
+    job_notify,
+    notify_from_table,
+    take_job_keys,
+    with_too_long,
+)
 from actors.config.settings import ENV_OVERRIDES, Duration, Settings
 from actors.domain import HttpSpec, Job, ShellSpec
 from actors.observability.secrets import MASKER, url_secrets
@@ -59,6 +67,8 @@ class LoadedConfig:
     settings: Settings
     jobs: dict[str, Job]
     errors: list[ConfigError] = field(default_factory=list)
+    # The [notify] table and the jobs' notification keys (docs/notifications.md).
+    notify: NotifyConfig = EMPTY
 
     def raise_for_errors(self) -> None:
         if self.errors:
@@ -131,7 +141,7 @@ def _parse_config(
 ) -> LoadedConfig:
     env = dict(os.environ) if env is None else env
     raw = _toml(text, path)
-    unknown = set(raw) - {"claimd", "jobs"}
+    unknown = set(raw) - {"claimd", "jobs", "notify"}
     if unknown:
         raise ConfigError(
             path,
@@ -146,6 +156,7 @@ def _parse_config(
     jobs_raw = raw.get("jobs", {})
     if not isinstance(jobs_raw, dict):
         raise ConfigError(path, "must be a table of jobs", field_name="jobs")
+    notify = notify_from_table(path, raw["notify"]) if "notify" in raw else NotifyConfig()
     jobs: dict[str, Job] = {}
     errors: list[ConfigError] = []
     reader = JobReader(path)
@@ -153,14 +164,20 @@ def _parse_config(
     # tables rather than joining them (a lower peak at 100,000 jobs).
     for name in list(jobs_raw):
         job_raw = jobs_raw.pop(name)
+        keys = take_job_keys(job_raw)
         try:
-            jobs[name] = reader.job(name, job_raw)
+            job = reader.job(name, job_raw)
+            if keys:
+                notify.jobs[name] = job_notify(path, name, keys, notify.sinks)
+            jobs[name] = job
         except ConfigError as exc:
             errors.extend(exc.each())
+    notify = with_too_long(notify)
+    MASKER.add(env[source] for source in notify.secret_sources() if env.get(source))
     MASKER.add(_job_secrets(jobs.values(), env))
     # The jobs' secrets are known only now: the errors are masked again with them.
     errors = [e.masked() for e in errors]
-    return LoadedConfig(path=path, settings=settings, jobs=jobs, errors=errors)
+    return LoadedConfig(path=path, settings=settings, jobs=jobs, errors=errors, notify=notify)
 
 
 def _settings_secrets(settings: Settings) -> list[str]:

@@ -246,7 +246,16 @@ DELIVERY_SKIP_REASONS = (
 )
 POISON_REASONS = ("oversized", "not_json", "wrong_schema", "other_deployment", "invalid")
 REAP_TRANSITIONS = ("claimed->pending", "running->pending", "running->failed")
-ACTORS = ("materializer", "claimer", "dispatcher", "compensator", "reaper", "worker", "clock")
+ACTORS = (
+    "materializer",
+    "claimer",
+    "dispatcher",
+    "compensator",
+    "reaper",
+    "worker",
+    "clock",
+    "notifier",
+)
 # Why an actor stops taking in work (actors/worker/heartbeat.py names the worker's sources).
 INTAKE_REASONS = {
     "worker": ("heartbeat", "completions", "starts", "broker"),

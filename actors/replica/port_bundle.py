@@ -17,6 +17,7 @@ from typing import Protocol
 from actors.observability import DependencyHealth
 from actors.operator import OperatorService
 from actors.ports import Executor, Inbox, OutputFeed, ReplicaBroker, ReplicaStore, WorkerStore
+from actors.ports.notify import NotificationStore, SinkSender
 from actors.scheduling.database_clock import DatabaseClock
 
 
@@ -71,4 +72,8 @@ class PortBundle(Protocol):
         """The operator API's service (on a small pool of its own on PostgreSQL, so that
         API clients never wait for, nor hold, the scheduler's connections); None: the API
         keeps answering 503. The replica closes its store (``history.close()``)."""
+        ...
+
+    def notifications(self, store: ReplicaStore) -> tuple[NotificationStore, SinkSender] | None:
+        """The notification outbox and the sinks' senders; None: no notifier runs."""
         ...

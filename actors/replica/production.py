@@ -16,12 +16,14 @@ from actors.adapters.executors import LocalExecutor
 from actors.adapters.live_output import LiveOutputExecutor, OutputRelay
 from actors.adapters.nats import NATS_HEALTH, JetStreamBroker
 from actors.adapters.nats_inbox import PROBE_TIMEOUT_S, JetStreamInbox, PullSubscription
+from actors.adapters.notify_senders import NotificationSenders
 from actors.adapters.postgres import (
     POSTGRES_HEALTH,
     PostgresOperatorStore,
     PostgresRunStore,
     is_unreachable,
 )
+from actors.adapters.postgres.notifications import PostgresNotificationStore
 from actors.adapters.postgres.notify import PendingRunsListener
 from actors.adapters.postgres.pool import connect_pool, init_connection
 from actors.config import Settings
@@ -36,6 +38,7 @@ from actors.ports import (
     ReplicaStore,
     WorkerStore,
 )
+from actors.ports.notify import NotificationStore, SinkSender
 from actors.scheduling.database_clock import DatabaseClock
 
 log = get_logger("replica")
@@ -173,6 +176,11 @@ class ProductionPorts:
         return OperatorService(
             PostgresOperatorStore(pool, owns_pool=True, health=self.store_health)
         )
+
+    def notifications(self, store: ReplicaStore) -> tuple[NotificationStore, SinkSender] | None:
+        if not isinstance(store, PostgresRunStore):
+            return None  # a store wrapped by a test's broken build: no notifier
+        return PostgresNotificationStore(store.pool), NotificationSenders()
 
     def _opened(self) -> JetStreamBroker:
         """The JetStream broker open_broker connected (a subclass's open_broker may wrap

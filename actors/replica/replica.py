@@ -232,12 +232,16 @@ class Replica:
         service = await self.ports.open_operator(store) if self._api is not None else None
         if self._api is not None and service is not None:
             self._api.service = service
+            # GET /api/notifications reads the outbox (a bounded page, on the replica's pool).
+            outbox = self.ports.notifications(store)
+            self._api.outbox = outbox[0] if outbox is not None else None
         try:
             await self._run_with(store)
         finally:
             self.status.connected(None)
             if self._api is not None:
                 self._api.service = cast(OperatorService, _UntilConnected())
+                self._api.outbox = None
             if service is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(service.history.close(), EXIT_MARGIN_S)
@@ -310,6 +314,7 @@ class Replica:
                 self.replica_id,
                 self.stop_requested,
                 config_jobs=lambda: self._jobs.jobs,
+                notify_config=lambda: self._jobs.loaded.notify,
             )
         finally:
             watching.cancel()

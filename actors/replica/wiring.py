@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from actors.config import Settings
+from actors.config.notify import NotifyConfig
 from actors.domain import ClaimedRun, Job
 from actors.observability import get_logger
 from actors.pacing import BrokerGate, ClaimedBatch, Probe
@@ -26,6 +27,7 @@ from actors.scheduling.claimer import Claimer
 from actors.scheduling.compensator import Compensator
 from actors.scheduling.dispatcher import Dispatcher
 from actors.scheduling.materializer import Materializer
+from actors.scheduling.notifier import Notifier
 from actors.scheduling.reaper import Reaper
 from actors.scheduling.runtime import Runtime
 from actors.scheduling.supervisor import supervise
@@ -72,11 +74,13 @@ async def run_actors(
     replica_id: str,
     stop_requested: asyncio.Event,
     config_jobs: Callable[[], Mapping[str, Job]] = dict,
+    notify_config: Callable[[], NotifyConfig] = NotifyConfig,
 ) -> None:
     """Run the role's actors until ``stop_requested``, then stop them in order.
 
     ``config_jobs``: the replica's jobs as its config has them now (the
-    materializer uses one in place of a stored definition that is the same).
+    materializer uses one in place of a stored definition that is the same);
+    ``notify_config``: its ``[notify]`` table and the jobs' notification keys now.
     """
     store, broker, bundle = ports.store, ports.broker, ports.bundle
     stop_claiming = asyncio.Event()
@@ -165,6 +169,18 @@ async def run_actors(
                 clock=clock,
             )
             tasks["worker"] = group.create_task(supervise("worker", worker.run), name="worker")
+        notifications = bundle.notifications(store)
+        if notifications is not None:
+            # Every role sends: the outbox is claimed like runs, whoever claims.
+            notifier = Notifier(
+                *notifications,
+                replica_id,
+                lambda: (notify_config(), config_jobs()),
+                stop_claiming,
+            )
+            tasks["notifier"] = group.create_task(
+                supervise("notifier", notifier.run), name="notifier"
+            )
         if not role.schedules:
             # No materializer reads the database's clock here: measure the skew anyway.
             async def measure_skew() -> None:

@@ -94,3 +94,6 @@ class MemoryPorts:
 
     async def open_operator(self, store: ReplicaStore) -> OperatorService | None:
         return OperatorService(InMemoryOperatorStore(self.store))
+
+    def notifications(self, store: ReplicaStore) -> None:
+        return None  # the outbox is PostgreSQL's (its trigger and unique key)

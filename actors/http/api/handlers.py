@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from actors.http.api.live import MAX_STREAMS, add_output_stream
+from actors.http.api.notifications import NotificationReader, list_notifications
 from actors.http.api.reading import answer, body_of, path_of, query_of
 from actors.http.guard import Tokens
 from actors.http.openapi import BY_ID, Scope, document
@@ -56,6 +57,8 @@ class OperatorApi:
         # Where runs' live output is followed (set by the replica; None: kept tails only).
         self.output_feed: OutputFeed | None = None
         self.max_output_streams = MAX_STREAMS  # the replica bounds it by its connection cap
+        # The notification outbox, once the database is connected (None: a 503).
+        self.outbox: NotificationReader | None = None
 
     def add_routes(self, app: web.Application) -> None:
         """The API's operations of the table (actors/http/server adds the replica's own)."""
@@ -70,6 +73,7 @@ class OperatorApi:
             "getRun": self.run,
             "getGrid": self.grid,
             "listActions": self.actions,
+            "listNotifications": self.notifications,
             "pauseJob": self.pause,
             "resumeJob": self.resume,
             "triggerJob": self.trigger,
@@ -142,6 +146,9 @@ class OperatorApi:
         query = query_of(request, rq.ActionsQuery)
         found = await self.service.actions(job=query.job, limit=query.limit, before=query.before)
         return _ok("listActions", found)
+
+    async def notifications(self, request: web.Request) -> web.Response:
+        return await list_notifications(request, self.outbox)
 
     # --- actions --------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from actors.http.openapi import notifications as nt
 from actors.http.openapi import requests as rq
 from actors.http.openapi import responses as rs
 
@@ -172,6 +173,15 @@ OPERATIONS: tuple[Operation, ...] = (
         query=rq.ActionsQuery,
         errors=(400, 503),
         links=(Link("listActions", "query.before", "$response.body#/0/id"),),
+    ),
+    Operation(
+        "listNotifications",
+        "get",
+        "/api/notifications",
+        "Notifications, newest first: run, event, sink, state and every attempt's answer",
+        nt.Notifications,
+        query=nt.NotificationsQuery,
+        errors=(400, 503),
     ),
     Operation(
         "getGrid",

@@ -255,6 +255,24 @@
         el("pre", { class: "error", "data-role": "rejected-error" }, rejectionText(r)))));
   }
 
+  // The last notifications (docs/notifications.md): each one's state and last answer.
+  // Their own request: a replica without the outbox (503) leaves the section hidden.
+  function renderNotifications(list) {
+    const shown = Array.isArray(list) ? list : [];
+    $("notifications").hidden = shown.length === 0;
+    $("notifications-list").replaceChildren(...shown.map((n) => {
+      const last = n.attempt_log.length ? n.attempt_log[n.attempt_log.length - 1] : null;
+      const answer = last ? `${last.outcome}${last.status ? ` ${last.status}` : ""}` : "not tried yet";
+      return el("li", { class: "notification", "data-event": n.event, "data-state": n.state },
+        el("strong", {}, n.job), " ",
+        el("span", { class: `badge ${n.state === "sent" ? "look-succeeded" : "look-failed"}`,
+          "data-role": "notification-event" }, `${n.event} → ${n.sink}: ${n.state}`), " ",
+        el("span", { class: "muted", title: n.created_at }, `${ago(n.created_at)} · ` +
+          `${n.attempts} attempt${n.attempts === 1 ? "" : "s"} · ${answer}`),
+        n.last_error ? el("pre", { class: "error" }, n.last_error) : "");
+    }));
+  }
+
   function rejectionText(r) {
     return `${r.path}${r.field ? `: field '${r.field}'` : ""}: ${r.error}`;
   }
@@ -656,6 +674,7 @@
         renderCounters(status);
         renderRejected(rejected);
         renderTable(jobs, rejected);
+        getJson("/api/notifications?limit=10").then(renderNotifications, () => renderNotifications(null));
         updated.className = "updated";
         updated.textContent = `updated ${lastGood.at.toLocaleTimeString()} · every ${REFRESH_MS / 1000} s`;
         await afterPaint();
