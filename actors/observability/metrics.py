@@ -96,12 +96,22 @@ DELIVERIES_SKIPPED = Counter(
 )
 REDELIVERIES = Counter("claimd_redeliveries_total", "Messages JetStream delivered more than once")
 # Why the HTTP face turned a client away (actors/http/guard.py).
-HTTP_REFUSAL_REASONS = ("connection_cap", "host", "token", "scope")
+HTTP_REFUSAL_REASONS = ("connection_cap", "host", "token", "scope", "output_streams")
 HTTP_REFUSED = Counter(
     "claimd_http_refused_total",
     "HTTP connections closed by the connection cap, and requests refused for their Host "
-    "(421), a missing or wrong token (401) or a token's scope (403)",
+    "(421), a missing or wrong token (401), a token's scope (403) or a full set of run "
+    "output streams (503)",
     ["reason"],
+)
+# Live output (actors/adapters/live_output.py, actors/http/api/live.py).
+LIVE_OUTPUT_DROPPED = Counter(
+    "claimd_live_output_dropped_bytes_total",
+    "Bytes runs printed that were not relayed live (past the per-run rate); the tail kept "
+    "with each attempt is unaffected",
+)
+OUTPUT_STREAMS = Gauge(
+    "claimd_http_output_streams", "Run output streams (Server-Sent Events) open on this replica"
 )
 FENCED_COMPLETIONS = Counter(
     "claimd_fenced_completions_total",

@@ -25,6 +25,7 @@ from actors.ports.execution import (
     MovingClock,
     Preparing,
 )
+from actors.ports.live_output import OutputChunk, OutputFeed, OutputFollow
 from actors.ports.messages import (
     ClusterReading,
     Completion,
@@ -100,6 +101,9 @@ __all__ = [
     "OperatorActions",
     "OperatorStore",
     "Outage",
+    "OutputChunk",
+    "OutputFeed",
+    "OutputFollow",
     "PausedSpan",
     "PlanningStore",
     "Preparing",

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from actors.observability import DependencyHealth
 from actors.operator import OperatorService
-from actors.ports import Executor, Inbox, ReplicaBroker, ReplicaStore, WorkerStore
+from actors.ports import Executor, Inbox, OutputFeed, ReplicaBroker, ReplicaStore, WorkerStore
 from actors.ports.notify import NotificationStore, SinkSender
 from actors.scheduling.database_clock import DatabaseClock
 
@@ -56,6 +56,10 @@ class PortBundle(Protocol):
         ...
 
     def executor(self) -> Executor: ...
+    def output_feed(self) -> OutputFeed | None:
+        """Where the API follows runs' live output (None: the API streams the kept tails only)."""
+        ...
+
     def database_clock(self, store: ReplicaStore) -> DatabaseClock: ...
     def pending_listener(
         self, store: ReplicaStore, on_pending: Callable[[datetime], None]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from actors.adapters.executors import LocalExecutor
+from actors.adapters.live_output import LiveOutputExecutor, OutputRelay
 from actors.adapters.nats import NATS_HEALTH, JetStreamBroker
 from actors.adapters.nats_inbox import PROBE_TIMEOUT_S, JetStreamInbox, PullSubscription
 from actors.adapters.notify_senders import NotificationSenders
@@ -28,7 +29,15 @@ from actors.adapters.postgres.pool import connect_pool, init_connection
 from actors.config import Settings
 from actors.observability import DependencyHealth, get_logger
 from actors.operator import OperatorService
-from actors.ports import Executor, Inbox, Outage, ReplicaBroker, ReplicaStore, WorkerStore
+from actors.ports import (
+    Executor,
+    Inbox,
+    Outage,
+    OutputFeed,
+    ReplicaBroker,
+    ReplicaStore,
+    WorkerStore,
+)
 from actors.ports.notify import NotificationStore, SinkSender
 from actors.scheduling.database_clock import DatabaseClock
 
@@ -46,6 +55,14 @@ class ProductionPorts:
     store_health: DependencyHealth = POSTGRES_HEALTH
     broker_health: DependencyHealth = NATS_HEALTH
     _jetstream: JetStreamBroker | None = field(default=None, init=False)
+    # Live output (actors/adapters/live_output.py): published and followed on the
+    # broker's connection, under the deployment's subjects.
+    _live: OutputRelay | None = field(default=None, init=False)
+
+    def _relay(self) -> OutputRelay:
+        if self._live is None:  # made at first use: the settings are read then
+            self._live = OutputRelay(f"claimd.{self.settings.deployment}")
+        return self._live
 
     async def open_store(self) -> ReplicaStore:
         settings = self.settings
@@ -76,6 +93,7 @@ class ProductionPorts:
             tls_ca=settings.nats_tls_ca,
             timeouts=settings.timeouts,
         )
+        await self._relay().attach(self._jetstream.nc)
         return self._jetstream
 
     async def prepare_broker(self, broker: ReplicaBroker) -> None:
@@ -116,10 +134,14 @@ class ProductionPorts:
     def executor(self) -> Executor:
         # Python jobs get neither claimd's CLAIMD_* settings nor its API token.
         token = self.settings.api_token_env
-        return LocalExecutor(
+        local = LocalExecutor(
             withheld_env=() if token is None else (token,),
             python_processes=self.settings.python_processes or self.settings.worker_concurrency,
         )
+        return LiveOutputExecutor(local, self._relay())
+
+    def output_feed(self) -> OutputFeed | None:
+        return self._relay()
 
     def database_clock(self, store: ReplicaStore) -> DatabaseClock:
         return DatabaseClock(store)

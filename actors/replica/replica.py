@@ -21,7 +21,8 @@ from typing import Any, cast
 from actors.config import LoadedConfig
 from actors.domain import Job
 from actors.http.api import OperatorApi
-from actors.http.guard import Guard
+from actors.http.api.live import MAX_STREAMS
+from actors.http.guard import Guard, connection_cap
 from actors.http.server import build_app, serve
 from actors.observability import (
     get_logger,
@@ -188,6 +189,12 @@ class Replica:
             cast(OperatorService, _UntilConnected()),
             settings.api_tokens,
             metrics_token=settings.metrics_token,
+        )
+        # Live output (GET /api/runs/{id}/output/stream): followed through the ports, on
+        # at most a quarter of the connection cap.
+        self._api.output_feed = self.ports.output_feed()
+        self._api.max_output_streams = max(
+            1, min(MAX_STREAMS, connection_cap(settings.http_max_connections) // 4)
         )
         guard = Guard(
             tokens=self._api.tokens,

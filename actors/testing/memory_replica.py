@@ -71,6 +71,9 @@ class MemoryPorts:
     def executor(self) -> Executor:
         return self.executor_
 
+    def output_feed(self) -> None:
+        return None  # in memory, the API streams the kept tails only
+
     def database_clock(self, store: ReplicaStore) -> DatabaseClock:
         local = self.local_clock or self.store.clock
         if not isinstance(local, ManualClock):

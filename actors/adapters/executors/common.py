@@ -7,7 +7,8 @@ import dataclasses
 import os
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar
 from datetime import timedelta
 
 from actors.domain import (
@@ -36,6 +37,14 @@ def elapsed(start: float) -> timedelta:
     return timedelta(seconds=time.monotonic() - start)
 
 
+# Where an attempt's output also goes as it is read (live output,
+# actors/adapters/live_output.py): set around one execution, taken by the Tails
+# made during it. Called from any thread (an async job's loop), so cheap and safe.
+OUTPUT_SINK: ContextVar[Callable[[bytes], None] | None] = ContextVar(
+    "claimd_output_sink", default=None
+)
+
+
 class Tail:
     """The last bytes of a stream, bounded whatever the job prints."""
 
@@ -43,8 +52,11 @@ class Tail:
         self._chunks: deque[bytes] = deque()
         self._size = 0
         self._limit = limit
+        self._sink = OUTPUT_SINK.get()
 
     def add(self, chunk: bytes) -> None:
+        if self._sink is not None:
+            self._sink(chunk)
         self._chunks.append(chunk)
         self._size += len(chunk)
         while self._size - len(self._chunks[0]) >= self._limit and len(self._chunks) > 1:

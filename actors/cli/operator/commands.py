@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.cli.operator import actions, reads, reload
+from actors.cli.operator import actions, logs, reads, reload
 from actors.cli.operator.connect import StoreOpener
 from actors.cli.operator.options import Commands
 from actors.cli.operator.running import EXIT_CODES, OneLineParser
@@ -36,3 +36,4 @@ def register(sub: Any, open_store: StoreOpener) -> None:
     actions.add_cancel(commands)
     actions.add_backfill(commands)
     reload.add_reload(commands)
+    logs.add_logs(commands)

@@ -17,6 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
+from actors.http.api.live import MAX_STREAMS, add_output_stream
 from actors.http.api.notifications import NotificationReader, list_notifications
 from actors.http.api.reading import answer, body_of, path_of, query_of
 from actors.http.guard import Tokens
@@ -24,7 +25,7 @@ from actors.http.openapi import BY_ID, Scope, document
 from actors.http.openapi import requests as rq
 from actors.observability import get_logger
 from actors.operator import OperatorService
-from actors.ports import Caller
+from actors.ports import Caller, OutputFeed
 
 log = get_logger("api")
 
@@ -53,6 +54,9 @@ class OperatorApi:
         self.service = service
         self.tokens = Tokens(tokens)
         self.metrics_token = metrics_token
+        # Where runs' live output is followed (set by the replica; None: kept tails only).
+        self.output_feed: OutputFeed | None = None
+        self.max_output_streams = MAX_STREAMS  # the replica bounds it by its connection cap
         # The notification outbox, once the database is connected (None: a 503).
         self.outbox: NotificationReader | None = None
 
@@ -79,6 +83,7 @@ class OperatorApi:
         for operation_id, handler in handlers.items():
             op = BY_ID[operation_id]
             app.router.add_route(op.method.upper(), op.path, handler)
+        add_output_stream(app, self, BY_ID["streamRunOutput"].path)  # actors/http/api/live.py
 
     def _actor(self, request: web.Request) -> Caller:
         """Who may act: the name of the operate token presented. Raises 403 / 401."""

@@ -149,6 +149,22 @@ OPERATIONS: tuple[Operation, ...] = (
         links=_to("$response.body#/id", "run_id", "cancelRun"),
     ),
     Operation(
+        "streamRunOutput",
+        "get",
+        "/api/runs/{run_id}/output/stream",
+        "A run's output as it is printed, from whichever replica runs it (Server-Sent Events)",
+        rs.OutputStream,
+        path_params=rq.RunPath,
+        errors=READ_ERRORS,
+        media_type="text/event-stream",
+        description=(
+            "First the kept tail of each finished attempt and the running attempt's tail so "
+            "far, then each chunk as it is printed (at most 64 KiB/s per run is relayed; a "
+            "notice says what was dropped), then an `end` event once the run is terminal. "
+            "Streams are bounded per replica (503 past the bound) and last an hour at most."
+        ),
+    ),
+    Operation(
         "listActions",
         "get",
         "/api/actions",

@@ -196,3 +196,16 @@ class Document(RootModel[dict[str, Any]]):
 
 class Metrics(RootModel[str]):
     """The Prometheus text exposition."""
+
+
+class OutputStream(_Answer):
+    """One Server-Sent Event of a run's output stream (OpenAPI 3.1: the schema is each event's)."""
+
+    event: Literal["output", "notice", "end"] = Field(
+        description="output: text the run printed, in order; notice: what the stream "
+        "missed or why it closes; end: the run is terminal, the stream closes"
+    )
+    data: str = Field(
+        description='one JSON object: output {"attempt": n, "text": "..."}; notice '
+        '{"text": "..."}; end {"state": "...", "outcome": "..."}'
+    )

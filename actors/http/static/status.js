@@ -734,6 +734,7 @@
   }
 
   function closeDetail() {
+    stopLive();
     $("detail").hidden = true;
     openCell = null;
     openRun = null;
@@ -781,11 +782,90 @@
       runActions(run),
       run.error ? el("h3", {}, "error") : null,
       run.error ? el("pre", { class: "error", "data-role": "run-error" }, run.error) : null,
+      liveOutput(run),
       el("h3", {}, "output tail"),
       run.output_tail ? el("pre", { class: "output", "data-role": "output" }, run.output_tail)
         : el("p", { class: "muted" }, "no output recorded"),
       el("h3", {}, `attempts (${run.attempts.length})`),
       attemptsList(run));
+  }
+
+  // --- live output: the run's lines as they are printed ------------------------
+  // GET /api/runs/{id}/output/stream (Server-Sent Events) read with fetch, not
+  // EventSource: EventSource cannot send the bearer token. One stream at a time; the
+  // block is kept across the panel's refreshes, and the stream ends with the run.
+  let live = null; // { runId, block, pre, said, controller }
+
+  function stopLive() {
+    if (live && live.controller) live.controller.abort();
+    live = null;
+  }
+
+  function liveOutput(run) {
+    if (TERMINAL.has(run.state)) {
+      if (live && live.runId === run.id) return live.block; // the end shown as it came
+      return null;
+    }
+    if (live && live.runId === run.id) return live.block;
+    stopLive();
+    const pre = el("pre", { class: "output live", "data-role": "live-output", "aria-live": "off" });
+    const said = el("p", { class: "muted", "data-role": "live-state", "aria-live": "polite" }, "connecting…");
+    const block = el("div", { class: "live-output" }, el("h3", {}, "live output"), said, pre);
+    live = { runId: run.id, block, pre, said, controller: new AbortController() };
+    followOutput(live);
+    return block;
+  }
+
+  function onLiveEvent(state, name, data) {
+    if (name === "output") {
+      state.pre.append(document.createTextNode(data.text));
+      state.pre.scrollTop = state.pre.scrollHeight;
+    } else if (name === "notice") {
+      state.pre.append(el("span", { class: "muted" }, `[${data.text}]\n`));
+    } else if (name === "end") {
+      setText(state.said, `the run ended: ${data.state}`);
+      state.controller = null;
+      if (live === state && openRun && openRun.id === state.runId) loadRun(state.runId);
+    }
+  }
+
+  async function followOutput(state) {
+    const headers = { Accept: "text/event-stream" };
+    const token = storedToken();
+    if (token) headers.Authorization = `Bearer ${token}`;
+    try {
+      const response = await fetch(`/api/runs/${encodeURIComponent(state.runId)}/output/stream`,
+        { cache: "no-store", headers, signal: state.controller.signal });
+      if (!response.ok || !response.body) {
+        setText(state.said, `live output unavailable (HTTP ${response.status})`);
+        return;
+      }
+      setText(state.said, "following the output as it is printed");
+      const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buffer = "";
+      let name = "message";
+      let data = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value;
+        let at;
+        while ((at = buffer.indexOf("\n")) >= 0) {
+          const line = buffer.slice(0, at).replace(/\r$/, "");
+          buffer = buffer.slice(at + 1);
+          if (line.startsWith("event:")) name = line.slice(6).trim();
+          else if (line.startsWith("data:")) data += line.slice(5).trim();
+          else if (line === "" && data) {
+            onLiveEvent(state, name, JSON.parse(data));
+            name = "message";
+            data = "";
+          }
+        }
+      }
+      if (state.controller) setText(state.said, "the stream closed; reopen the run to follow again");
+    } catch (error) {
+      if (error.name !== "AbortError") setText(state.said, `live output stopped: ${error.message}`);
+    }
   }
 
   // A link that opens this page on this run (its job's detail and the run panel).
