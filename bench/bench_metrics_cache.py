@@ -49,11 +49,8 @@ async def measure(jobs: int, scrapes: int) -> dict[str, Any]:
     async def ready() -> dict[str, Any]:
         return {"postgres": "ok", "nats": "ok"}
 
-    async def no_jobs() -> list[dict[str, Any]]:
-        return []
-
     out: dict[str, Any] = {}
-    async with TestServer(build_app(ready, no_jobs)) as server, aiohttp.ClientSession() as http:
+    async with TestServer(build_app(ready)) as server, aiohttp.ClientSession() as http:
         url = str(server.make_url("/metrics"))
         out["bytes"] = await _scrape(http, url)  # warm: imports, first allocations
         await asyncio.sleep(1.5)  # past any page kept from the warm-up

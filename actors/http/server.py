@@ -241,7 +241,6 @@ async def stream_metrics(
 
 def build_app(
     ready: ReadyCheck,
-    jobs_summary: Callable[[], Awaitable[list[dict[str, Any]]]],
     api: OperatorApi | None = None,
     *,
     refresh: Callable[[], Awaitable[None]] | None = None,
@@ -280,13 +279,6 @@ def build_app(
             BY_ID["readyz"].answer, {"status": status, "checks": checks}, 200 if ok else 503
         )
 
-    async def jobs(_: web.Request) -> web.Response:
-        try:
-            rows = await jobs_summary()
-        except Exception as exc:  # noqa: BLE001 - the database is away: say so, do not 500
-            return web.json_response({"error": f"unavailable: {type(exc).__name__}"}, status=503)
-        return web.json_response(rows)
-
     async def status_json(_: web.Request) -> web.Response:
         checks, config_rejected, config = await asyncio.gather(
             ready(), _rejected_jobs(api), _config_rollout(api)
@@ -309,10 +301,8 @@ def build_app(
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    if api is None:
-        app.router.add_get("/api/jobs", jobs)
-    else:
-        api.add_routes(app)  # /api/jobs with more fields, the same ones included
+    if api is not None:
+        api.add_routes(app)
     app.router.add_get("/api/status", status_json, allow_head=False)
     app.router.add_get("/", status_page)
     app.router.add_get("/static/{name}", static_file)

@@ -207,7 +207,6 @@ class Replica:
         status = self.status
         app = build_app(
             status.ready,
-            status.jobs_summary,
             self._api,
             refresh=status.refresh_metrics,
             guard=guard,

@@ -87,11 +87,6 @@ class ReplicaStatus:
             verdicts[name] = verdict
         return verdicts
 
-    async def jobs_summary(self) -> list[dict[str, Any]]:
-        if self.store is None:
-            raise ConnectionError("not connected to PostgreSQL yet")
-        return await self.store.jobs_summary()
-
 
 async def _check(probe: Callable[[], Awaitable[str]]) -> str:
     try:

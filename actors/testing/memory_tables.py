@@ -113,26 +113,6 @@ class InMemoryTables:
         return self._now()
 
     @reads_only
-    async def jobs_summary(self) -> list[dict[str, Any]]:
-        """The status page's job list (JOBS_SUMMARY)."""
-        self._now()
-        out = []
-        for name in sorted(self.jobs):
-            job = self.jobs[name]
-            mine = [r for r in self.runs.values() if r.job == name]
-            done = [r.finished_at for r in mine if r.state is RunState.SUCCEEDED and r.finished_at]
-            out.append(
-                {
-                    "name": name,
-                    "enabled": job.enabled,
-                    "paused": job.paused,
-                    "pending": sum(r.state is RunState.PENDING for r in mine),
-                    "last_success": str(max(done)) if done else None,
-                }
-            )
-        return out
-
-    @reads_only
     async def cluster_figures(self, timeout: float) -> ClusterReading:
         """The cluster gauges' reading, simplified: job figures without overdue ages."""
         now = self._now()

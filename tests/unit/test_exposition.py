@@ -83,11 +83,8 @@ async def test_a_head_of_metrics_sends_no_body_and_the_connection_serves_the_nex
     async def ready() -> dict[str, object]:
         return {"postgres": "ok"}
 
-    async def no_jobs() -> list[dict[str, object]]:
-        return []
-
     init_job_series(NAMES)
-    async with TestServer(build_app(ready, no_jobs)) as server, ClientSession() as session:
+    async with TestServer(build_app(ready)) as server, ClientSession() as session:
         url = str(server.make_url("/metrics"))
         async with session.head(url) as head:
             assert head.status == 200
@@ -129,14 +126,11 @@ async def test_metrics_sends_the_first_chunk_before_the_rest_of_the_page_is_made
     async def ready() -> dict[str, object]:
         return {"postgres": "ok"}
 
-    async def no_jobs() -> list[dict[str, object]]:
-        return []
-
     writer = SlowFamily()
     exposition.writes_own_text(writer)
     try:
         async with (
-            TestServer(build_app(ready, no_jobs)) as server,
+            TestServer(build_app(ready)) as server,
             ClientSession() as session,
             session.get(str(server.make_url("/metrics"))) as got,
         ):

@@ -72,10 +72,6 @@ async def _ready() -> dict[str, Any]:
     return {"postgres": "ok", "nats": "ok"}
 
 
-async def _no_jobs() -> list[dict[str, Any]]:
-    return []
-
-
 async def test_half_requests_past_the_cap_close_the_oldest_and_healthz_answers() -> None:
     """50 connections that send half a request, at a cap of 8: at most 8 are held (the
     oldest idle ones are closed for the new), and a health check is answered at once."""
@@ -86,7 +82,7 @@ async def test_half_requests_past_the_cap_close_the_oldest_and_healthz_answers()
 
     before = closed_by_cap()
     guard = Guard(max_connections=8, header_timeout_s=60)
-    runner, port = await serve(build_app(_ready, _no_jobs), "127.0.0.1", 0, guard)
+    runner, port = await serve(build_app(_ready), "127.0.0.1", 0, guard)
     writers = []
     try:
         for _ in range(50):
@@ -141,7 +137,7 @@ class _NoService:
 async def test_a_body_that_trickles_past_the_body_timeout_answers_408() -> None:
     api = OperatorApi(cast(OperatorService, _NoService()), [("ops", OPERATE)])
     guard = Guard(tokens=api.tokens, body_timeout_s=0.3)
-    runner, port = await serve(build_app(_ready, _no_jobs, api, guard=guard), "127.0.0.1", 0)
+    runner, port = await serve(build_app(_ready, api, guard=guard), "127.0.0.1", 0)
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(
@@ -160,7 +156,7 @@ async def test_metrics_token_guards_metrics_and_the_document_says_each_scope() -
     api = OperatorApi(
         cast(OperatorService, _NoService()), [("viewer", READ, "read")], metrics_token=True
     )
-    async with TestClient(TestServer(build_app(_ready, _no_jobs, api))) as client:
+    async with TestClient(TestServer(build_app(_ready, api))) as client:
         async with client.get("/metrics") as response:
             assert response.status == 401
         headers = {"Authorization": f"Bearer {READ}"}

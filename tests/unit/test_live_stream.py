@@ -94,7 +94,7 @@ async def _world() -> AsyncIterator[tuple[Client, InMemoryRunStore, FakeFeed, Op
     async def ready() -> dict[str, str]:
         return {"postgres": "ok", "nats": "ok"}
 
-    async with TestClient(TestServer(build_app(ready, store.jobs_summary, api))) as client:
+    async with TestClient(TestServer(build_app(ready, api))) as client:
         yield client, store, feed, api, [first, second]
 
 

@@ -91,13 +91,10 @@ async def client() -> AsyncIterator[TestClient[web.Request, web.Application]]:
     async def ready() -> dict[str, Any]:
         return {"postgres": "ok", "nats": "ok"}
 
-    async def jobs() -> list[dict[str, Any]]:
-        return []
-
     api = OperatorApi(cast(OperatorService, _NoDatabase()), [("alice", TOKEN)])
     # Reads need a token once one is configured: every request here sends it.
     auth = {"Authorization": f"Bearer {TOKEN}"}
-    async with TestClient(TestServer(build_app(ready, jobs, api)), headers=auth) as test_client:
+    async with TestClient(TestServer(build_app(ready, api)), headers=auth) as test_client:
         yield test_client
 
 

@@ -79,7 +79,7 @@ async def client(store: InMemoryRunStore) -> AsyncIterator[Client]:
     async def ready() -> dict[str, str]:
         return {"postgres": "ok", "nats": "ok"}
 
-    async with TestClient(TestServer(build_app(ready, store.jobs_summary, api))) as client:
+    async with TestClient(TestServer(build_app(ready, api))) as client:
         yield client
 
 
@@ -345,7 +345,7 @@ async def test_a_trigger_of_a_forbid_job_with_a_run_active_says_so_through_the_a
     async def ready() -> dict[str, str]:
         return {"postgres": "ok", "nats": "ok"}
 
-    async with TestClient(TestServer(build_app(ready, store.jobs_summary, api))) as client:
+    async with TestClient(TestServer(build_app(ready, api))) as client:
         path = "/api/jobs/single/trigger"
         status, refused = await _json(
             client, "POST", path, headers=AUTH, json={"overlap": "forbid"}

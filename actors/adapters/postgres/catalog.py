@@ -32,7 +32,6 @@ from actors.adapters.postgres.statements import (
     INSERT_PLANNED_RUNS,
     INSERT_RUNS_UNTIL_REMOVAL,
     JOBS_AS_SYNCED,
-    JOBS_SUMMARY,
     LOCK_JOBS_FOR_SYNC,
     LOCK_SYNC,
     OLD_SCHEDULES,
@@ -255,12 +254,6 @@ class PostgresJobCatalog:
         """The database's clock (``now()``): what every decision about time is made on."""
         value: datetime = await self._pool.fetchval(DATABASE_NOW)
         return value
-
-    @reads_only
-    async def jobs_summary(self) -> list[dict[str, Any]]:
-        """The status page's job list, as JSON-ready values (instants as text)."""
-        rows = await self._pool.fetch(JOBS_SUMMARY)
-        return [json.loads(json.dumps(dict(r), default=str)) for r in rows]
 
     async def record_reload(
         self,

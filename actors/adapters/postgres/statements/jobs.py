@@ -162,14 +162,6 @@ SELECT id, name, materialized_until, paused, fingerprint, created_at
 # The one clock: every replica plans on the database's now(), never its own.
 DATABASE_NOW = "SELECT now()"
 # The status page's job list: each job's pending count and latest success.
-JOBS_SUMMARY = """
-SELECT j.name, j.enabled, j.paused,
-       (SELECT count(*) FROM job_runs r WHERE r.job_id = j.id AND r.state = 'pending') AS pending,
-       (SELECT max(r.finished_at) FROM job_runs r
-         WHERE r.job_id = j.id AND r.state = 'succeeded') AS last_success
-  FROM jobs j ORDER BY j.name
-"""
-
 # The jobs the config file rejected, as the last load found them (sql/0011):
 # replaced as a whole, in one transaction, so a reader never sees half of two
 # loads. A load with no rejected job leaves the table empty.
