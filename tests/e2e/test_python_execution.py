@@ -266,7 +266,7 @@ async def test_a_python_jobs_output_is_listed_per_attempt(
         n = a["attempt"]
         tail = a["output_tail"]
         assert f"printed by attempt {n}" in tail
-        assert f"WARNING talker: logged by attempt {n}" in tail
+        assert f"WARNING talker job=talker run_id={run_id}: logged by attempt {n}" in tail
         others = {1, 2, 3} - {n}
         assert not any(f"printed by attempt {m}" in tail for m in others)
         assert (f"planned failure of attempt {n}" in tail) is (n < 3)
@@ -285,4 +285,4 @@ async def test_a_python_jobs_output_is_listed_per_attempt(
     for n in (1, 2, 3):
         section = text.split(f"output of attempt {n} ")[1].split("output of attempt")[0]
         assert f"printed by attempt {n}" in section
-        assert f"WARNING talker: logged by attempt {n}" in section
+        assert f"WARNING talker job=talker run_id={run_id}: logged by attempt {n}" in section

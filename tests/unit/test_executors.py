@@ -293,8 +293,14 @@ async def test_sync_python_job_runs_in_a_child_with_the_job_environment(
 @pytest.mark.parametrize(
     ("target", "logged"),
     [
-        ("tests.unit.jobfuncs:talking_job", "INFO talking: logged at info"),
-        ("tests.unit.jobfuncs:talking_async_job", "WARNING talking: logged at warning"),
+        (
+            "tests.unit.jobfuncs:talking_job",
+            "INFO talking job={job} run_id={run_id}: logged at info",
+        ),
+        (
+            "tests.unit.jobfuncs:talking_async_job",
+            "WARNING talking job={job} run_id={run_id}: logged at warning",
+        ),
     ],
 )
 async def test_python_job_output_is_kept(target: str, logged: str) -> None:
@@ -305,7 +311,7 @@ async def test_python_job_output_is_kept(target: str, logged: str) -> None:
     lines = result.output_tail.splitlines()
     assert "printed by attempt 2" in lines
     assert "to stderr" in lines
-    assert logged in lines
+    assert logged.format(job=CTX.job, run_id=CTX.run_id) in lines  # the run named (issue 25)
 
 
 async def test_sync_python_timeout_kills_the_child_before_the_verdict(

@@ -62,12 +62,12 @@ async def test_each_attempt_keeps_its_own_output() -> None:
     assert first.output_tail.splitlines() == [
         "printed by attempt 1",
         "to stderr",
-        "INFO talking: logged at info",
+        "INFO talking job=pooled run_id=6c1f8a0e-0b0e-4c39-9a55-3a7d8f1f2e10: logged at info",
     ]
     assert second.output_tail.splitlines() == [
         "printed by attempt 2",
         "to stderr",
-        "INFO talking: logged at info",
+        "INFO talking job=pooled run_id=6c1f8a0e-0b0e-4c39-9a55-3a7d8f1f2e10: logged at info",
     ]
 
 

@@ -29,6 +29,7 @@ import zlib
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TextIO
 
+from actors.adapters.executors import log_context
 from actors.adapters.executors.common import Tail
 from actors.adapters.executors.handoff import Handoff
 from actors.observability import JOB_LOOP_BLOCKED, get_logger
@@ -72,7 +73,7 @@ class _CaptureHandler(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__()
-        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        self.setFormatter(logging.Formatter(log_context.FORMAT))
 
     def emit(self, record: logging.LogRecord) -> None:
         tail = _CAPTURE.get()
@@ -90,6 +91,7 @@ def _route_output() -> None:
         sys.stdout = _RoutedStream(sys.stdout)
     if not isinstance(sys.stderr, _RoutedStream):
         sys.stderr = _RoutedStream(sys.stderr)
+    log_context.install()
     root = logging.getLogger()
     if _HANDLER not in root.handlers:
         root.addHandler(_HANDLER)
@@ -226,6 +228,7 @@ class JobLoops:
 
         async def wrapped() -> Any:
             _CAPTURE.set(tail)
+            log_context.RUN.set((job, run_id))
             task = asyncio.current_task()
             assert task is not None
             job_loop.jobs[task] = (job, run_id)

@@ -19,7 +19,8 @@ A job's module is imported once per child (most often inherited from the fork
 server, which imports it before it forks), and imported again here when its
 file changed (size or modification time), as the fork server does.
 
-Standard library only: this runs in the fork server's children.
+Standard library only (and ``log_context``, which is): this runs in the fork server's
+children.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ import socket
 import sys
 import traceback
 from typing import Any, NoReturn
+
+from actors.adapters.executors import log_context
 
 VERDICT_LIMIT = 4096
 MESSAGE_LIMIT = 1 << 20
@@ -111,7 +114,7 @@ def _streams() -> None:
         io.FileIO(2, "w", closefd=False), line_buffering=True, errors="backslashreplace"
     )
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter(log_context.FORMAT))
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(logging.INFO)
@@ -146,6 +149,7 @@ def _attempt(
     os.close(out_fd)
     try:
         env.set(base, context.env())
+        log_context.set_process_run(context.job, context.run_id)
         os.chdir(cwd or home)
         _default_signals()
         _streams()
@@ -188,6 +192,7 @@ def serve(sock: socket.socket, keep_closed: list[int]) -> NoReturn:
             with contextlib.suppress(OSError):
                 os.close(fd)
         _become_subreaper()
+        log_context.install()
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
