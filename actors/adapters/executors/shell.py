@@ -27,6 +27,7 @@ from actors.adapters.executors.process_tree import (
     new_marker,
     signal_tree,
 )
+from actors.adapters.executors.spawn import Process, spawn
 from actors.domain import (
     ExecutionResult,
     Outcome,
@@ -43,12 +44,12 @@ def _kill_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
-def _leader(proc: asyncio.subprocess.Process) -> int | None:
+def _leader(proc: Process) -> int | None:
     # Once reaped, the leader's pid may be another process's.
     return proc.pid if proc.returncode is None else None
 
 
-async def _terminate(proc: asyncio.subprocess.Process, grace: float, marker: str) -> None:
+async def _terminate(proc: Process, grace: float, marker: str) -> None:
     """SIGTERM the whole process tree, then SIGKILL after the grace.
 
     The tree is more than the group: a ``setsid`` child left it
@@ -65,30 +66,6 @@ async def _terminate(proc: asyncio.subprocess.Process, grace: float, marker: str
         log.info("process tree killed", processes=killed)
     with contextlib.suppress(ProcessLookupError):
         await proc.wait()
-
-
-async def _spawn(
-    spec: ShellSpec, argv: list[str], env: dict[str, str], output: int
-) -> asyncio.subprocess.Process:
-    if spec.use_shell:
-        return await asyncio.create_subprocess_shell(
-            argv[0],
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=output,
-            stderr=output,
-            env=env,
-            cwd=spec.cwd,
-            start_new_session=True,
-        )
-    return await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=output,
-        stderr=output,
-        env=env,
-        cwd=spec.cwd,
-        start_new_session=True,
-    )
 
 
 async def run_shell(
@@ -124,7 +101,7 @@ async def _run_shell(
     start = time.monotonic()
     read_fd, write_fd = os.pipe()
     try:
-        proc = await _spawn(spec, argv, env, write_fd)
+        proc = await spawn(argv, use_shell=spec.use_shell, env=env, cwd=spec.cwd, output=write_fd)
     except OSError as exc:
         os.close(read_fd)
         return ExecutionResult(
