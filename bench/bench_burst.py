@@ -478,18 +478,19 @@ async def _floor(kind: str, args: argparse.Namespace, tmp: Path, url: str) -> li
         await asyncio.sleep(max(0.0, at + args.cpu_window - time.time()))
         after = await asyncio.to_thread(cpu_sample, [])
         outs = [await asyncio.to_thread(p.communicate) for p in procs]
-        own = sum(
-            float(line.split()[1])
+        own = [
+            [float(x) for x in line.split()[1:3]]
             for out, _ in outs
             for line in (out or b"").decode().splitlines()
             if line.startswith("cpu ")
-        )
+        ]
         lines = read_began(file)
         if kind == "http":  # the server notes floor requests in its own file
             lines = [x for x in read_began(tmp / "arrived") if x[0].startswith("floor-")]
             lines = [x for x in lines if -5 <= x[1] - at < 55]
         cpu = cpu_delta(before, after)
-        cpu["claimd"] = own  # the floor programs' own CPU, in claimd's column
+        cpu["claimd"] = sum(x[0] for x in own)  # the floor programs' own CPU
+        cpu["jobs"] = sum(x[1] for x in own)  # and their children's (shell)
         rounds.append({**_began(lines, at, args.herd), "cpu": cpu})
         await asyncio.sleep(2)
     return rounds
@@ -664,7 +665,7 @@ def report_began(builds: list[Build], args: argparse.Namespace) -> None:
     """When the job's own code began, per instant, beside started_at and the floor."""
     cols = (
         "  instant  started p50/p99/max ms    began p50/p99/max ms    executions  lost  doubled"
-        "  early  CPU ms/run: claimd, its pg backends, all pg, nats"
+        "  early  CPU ms/run: claimd, its jobs, its pg backends, all pg, nats"
     )
     for b in builds:
         print(
@@ -680,20 +681,20 @@ def report_began(builds: list[Build], args: argparse.Namespace) -> None:
             cpu = i.get("cpu", {})
             per = [
                 cpu.get(k, nan) * 1000 / args.herd
-                for k in ("claimd", "backends", "postgres", "nats")
+                for k in ("claimd", "jobs", "backends", "postgres", "nats")
             ]
             print(
                 f"  {at:<8} {i['p50_ms']:>7.0f} {i['p99_ms']:>7.0f} {i['max_ms']:>7.0f}"
                 f"    {i['began_p50_ms']:>7.0f} {i['began_p99_ms']:>7.0f} {i['began_max_ms']:>7.0f}"
                 f"   {i['executions']:>10}  {i['lost']:>4}  {i['doubled_exec']:>7}"
-                f"  {i['began_early']:>5}  {per[0]:.3f}, {per[1]:.3f}, {per[2]:.3f}, {per[3]:.3f}"
+                f"  {i['began_early']:>5}  " + ", ".join(f"{x:.3f}" for x in per)
             )
         worst = max((i["began_p99_ms"] for i in b.instants), default=nan)
         floor = max((f["began_p99_ms"] for f in b.floors), default=nan)
         print(
             f"  worst minute's code-began p99 {worst:.0f} ms; the floor's worst p99 {floor:.0f} ms"
             f" ({worst / floor:.2f}x); floor: {args.replicas} plain programs,"
-            f" {args.floor_concurrency} at a time each (its CPU is in the claimd column)"
+            f" {args.floor_concurrency} at a time each (its own CPU in the claimd column)"
         )
 
 

@@ -87,12 +87,12 @@ def read_began(file: Path) -> list[tuple[str, float]]:
 # --- CPU of the processes at the instant -------------------------------------------------
 
 
-def _cpu(p: psutil.Process) -> float:
+def _cpu(p: psutil.Process, own: bool = False) -> float:
     try:
         t = p.cpu_times()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return 0.0
-    return t.user + t.system + t.children_user + t.children_system
+    return t.user + t.system if own else t.user + t.system + t.children_user + t.children_system
 
 
 def _tree(pids: Iterable[int]) -> list[psutil.Process]:
@@ -122,9 +122,22 @@ def cpu_sample(pids: Iterable[int], backends: Iterable[int] = ()) -> dict[str, d
     """CPU seconds so far by group: the given processes and their descendants
     (reaped children included), their PostgreSQL ``backends`` (by pid), every
     ``postgres`` process (the server is shared) and every ``nats-server``."""
-    out: dict[str, dict[int, float]] = {"claimd": {}, "backends": {}, "postgres": {}, "nats": {}}
-    for p in _tree(pids):
-        out["claimd"][p.pid] = _cpu(p)
+    out: dict[str, dict[int, float]] = {
+        "claimd": {},
+        "jobs": {},
+        "backends": {},
+        "postgres": {},
+        "nats": {},
+    }
+    roots = set(pids)
+    for p in _tree(roots):
+        # claimd: the replicas' own CPU; jobs: their descendants' and every reaped child's.
+        own, whole = _cpu(p, own=True), _cpu(p)
+        if p.pid in roots:
+            out["claimd"][p.pid] = own
+            out["jobs"][p.pid] = whole - own
+        else:
+            out["jobs"][p.pid] = whole
     for pid in backends:
         with contextlib.suppress(psutil.NoSuchProcess):
             out["backends"][pid] = _cpu(psutil.Process(pid))
@@ -207,15 +220,15 @@ async def floor(kind: str, count: int, at: float, file: str, concurrency: int, u
         await session.close()
     if pool is not None:
         pool.shutdown()
-    print(f"cpu {_own_cpu() - cpu0:.6f}", flush=True)
+    own, children = _own_cpu()
+    print(f"cpu {own - cpu0[0]:.6f} {children - cpu0[1]:.6f}", flush=True)
 
 
-def _own_cpu() -> float:
-    me, children = (
-        resource.getrusage(resource.RUSAGE_SELF),
-        resource.getrusage(resource.RUSAGE_CHILDREN),
-    )
-    return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime
+def _own_cpu() -> tuple[float, float]:
+    """CPU seconds so far of this process, and of its reaped children."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, children.ru_utime + children.ru_stime
 
 
 def main(argv: list[str] | None = None) -> None:
