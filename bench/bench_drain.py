@@ -14,7 +14,7 @@ and a stream of its own (dropped afterwards):
   one claimer, one fetch -> complete -> ack loop, 2 connections;
 - ``pipeline-fast``: the strongest baseline written here, the ratios' base:
   the same statements and messages with every step overlapped (2 claimers of
-  500, publishes in flight while the next claim runs, 2 fetch loops of 500,
+  1,000, publishes in flight while the next claim runs, 2 fetch loops of 1,000,
   each fetched batch completed on one of 8 connections and acked while its
   loop fetches again);
 - ``one``: one ``claimd run`` (every role, one process);
@@ -859,7 +859,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"comma-separated: pipeline, {', '.join(LAYOUTS)} (default {DEFAULT_CONFIGS})",
     )
     parser.add_argument("--log-level", default="warning", help="the claimd processes' log level")
-    parser.add_argument("--fast-batch", type=int, default=500, help="pipeline-fast's claim/fetch")
+    parser.add_argument("--fast-batch", type=int, default=1000, help="pipeline-fast's claim/fetch")
     parser.add_argument("--fast-claimers", type=int, default=2)
     parser.add_argument("--fast-fetchers", type=int, default=2)
     parser.add_argument("--fast-completers", type=int, default=8, help="its connections")
