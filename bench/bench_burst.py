@@ -24,12 +24,24 @@ reads ``job_runs`` (both ends of a lag on the database's clock):
   largest RSS seen;
 - doubled: (job, instant) with two rows, runs with two attempts.
 
+``--kinds async,sync,shell,http``: one herd of each kind after another
+(default async), and for each, what the job feels: the moment each job's own
+code began (the job writes it, ``bench/burst_jobs.py``; http: a local server
+notes the arrival) beside ``started_at``, executions lost and doubled, and
+CPU per run from 1 s before each instant to ``--cpu-window`` s after it (claimd
+own, its jobs, its PostgreSQL backends, all of PostgreSQL, nats-server); then
+the floor, ``--floor-rounds`` times: the same work started at one instant by
+``--replicas`` plain programs with no scheduler, ``--floor-concurrency`` (64,
+claimd's ``worker_concurrency``) at a time each. With ``--against``, the other
+tree needs ``bench/burst_jobs.py`` for the python kinds.
+
 ``--roll``: a rolling restart during the measured minutes, one replica at a
 time (SIGTERM, wait for it to exit, start it again), 20 s after a boundary.
 
     python -m bench.bench_burst                                   # 10,000 at :00, 2 replicas
     python -m bench.bench_burst --herd 10000 --spread 90000       # 100,000 jobs
     python -m bench.bench_burst --roll --minutes 4
+    python -m bench.bench_burst --herd 1000 --kinds shell,async,sync,http   # what the job feels
     git archive main | tar -x -C /tmp/main-tree                   # the baseline, same run:
     python -m bench.bench_burst --against /tmp/main-tree --against-label main
 """
