@@ -76,6 +76,7 @@ from bench.burst_jobs import (
     client_ports,
     cpu_delta,
     cpu_sample,
+    instant_of,
     read_began,
     run_toml,
 )
@@ -411,7 +412,13 @@ async def _server(kind: str, file: Path) -> tuple[subprocess.Popen[bytes] | None
 
 def _began(lines: list[tuple[str, float]], instant: float, herd: int) -> dict[str, Any]:
     """When the herd's code began, from the lines its jobs wrote about ``instant``."""
-    near = [(job, t - instant) for job, t in lines if -5 <= t - instant < 55]
+    # A line names its instant (python, shell) or is placed by time (http, the floor).
+    near = [
+        (job.partition("@")[0], t - instant)
+        for job, t in lines
+        for tagged in [instant_of(job)]
+        if (abs(tagged - instant) < 1 if tagged is not None else -5 <= t - instant < 55)
+    ]
     lateness = sorted(t for _, t in near)
     jobs = {job for job, _ in near}
     return {

@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -47,17 +48,36 @@ def _note(job: str, path: str | None = None) -> None:
 
 def began(ctx: object) -> None:
     """A sync python job: notes when its code began."""
-    _note(str(getattr(ctx, "job", "floor")))
+    _note(_tagged(ctx))
 
 
 async def abegan(ctx: object) -> None:
     """An async python job: notes when its code began."""
-    _note(str(getattr(ctx, "job", "floor")))
+    _note(_tagged(ctx))
+
+
+def _tagged(ctx: object) -> str:
+    """``job@instant`` (epoch seconds), or the bare job name when the caller has no instant."""
+    job, at = str(getattr(ctx, "job", "floor")), getattr(ctx, "scheduled_at", None)
+    return f"{job}@{at.timestamp():.3f}" if at is not None else job
+
+
+def instant_of(tag: str) -> float | None:
+    """The instant a ``job@instant`` tag names (epoch seconds or ISO 8601), if any."""
+    _, sep, at = tag.partition("@")
+    if not sep:
+        return None
+    with contextlib.suppress(ValueError):
+        return float(at)
+    try:
+        return datetime.fromisoformat(at).timestamp()
+    except ValueError:
+        return None
 
 
 def shell_argv(file: Path) -> list[str]:
     """The shell job's argv (``{job}`` is filled by claimd's templating)."""
-    return ["bash", "-c", f"echo {{job}} $(date +%s.%N) >> {file}"]
+    return ["bash", "-c", f"echo {{job}}@{{scheduled_at}} $(date +%s.%N) >> {file}"]
 
 
 def run_toml(kind: str, file: Path, url: str) -> str:
@@ -195,7 +215,11 @@ async def floor(kind: str, count: int, at: float, file: str, concurrency: int, u
 
     async def shell(job: str) -> None:
         async with sem:
-            argv = [a.replace("{job}", job) for a in shell_argv(Path(file))]
+            # No instant to name: the floor's lines are placed by time.
+            argv = [
+                a.replace("{job}", job).replace("@{scheduled_at}", "")
+                for a in shell_argv(Path(file))
+            ]
             proc = await asyncio.create_subprocess_exec(*argv)
             await proc.wait()
 
