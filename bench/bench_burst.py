@@ -24,12 +24,24 @@ reads ``job_runs`` (both ends of a lag on the database's clock):
   largest RSS seen;
 - doubled: (job, instant) with two rows, runs with two attempts.
 
+``--kinds async,sync,shell,http``: one herd of each kind after another
+(default async), and for each, what the job feels: the moment each job's own
+code began (the job writes it, ``bench/burst_jobs.py``; http: a local server
+notes the arrival) beside ``started_at``, executions lost and doubled, and
+CPU per run from 1 s before each instant to ``--cpu-window`` s after it (claimd
+own, its jobs, its PostgreSQL backends, all of PostgreSQL, nats-server); then
+the floor, ``--floor-rounds`` times: the same work started at one instant by
+``--replicas`` plain programs with no scheduler, ``--floor-concurrency`` (64,
+claimd's ``worker_concurrency``) at a time each. With ``--against``, the other
+tree needs ``bench/burst_jobs.py`` for the python kinds.
+
 ``--roll``: a rolling restart during the measured minutes, one replica at a
 time (SIGTERM, wait for it to exit, start it again), 20 s after a boundary.
 
     python -m bench.bench_burst                                   # 10,000 at :00, 2 replicas
     python -m bench.bench_burst --herd 10000 --spread 90000       # 100,000 jobs
     python -m bench.bench_burst --roll --minutes 4
+    python -m bench.bench_burst --herd 1000 --kinds shell,async,sync,http   # what the job feels
     git archive main | tar -x -C /tmp/main-tree                   # the baseline, same run:
     python -m bench.bench_burst --against /tmp/main-tree --against-label main
 """
@@ -58,6 +70,16 @@ if __package__ in (None, ""):
 
 import asyncpg
 
+from bench.burst_jobs import (
+    BEGAN_ENV,
+    KINDS,
+    client_ports,
+    cpu_delta,
+    cpu_sample,
+    instant_of,
+    read_began,
+    run_toml,
+)
 from bench.common import (
     REPO,
     Row,
@@ -68,12 +90,15 @@ from bench.common import (
     environment,
     free_port,
     migrated_store,
+    percentile,
     print_table,
     rss_mb,
     stop_processes,
 )
 from tests.servers import unique_name
 
+nan = float("nan")
+ANOOP = '{ python = "bench.common:anoop" }'
 ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Tokyo", "Australia/Sydney")
 COUNTERS = {
     "redeliveries": "claimd_redeliveries_total",
@@ -111,13 +136,11 @@ SELECT count(*) FILTER (WHERE r.state <> 'succeeded') AS not_succeeded, count(*)
 """
 
 
-def jobs_toml(herd: int, spread: int, seed: int) -> str:
-    """``herd`` jobs every minute at :00 and ``spread`` daily jobs at seeded local times."""
+def jobs_toml(herd: int, spread: int, seed: int, run: str = ANOOP) -> str:
+    """``herd`` jobs every minute at :00 (each ``run``) and ``spread`` daily jobs (async
+    no-ops) at seeded local times."""
     rng = random.Random(seed)
-    parts = [
-        f'[jobs.herd-{i:06d}]\ncron = "* * * * *"\nrun = {{ python = "bench.common:anoop" }}\n'
-        for i in range(herd)
-    ]
+    parts = [f'[jobs.herd-{i:06d}]\ncron = "* * * * *"\nrun = {run}\n' for i in range(herd)]
     for i in range(spread):
         minute, hour, zone = rng.randrange(60), rng.randrange(24), ZONES[i % len(ZONES)]
         parts.append(
@@ -168,10 +191,14 @@ class Build:
     spread_rows: int = 0
     notes: list[str] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
+    kind: str = "async"
+    floors: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _start(config: Path, port: int, log: Path, tree: Path, level: str) -> subprocess.Popen[bytes]:
-    env = child_env()
+def _start(
+    config: Path, port: int, log: Path, tree: Path, level: str, extra: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    env = {**child_env(), **extra}
     env["CLAIMD_HTTP"] = f"127.0.0.1:{port}"
     return subprocess.Popen(
         [sys.executable, "-m", "actors.cli", "run", "--config", str(config), "--log-level", level],
@@ -247,7 +274,7 @@ async def _roll(procs: list[Proc], build: Build, args: argparse.Namespace, tree:
         await asyncio.to_thread(p.popen.wait, 120)
         _fold(p, build)
         stopped = time.monotonic() - began
-        p.popen = _start(args.config_path, p.port, p.log, tree, args.log_level)
+        p.popen = _start(args.config_path, p.port, p.log, tree, args.log_level, args.job_env)
         build.notes.append(f"replica {p.index} restarted (its SIGTERM stop took {stopped:.1f} s)")
         await asyncio.sleep(30)
 
@@ -260,20 +287,32 @@ async def _sleep_until_second(second: int) -> None:
     await asyncio.sleep(target - now)
 
 
-async def measure(label: str, tree: Path, args: argparse.Namespace) -> Build:
-    """One build: start the replicas, watch the boundaries, read the figures."""
-    build = Build(label)
+async def measure(label: str, tree: Path, args: argparse.Namespace, kind: str) -> Build:
+    """One build: start the replicas, watch the boundaries, read the figures; then the floor."""
+    build = Build(label, kind=kind)
     deployment = unique_name("burst")
+    server = None
     try:
         async with bench_schema("burst_") as url, migrated_store(url, max_size=2) as store:
             pool = store.pool
             with tempfile.TemporaryDirectory(prefix="claimd-burst-") as tmp:
+                began_file = Path(tmp) / "began"
+                server, server_url = await _server(kind, Path(tmp) / "arrived")
+                if server is not None:
+                    began_file = Path(tmp) / "arrived"
+                job_env = {BEGAN_ENV: str(began_file), "PYTHONPATH": str(tree)}
+                args.job_env = job_env
                 config = Path(tmp) / "claimd.toml"
                 config.write_text(
                     config_toml(
                         url,
                         deployment,
-                        jobs_toml(args.herd, args.spread, args.seed),
+                        jobs_toml(
+                            args.herd,
+                            args.spread,
+                            args.seed,
+                            run_toml(kind, began_file, server_url),
+                        ),
                         **_settings(args.set),
                     )
                 )
@@ -281,7 +320,7 @@ async def measure(label: str, tree: Path, args: argparse.Namespace) -> Build:
                 began_db: datetime = await pool.fetchval("SELECT now()")
                 began = time.monotonic()
                 procs = [
-                    Proc(i, port, log, _start(config, port, log, tree, args.log_level))
+                    Proc(i, port, log, _start(config, port, log, tree, args.log_level, job_env))
                     for i in range(args.replicas)
                     for port, log in [(free_port(), Path(tmp) / f"replica-{i}.log")]
                 ]
@@ -299,6 +338,10 @@ async def measure(label: str, tree: Path, args: argparse.Namespace) -> Build:
                     roll = (
                         asyncio.create_task(_roll(procs, build, args, tree)) if args.roll else None
                     )
+                    cpu: dict[str, dict[str, float]] = {}
+                    sampler = asyncio.create_task(
+                        _cpu_at(procs, pool, first, args.minutes, args.cpu_window, cpu)
+                    )
                     if args.trace:
                         build.trace = await _trace(
                             pool, first + timedelta(minutes=1), procs, args.py_spy_instant
@@ -306,6 +349,7 @@ async def measure(label: str, tree: Path, args: argparse.Namespace) -> Build:
                     await _sleep_db_until(pool, last + timedelta(seconds=args.settle))
                     if roll is not None:
                         await roll
+                    await sampler
                     end: datetime = await pool.fetchval("SELECT now()")
                 finally:
                     stop_processes(spies, signal.SIGINT)
@@ -334,14 +378,141 @@ async def measure(label: str, tree: Path, args: argparse.Namespace) -> Build:
                             "p99_ms": lag[1] * 1000,
                             "max_ms": r["max_lag"] * 1000,
                             "finish_p99_ms": (r["finish_p99"] or float("nan")) * 1000,
+                            **_began(
+                                read_began(began_file), r["scheduled_at"].timestamp(), args.herd
+                            ),
+                            "cpu": cpu.get(r["scheduled_at"].strftime("%H:%M"), {}),
                         }
                     )
                 build.doubled = await pool.fetchval(DOUBLED)
                 s = await pool.fetchrow(SPREAD_DUE, end - timedelta(seconds=args.settle))
                 build.spread_not_succeeded, build.spread_rows = s["not_succeeded"], s["rows"]
+                if args.floor_rounds:
+                    build.floors = await _floor(kind, args, Path(tmp), server_url)
     finally:
+        if server is not None:
+            stop_processes([server])
         await delete_stream(f"CLAIMD_{deployment}")
     return build
+
+
+async def _server(kind: str, file: Path) -> tuple[subprocess.Popen[bytes] | None, str]:
+    """For http jobs: the local server that notes each request's arrival, and its URL."""
+    if kind != "http":
+        return None, ""
+    port = free_port()
+    server = subprocess.Popen(  # noqa: ASYNC220 - started once, before the measurement
+        [sys.executable, "-m", "bench.burst_jobs", "serve", str(port), str(file)],
+        cwd=REPO, stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert server.stdout is not None
+    await asyncio.to_thread(server.stdout.readline)  # "serving"
+    return server, f"http://127.0.0.1:{port}"
+
+
+def _began(lines: list[tuple[str, float]], instant: float, herd: int) -> dict[str, Any]:
+    """When the herd's code began, from the lines its jobs wrote about ``instant``."""
+    # A line names its instant (python, shell) or is placed by time (http, the floor).
+    near = [
+        (job.partition("@")[0], t - instant)
+        for job, t in lines
+        for tagged in [instant_of(job)]
+        if (abs(tagged - instant) < 1 if tagged is not None else -5 <= t - instant < 55)
+    ]
+    lateness = sorted(t for _, t in near)
+    jobs = {job for job, _ in near}
+    return {
+        "began_p50_ms": percentile(lateness, 50) * 1000,
+        "began_p99_ms": percentile(lateness, 99) * 1000,
+        "began_max_ms": (lateness[-1] if lateness else float("nan")) * 1000,
+        "began_early": sum(1 for t in lateness if t < 0),
+        "executions": len(near),
+        "lost": max(0, herd - len(jobs)),
+        "doubled_exec": len(near) - len(jobs),
+    }
+
+
+async def _cpu_at(
+    procs: list[Proc],
+    pool: asyncpg.Pool,
+    first: datetime,
+    minutes: int,
+    window: float,
+    out: dict[str, dict[str, float]],
+) -> None:
+    """CPU seconds of claimd (replicas and their children), their PostgreSQL backends (found
+    by client port), all of PostgreSQL and NATS, from 1 s before each measured instant to
+    ``window`` s after it."""
+    for m in range(minutes):
+        instant = first + timedelta(minutes=m)
+        await asyncio.sleep(max(0.0, instant.timestamp() - 2 - time.time()))
+        pids = [p.popen.pid for p in procs]
+        ports = await asyncio.to_thread(client_ports, pids)
+        backends = [
+            r["pid"]
+            for r in await pool.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE client_port = ANY($1::int[])", ports
+            )
+        ]
+        await asyncio.sleep(max(0.0, instant.timestamp() - 1 - time.time()))
+        before = await asyncio.to_thread(cpu_sample, pids, backends)
+        await asyncio.sleep(max(0.0, instant.timestamp() + window - time.time()))
+        after = await asyncio.to_thread(cpu_sample, pids, backends)
+        out[instant.strftime("%H:%M")] = cpu_delta(before, after)
+
+
+async def _floor(kind: str, args: argparse.Namespace, tmp: Path, url: str) -> list[dict[str, Any]]:
+    """The same herd started by ``--replicas`` plain programs, ``--floor-rounds`` times."""
+    rounds = []
+    for r in range(args.floor_rounds):
+        file = tmp / f"floor-{r}"
+        at = time.time() + args.floor_lead
+        counts = [args.herd // args.replicas] * args.replicas
+        counts[0] += args.herd - sum(counts)
+        env = {**child_env(), "PYTHONPATH": str(REPO)}
+        procs = [
+            subprocess.Popen(  # noqa: ASYNC220 - started before the instant they wait for
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.burst_jobs",
+                    "floor",
+                    kind,
+                    str(n),
+                    repr(at),
+                    str(file),
+                    "--concurrency",
+                    str(args.floor_concurrency),
+                    "--url",
+                    url,
+                ],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+            )
+            for n in counts
+        ]
+        await asyncio.sleep(max(0.0, at - 1 - time.time()))
+        before = await asyncio.to_thread(cpu_sample, [])
+        await asyncio.sleep(max(0.0, at + args.cpu_window - time.time()))
+        after = await asyncio.to_thread(cpu_sample, [])
+        outs = [await asyncio.to_thread(p.communicate) for p in procs]
+        own = [
+            [float(x) for x in line.split()[1:3]]
+            for out, _ in outs
+            for line in (out or b"").decode().splitlines()
+            if line.startswith("cpu ")
+        ]
+        lines = read_began(file)
+        if kind == "http":  # the server notes floor requests in its own file
+            lines = [x for x in read_began(tmp / "arrived") if x[0].startswith("floor-")]
+            lines = [x for x in lines if -5 <= x[1] - at < 55]
+        cpu = cpu_delta(before, after)
+        cpu["claimd"] = sum(x[0] for x in own)  # the floor programs' own CPU
+        cpu["jobs"] = sum(x[1] for x in own)  # and their children's (shell)
+        rounds.append({**_began(lines, at, args.herd), "cpu": cpu})
+        await asyncio.sleep(2)
+    return rounds
 
 
 TRACE_STATES = """
@@ -509,13 +680,52 @@ def report(builds: list[Build], args: argparse.Namespace) -> None:
     )
 
 
+def report_began(builds: list[Build], args: argparse.Namespace) -> None:
+    """When the job's own code began, per instant, beside started_at and the floor."""
+    cols = (
+        "  instant  started p50/p99/max ms    began p50/p99/max ms    executions  lost  doubled"
+        "  early  CPU ms/run: claimd, its jobs, its pg backends, all pg, nats"
+    )
+    for b in builds:
+        print(
+            f"\n{b.label}, {b.kind}: code began (the job's own clock) against started_at, "
+            f"{args.herd:,} herd + {args.spread:,} other jobs, {args.replicas} replicas"
+        )
+        print(cols)
+        rows = [(i["at"], i) for i in b.instants] + [
+            (f"floor {n + 1}", {**f, "p50_ms": nan, "p99_ms": nan, "max_ms": nan})
+            for n, f in enumerate(b.floors)
+        ]
+        for at, i in rows:
+            cpu = i.get("cpu", {})
+            per = [
+                cpu.get(k, nan) * 1000 / args.herd
+                for k in ("claimd", "jobs", "backends", "postgres", "nats")
+            ]
+            print(
+                f"  {at:<8} {i['p50_ms']:>7.0f} {i['p99_ms']:>7.0f} {i['max_ms']:>7.0f}"
+                f"    {i['began_p50_ms']:>7.0f} {i['began_p99_ms']:>7.0f} {i['began_max_ms']:>7.0f}"
+                f"   {i['executions']:>10}  {i['lost']:>4}  {i['doubled_exec']:>7}"
+                f"  {i['began_early']:>5}  " + ", ".join(f"{x:.3f}" for x in per)
+            )
+        worst = max((i["began_p99_ms"] for i in b.instants), default=nan)
+        floor = max((f["began_p99_ms"] for f in b.floors), default=nan)
+        print(
+            f"  worst minute's code-began p99 {worst:.0f} ms; the floor's worst p99 {floor:.0f} ms"
+            f" ({worst / floor:.2f}x); floor: {args.replicas} plain programs,"
+            f" {args.floor_concurrency} at a time each (its own CPU in the claimd column)"
+        )
+
+
 async def main(args: argparse.Namespace) -> None:
     print(await environment(), f"load {os.getloadavg()[0]:.1f}")
-    builds = [await measure("this tree", REPO, args)]
-    if args.against:
-        builds.append(await measure(args.against_label, Path(args.against), args))
-    print(f"load after {os.getloadavg()[0]:.1f}")
-    report(builds, args)
+    for kind in args.kinds.split(","):
+        builds = [await measure("this tree", REPO, args, kind)]
+        if args.against:
+            builds.append(await measure(args.against_label, Path(args.against), args, kind))
+        print(f"load after {kind} {os.getloadavg()[0]:.1f}")
+        report(builds, args)
+        report_began(builds, args)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -541,6 +751,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--py-spy", help="py-spy record each replica into this folder")
     p.add_argument("--against", help="another source tree, measured after this one")
     p.add_argument("--against-label", default="baseline")
+    p.add_argument(
+        "--kinds",
+        default="async",
+        help=f"herd kinds, one after another, comma-separated, of {','.join(KINDS)}",
+    )
+    p.add_argument("--floor-rounds", type=int, default=3, help="floor instants per kind (0: none)")
+    p.add_argument(
+        "--floor-concurrency", type=int, default=64, help="the floor's limit (claimd's default)"
+    )
+    p.add_argument("--floor-lead", type=float, default=6.0, help="s from spawn to the instant")
+    p.add_argument("--cpu-window", type=float, default=10.0, help="CPU read from -1 s to this")
     return p.parse_args(argv)
 
 

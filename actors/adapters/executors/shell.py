@@ -8,7 +8,6 @@ import os
 import signal
 import time
 from datetime import timedelta
-from typing import Any
 
 from actors.adapters.executors.common import (
     KILL_GRACE,
@@ -28,6 +27,7 @@ from actors.adapters.executors.process_tree import (
     new_marker,
     signal_tree,
 )
+from actors.adapters.executors.spawn import Process, spawn
 from actors.domain import (
     ExecutionResult,
     Outcome,
@@ -44,12 +44,12 @@ def _kill_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
 
 
-def _leader(proc: asyncio.subprocess.Process) -> int | None:
+def _leader(proc: Process) -> int | None:
     # Once reaped, the leader's pid may be another process's.
     return proc.pid if proc.returncode is None else None
 
 
-async def _terminate(proc: asyncio.subprocess.Process, grace: float, marker: str) -> None:
+async def _terminate(proc: Process, grace: float, marker: str) -> None:
     """SIGTERM the whole process tree, then SIGKILL after the grace.
 
     The tree is more than the group: a ``setsid`` child left it
@@ -66,24 +66,6 @@ async def _terminate(proc: asyncio.subprocess.Process, grace: float, marker: str
         log.info("process tree killed", processes=killed)
     with contextlib.suppress(ProcessLookupError):
         await proc.wait()
-
-
-async def _spawn(
-    spec: ShellSpec, argv: list[str], env: dict[str, str], output: int
-) -> asyncio.subprocess.Process:
-    # The same process either way: no stdin, output to the pump, its own session
-    # (so that a timeout can end its whole tree).
-    options: dict[str, Any] = {
-        "stdin": asyncio.subprocess.DEVNULL,
-        "stdout": output,
-        "stderr": output,
-        "env": env,
-        "cwd": spec.cwd,
-        "start_new_session": True,
-    }
-    if spec.use_shell:
-        return await asyncio.create_subprocess_shell(argv[0], **options)
-    return await asyncio.create_subprocess_exec(*argv, **options)
 
 
 async def run_shell(
@@ -119,7 +101,7 @@ async def _run_shell(
     start = time.monotonic()
     read_fd, write_fd = os.pipe()
     try:
-        proc = await _spawn(spec, argv, env, write_fd)
+        proc = await spawn(argv, use_shell=spec.use_shell, env=env, cwd=spec.cwd, output=write_fd)
     except OSError as exc:
         os.close(read_fd)
         return ExecutionResult(
