@@ -36,6 +36,8 @@ from actors.pacing import BrokerGate, ClaimedBatch
 from actors.ports import ClaimingStore
 from actors.scheduling.runtime import Runtime
 
+HERD_GROWTH = 4  # a pass claims at most this many batches (after full passes)
+
 
 @dataclass(eq=False)
 class Claimer:
@@ -62,6 +64,7 @@ class Claimer:
     _rest_until: datetime | None = field(default=None, init=False)  # None: not resting
     # monotonic, while the gate's outage lasts
     _paused_since: float | None = field(default=None, init=False)
+    _limit: int = field(default=0, init=False)  # the next pass's; 0: ``batch``
 
     def __post_init__(self) -> None:
         self.clock = self.runtime.database.now
@@ -93,13 +96,26 @@ class Claimer:
             self._woken.clear()
             # A trial claims one run: a broker that still refuses costs one failed publish.
             trial = self.gate.trial
-            limit = 1 if trial else self.batch
+            limit = 1 if trial else (self._limit or self.batch)
             # Read before the claim: a run due between this read and the claim is
             # claimed now, and at worst wakes one pass that finds nothing.
             next_due = await self.store.next_due_in(self.ahead) if self.wake else None
             claimed = await self.claim_once(limit, trial=trial)
             if claimed < limit:
+                self._limit = 0
                 await self._rest(self._rest_for(next_due))
+            elif not trial:
+                self._limit = self._grown(limit)
+
+    def _grown(self, limit: int) -> int:
+        """The next pass's limit after a full one: twice as many, within the bounds.
+
+        Bounded by ``HERD_GROWTH`` batches and a quarter of ``max_claimed``
+        (never below ``batch``): replicas claiming at once overshoot the
+        in-flight bound by at most (replicas - 1) x the limit.
+        """
+        most = max(self.batch, min(self.batch * HERD_GROWTH, self.max_claimed // 4))
+        return min(limit * 2, most)
 
     def _rest_for(self, next_due: timedelta | None) -> float:
         """Seconds to rest: the interval, or less when the next run is due sooner."""

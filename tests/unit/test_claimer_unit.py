@@ -116,3 +116,42 @@ async def test_due_runs_that_must_not_run_are_skipped_before_the_claim() -> None
     batch = outbox.get_nowait()
     assert batch is not None
     assert [r.run_id for r in batch.runs] == [fresh.id]
+
+
+async def _sizes(outbox: asyncio.Queue[ClaimedBatch | None], runs: int) -> list[int]:
+    """The sizes of the batches sent until ``runs`` runs have come."""
+    sizes: list[int] = []
+    while sum(sizes) < runs:
+        batch = await asyncio.wait_for(outbox.get(), 5)
+        assert batch is not None
+        sizes.append(len(batch.runs))
+    return sizes
+
+
+async def test_a_herd_is_claimed_in_growing_passes_and_the_next_pass_after_it_is_a_batch() -> None:
+    """Full passes double the next one's limit (up to HERD_GROWTH batches); a short one resets it.
+
+    Each pass costs its round trips whatever it claims: a herd of 20,000 in
+    passes of 500 was not all claimed within claim_ahead.
+    """
+    clock, store, _ = await world()
+    for seconds in range(40):
+        store.add_run("beat", clock.now() - timedelta(seconds=seconds))
+    actor, outbox, stop = claimer(store, BrokerGate(), batch=4, max_claimed=100)
+    task = asyncio.create_task(actor.run())
+    assert await _sizes(outbox, 40) == [4, 8, 16, 12]  # 4 batches at most: 16
+    await until(lambda: actor._rest_until is not None, "the claimer rests")
+    for seconds in range(10):
+        store.add_run("beat", clock.now() - timedelta(minutes=1, seconds=seconds))
+    actor.run_pending(clock.now())
+    assert await _sizes(outbox, 10) == [4, 6]  # after the short pass: a batch again
+    stop.set()
+    await asyncio.wait_for(task, 5)
+
+
+async def test_a_claim_pass_grows_to_a_quarter_of_max_claimed_at_most() -> None:
+    _, store, _ = await world()
+    actor, _, _ = claimer(store, BrokerGate(), batch=4, max_claimed=20)
+    assert [actor._grown(n) for n in (4, 5)] == [5, 5]  # a quarter of 20
+    small, _, _ = claimer(store, BrokerGate(), batch=4, max_claimed=8)
+    assert small._grown(4) == 4  # never below the batch

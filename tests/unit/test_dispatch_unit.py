@@ -137,3 +137,25 @@ async def test_dispatcher_and_compensator_end_with_the_stream() -> None:
     await asyncio.wait_for(c, 5)
     assert len(store.in_state(RunState.PENDING)) == 2
     assert store.in_state(RunState.CLAIMED) == []
+
+
+async def test_a_grown_batch_is_published_in_chunks_each_under_its_own_deadline() -> None:
+    """The claimer's passes grow for a herd; one publish deadline stays on 500 runs at most."""
+    _, store, broker = await world()
+    sizes: list[int] = []
+    publish_many = broker.publish_many
+
+    async def counted(messages: Sequence[DispatchMessage]) -> list[BaseException | None]:
+        sizes.append(len(messages))
+        return await publish_many(messages)
+
+    broker.publish_many = counted  # type: ignore[method-assign]
+    actor, _ = dispatcher(broker, BrokerGate())
+    for seconds in range(1200):
+        store.add_run("beat", store.clock.now() - timedelta(seconds=seconds))
+    batch = ClaimedBatch(tuple(await store.claim_due_runs("replica-a", 1200, LEASE, 10_000)))
+    await actor.inbox.put(batch)
+    await actor.inbox.put(None)
+    await asyncio.wait_for(actor.run(), 5)
+    assert sizes == [500, 500, 200]
+    assert {m.run_id for m in broker.published} == {r.run_id for r in batch.runs}

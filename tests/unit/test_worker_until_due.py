@@ -95,3 +95,19 @@ async def test_held_runs_are_handed_back_to_the_broker_at_a_stop() -> None:
     assert [m.run_id for m in rig.inbox.naked] == ["later"]  # for another worker to take
     assert rig.store.starts == []
     assert len(rig.worker.starter.until_due) == 0
+
+
+async def test_a_herd_claimed_ahead_is_taken_in_by_fetches_of_a_thousand() -> None:
+    """Each fetch is a round trip to the broker (and, once due, a start statement):
+    a herd of 20,000 in fetches of 256 reached its workers seconds after it was
+    published. With the slots free, 1,000 held-ahead deliveries come in one fetch."""
+    rig = Rig(max_hold=timedelta(hours=1), concurrency=1000)
+    instant = T0 + timedelta(minutes=1)
+    for i in range(1000):
+        rig.inbox.put(message(f"r{i}", instant))
+    rig.start()
+    try:
+        await until(lambda: len(rig.worker.starter.until_due) == 1000, "the herd held")
+        assert rig.inbox.fetches <= 2  # the one that brought them, and the next one waiting
+    finally:
+        await rig.stopped()
