@@ -29,6 +29,7 @@ from actors.ports.messages import (
     RejectedJob,
     StartedRun,
 )
+from actors.ports.operator import Action
 
 
 class PlanningStore(Protocol):
@@ -128,15 +129,9 @@ class OperatingStore(Protocol):
 
     async def cluster_figures(self, timeout: float) -> ClusterReading: ...
     async def record_reload(
-        self,
-        replica_id: str,
-        arguments: dict[str, Any],
-        ok: bool,
-        result: str,
-        *,
-        by_signal: bool = True,
+        self, replica_id: str, reload: Action, *, by_signal: bool = True
     ) -> None:
-        """Record a reload as an operator action: a signal's (SIGHUP, SIGUSR1), or the
+        """Record ``reload`` as an operator action: a signal's (SIGHUP, SIGUSR1), or the
         config watch's (``by_signal=False``: not a verdict `claimd reload` waits for)."""
         ...
 

@@ -31,7 +31,7 @@ from actors.observability import (
     redact,
 )
 from actors.observability.memory import trim_heap
-from actors.ports import RejectedJob, ReplicaStore
+from actors.ports import Action, RejectedJob, ReplicaStore
 from actors.ports.messages import ConfigSync
 
 log = get_logger("replica")
@@ -167,7 +167,9 @@ class JobsConfig:
             arguments["force"] = True
         try:  # the record `claimd reload` waits for; a reload never fails for want of it
             await store.record_reload(
-                replica_id, arguments, ok, result, by_signal=trigger != "file changed"
+                replica_id,
+                Action("reload", ok, result, arguments=arguments),
+                by_signal=trigger != "file changed",
             )
         except Exception as exc:  # noqa: BLE001
             log.warning("reload not recorded", error=redact(repr(exc)))

@@ -59,7 +59,7 @@ from actors.domain.generations import ConfigIdentity
 from actors.domain.history import Gap
 from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.observability import DependencyHealth, get_logger
-from actors.ports import Caller, JobState, Materialized, RejectedJob
+from actors.ports import Action, Caller, JobState, Materialized, RejectedJob
 from actors.ports.messages import ConfigReport, ConfigRollout, ConfigSync
 from actors.ports.translator import speaks_the_port
 
@@ -263,13 +263,7 @@ class PostgresJobCatalog:
         return [json.loads(json.dumps(dict(r), default=str)) for r in rows]
 
     async def record_reload(
-        self,
-        replica_id: str,
-        arguments: dict[str, Any],
-        ok: bool,
-        result: str,
-        *,
-        by_signal: bool = True,
+        self, replica_id: str, reload: Action, *, by_signal: bool = True
     ) -> None:
         """The operator action a reload leaves (a signal's: what `claimd reload` waits for)."""
         await record_action(
@@ -277,10 +271,7 @@ class PostgresJobCatalog:
             Caller("sighup", "signal", replica_id)
             if by_signal
             else Caller("config-watch", "signal", replica_id),
-            "reload",
-            arguments=arguments,
-            ok=ok,
-            result=result,
+            reload,
         )
 
     async def record_rejected_jobs(self, replica_id: str, rejected: Sequence[RejectedJob]) -> None:
