@@ -15,10 +15,10 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from actors.domain import ClaimedRun, Job, Plan, SkipReason
-from actors.domain.generations import ConfigIdentity
 from actors.ports.messages import (
     ClusterReading,
     Completion,
+    ConfigLoad,
     ConfigReport,
     ConfigRollout,
     ConfigSync,
@@ -144,13 +144,7 @@ class OperatingStore(Protocol):
         ...
 
     async def sync_config(
-        self,
-        jobs: Sequence[Job],
-        file: ConfigIdentity,
-        replica_id: str,
-        *,
-        keep: Sequence[str] = (),
-        force: bool = False,
+        self, load: ConfigLoad, replica_id: str, *, force: bool = False
     ) -> ConfigSync:
         """``sync_jobs`` under the rollout rule (actors.domain.generations), in one turn of
         the sync lock: a stale file changes nothing; a newer (or forced) one becomes the
