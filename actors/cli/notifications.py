@@ -17,6 +17,7 @@ from typing import Any
 from actors.adapters.postgres.notifications import PostgresNotificationStore
 from actors.adapters.postgres.pool import connect_pool
 from actors.cli.operator.connect import database_url
+from actors.cli.operator.options import data_dir_option, database_options
 from actors.domain import DEFAULT_TIMEOUTS
 from actors.operator import OperatorError
 from actors.ports.notify import NotificationRecord
@@ -31,16 +32,8 @@ def register(sub: Any) -> None:
     p.add_argument("job", nargs="?", help="only this job's notifications")
     p.add_argument("--limit", type=int, default=20)
     p.add_argument("--json", action="store_true", help="JSON for scripts")
-    p.add_argument("--config", help="read database_url from this config file")
-    p.add_argument("--database-url", help="PostgreSQL URL (or CLAIMD_DATABASE_URL)")
-    p.add_argument(
-        "--data-dir",
-        "--dev-dir",
-        dest="dev_dir",
-        default=".claimd",
-        metavar="DIR",
-        help="the data folder of a running `claimd dev --data-dir DIR` (default ./.claimd)",
-    )
+    database_options(p)
+    data_dir_option(p)
     p.set_defaults(func=cmd_notifications)
 
 

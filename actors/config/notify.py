@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -370,20 +370,6 @@ def with_too_long(config: NotifyConfig) -> NotifyConfig:
     jobs = {}
     for name, own in config.jobs.items():
         if own.too_long is not None and own.events is None:
-            own = JobNotify(
-                sinks=own.sinks,
-                events=(*config.default_events, NotifyEvent.TOO_LONG),
-                failure_tolerance=own.failure_tolerance,
-                realert=own.realert,
-                deadline=own.deadline,
-                too_long=own.too_long,
-            )
+            own = replace(own, events=(*config.default_events, NotifyEvent.TOO_LONG))
         jobs[name] = own
-    return NotifyConfig(
-        sinks=config.sinks,
-        default_sinks=config.default_sinks,
-        default_events=config.default_events,
-        default_deadline=config.default_deadline,
-        delivery=config.delivery,
-        jobs=jobs,
-    )
+    return replace(config, jobs=jobs)

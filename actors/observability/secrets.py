@@ -90,32 +90,26 @@ class Masker:
         last = text[-MIN_SECRET_LENGTH:]
         for value in self._values:
             # The longest proper prefix of the value that ends the text...
-            for k in (
-                range(0)
-                if last not in value
-                else range(min(len(value) - 1, len(text)), MIN_SECRET_LENGTH - 1, -1)
-            ):
-                if k <= cut_end:
-                    break
-                if text.endswith(value[:k]):
-                    cut_end = k
-                    break
+            cut_end = _longest_cut(text, value, last, cut_end, at_end=True)
             # ... and the longest proper suffix that starts it.
-            for k in (
-                range(0)
-                if head not in value
-                else range(min(len(value) - 1, len(text)), MIN_SECRET_LENGTH - 1, -1)
-            ):
-                if k <= cut_start:
-                    break
-                if text.startswith(value[-k:]):
-                    cut_start = k
-                    break
+            cut_start = _longest_cut(text, value, head, cut_start, at_end=False)
         if cut_end:
             text = text[:-cut_end] + MASK
         if cut_start and cut_start <= len(text) - (len(MASK) if cut_end else 0):
             text = MASK + text[cut_start:]
         return text
+
+
+def _longest_cut(text: str, value: str, edge: str, longest: int, *, at_end: bool) -> int:
+    """The longest proper prefix of ``value`` that ends ``text`` (``at_end``), or proper
+    suffix that starts it, if longer than ``longest`` (else ``longest``): ``edge`` is
+    the text's MIN_SECRET_LENGTH characters on that side, in any such cut."""
+    if edge not in value:
+        return longest
+    for k in range(min(len(value) - 1, len(text)), max(longest, MIN_SECRET_LENGTH - 1), -1):
+        if text.endswith(value[:k]) if at_end else text.startswith(value[-k:]):
+            return k
+    return longest
 
 
 MASKER = Masker()

@@ -31,7 +31,7 @@ from actors.operator.shapes import (
     schedule_of,
     zone_named,
 )
-from actors.ports import ActiveRun, Caller, Recorded, Unchanged, UnknownJob
+from actors.ports import Action, ActiveRun, Caller, Recorded, Unchanged, UnknownJob
 
 log = get_logger("operator")
 
@@ -42,7 +42,7 @@ class OperatorService(OperatorReads):
     async def _record_refusal(
         self, actor: Caller, action: str, error: OperatorError, **fields: Any
     ) -> None:
-        await self.history.record_action(actor, action, ok=False, result=str(error), **fields)
+        await self.history.record_action(actor, Action(action, False, str(error), **fields))
 
     async def pause(self, actor: Caller, job: str) -> dict[str, Any]:
         message = f"paused {job}"
@@ -256,7 +256,7 @@ class OperatorService(OperatorReads):
             f"a run{_backfill_words(job, row['definition'], chosen)}"
         )
         recorded = await self.history.record_action(
-            actor, "backfill", job=job, arguments=arguments, ok=True, result=message
+            actor, Action("backfill", True, message, job=job, arguments=arguments)
         )
         return self._done(
             recorded,

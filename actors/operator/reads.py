@@ -47,7 +47,7 @@ from actors.operator.shapes import (
     utc,
     zone_named,
 )
-from actors.ports import AttemptRecord, JobRecord, OperatorStore, RunRow
+from actors.ports import AttemptRecord, JobRecord, OperatorStore, RunFilter, RunRow
 
 GENERATIONS_LISTED = 10
 
@@ -167,13 +167,15 @@ class OperatorReads:
         if start and end and end < start:
             raise Unprocessable(f"until ({iso(end)}) is before since ({iso(start)})")
         rows = await self.history.runs(
-            job_id=job_id,
-            states=wanted,
-            since=start,
-            until=end,
-            before=before,
-            limit=limit + 1,
-            ahead=ahead,
+            RunFilter(
+                job_id=job_id,
+                states=wanted,
+                since=start,
+                until=end,
+                before=before,
+                limit=limit + 1,
+                ahead=ahead,
+            )
         )
         more = len(rows) > limit
         rows = rows[:limit]

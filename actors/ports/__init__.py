@@ -38,6 +38,7 @@ from actors.ports.messages import (
     StartedRun,
 )
 from actors.ports.operator import (
+    Action,
     ActionRecord,
     ActiveRun,
     AttemptRecord,
@@ -54,6 +55,7 @@ from actors.ports.operator import (
     RejectedRecord,
     Resumed,
     RunDetail,
+    RunFilter,
     RunListing,
     RunRow,
     SchemaMissing,
@@ -72,6 +74,7 @@ from actors.ports.stores import (
 )
 
 __all__ = [
+    "Action",
     "ActionRecord",
     "ActiveRun",
     "AttemptRecord",
@@ -117,6 +120,7 @@ __all__ = [
     "ReplicaStore",
     "Resumed",
     "RunDetail",
+    "RunFilter",
     "RunListing",
     "RunRow",
     "RunStore",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -10,6 +10,7 @@ from actors.domain import (
     AttemptVerdict,
     ExecutionResult,
     ExecutorSpec,
+    Job,
     RetryPolicy,
     RunContext,
     RunState,
@@ -175,6 +176,17 @@ class ClusterReading:
     claimed: int
     running: int
     past_lease: int
+
+
+@dataclass(frozen=True)
+class ConfigLoad:
+    """One load of the config file, as the catalog takes it: the jobs it declares well,
+    the file's identity (digest, version: actors.domain.generations), and the jobs it
+    names but gets wrong, whose stored definitions are kept as they are."""
+
+    jobs: Sequence[Job]
+    file: ConfigIdentity
+    keep: Sequence[str] = ()
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,35 @@ class Caller:
 
 
 @dataclass(frozen=True)
+class Action:
+    """One row of the action log to write: what was done (or refused), on which job or
+    run, with which arguments, and how it ended (``result`` in the operator's words)."""
+
+    name: str  # pause, resume, trigger, backfill, cancel, reload ...
+    ok: bool
+    result: str
+    job: str | None = None
+    run_id: str | None = None
+    arguments: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """Which runs a listing holds, newest first by (scheduled_at, id): of one job (by id)
+    or all, in these states, scheduled in [since, until], before the cursor ``before``
+    (the last row's pair), at most ``limit``; only runs scheduled at or before now
+    unless ``ahead``."""
+
+    job_id: int | None = None
+    states: Sequence[str] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    before: tuple[datetime, str] | None = None
+    limit: int = 50
+    ahead: bool = False
+
+
+@dataclass(frozen=True)
 class Recorded:
     """An action's row in the action log: its id and when it was written (store's clock)."""
 
@@ -180,19 +209,8 @@ class HistoryReader(Protocol):
         ...
 
     async def job(self, name: str) -> JobRecord | None: ...
-    async def runs(
-        self,
-        *,
-        job_id: int | None = None,
-        states: Sequence[str] | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        before: tuple[datetime, str] | None = None,
-        limit: int = 50,
-        ahead: bool = False,
-    ) -> list[RunListing]:
-        """Newest first by (scheduled_at, id), those before the cursor ``before``; only
-        runs scheduled at or before now unless ``ahead``."""
+    async def runs(self, wanted: RunFilter) -> list[RunListing]:
+        """Newest first by (scheduled_at, id), as ``wanted`` says (RunFilter)."""
         ...
 
     async def run(self, run_id: str) -> tuple[RunDetail, list[AttemptRecord]] | None:
@@ -244,17 +262,7 @@ class HistoryReader(Protocol):
 class OperatorActions(Protocol):
     """What an operator can do; each action that happens is recorded with it, atomically."""
 
-    async def record_action(
-        self,
-        actor: Caller,
-        action: str,
-        *,
-        job: str | None = None,
-        run_id: str | None = None,
-        arguments: dict[str, Any] | None = None,
-        ok: bool,
-        result: str,
-    ) -> Recorded:
+    async def record_action(self, actor: Caller, action: Action) -> Recorded:
         """Write one row of the action log (a refusal, a backfill done, a reload)."""
         ...
 

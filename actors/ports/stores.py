@@ -15,10 +15,10 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from actors.domain import ClaimedRun, Job, Plan, SkipReason
-from actors.domain.generations import ConfigIdentity
 from actors.ports.messages import (
     ClusterReading,
     Completion,
+    ConfigLoad,
     ConfigReport,
     ConfigRollout,
     ConfigSync,
@@ -29,6 +29,7 @@ from actors.ports.messages import (
     RejectedJob,
     StartedRun,
 )
+from actors.ports.operator import Action
 
 
 class PlanningStore(Protocol):
@@ -124,15 +125,9 @@ class OperatingStore(Protocol):
     async def database_now(self) -> datetime: ...
     async def cluster_figures(self, timeout: float) -> ClusterReading: ...
     async def record_reload(
-        self,
-        replica_id: str,
-        arguments: dict[str, Any],
-        ok: bool,
-        result: str,
-        *,
-        by_signal: bool = True,
+        self, replica_id: str, reload: Action, *, by_signal: bool = True
     ) -> None:
-        """Record a reload as an operator action: a signal's (SIGHUP, SIGUSR1), or the
+        """Record ``reload`` as an operator action: a signal's (SIGHUP, SIGUSR1), or the
         config watch's (``by_signal=False``: not a verdict `claimd reload` waits for)."""
         ...
 
@@ -145,13 +140,7 @@ class OperatingStore(Protocol):
         ...
 
     async def sync_config(
-        self,
-        jobs: Sequence[Job],
-        file: ConfigIdentity,
-        replica_id: str,
-        *,
-        keep: Sequence[str] = (),
-        force: bool = False,
+        self, load: ConfigLoad, replica_id: str, *, force: bool = False
     ) -> ConfigSync:
         """``sync_jobs`` under the rollout rule (actors.domain.generations), in one turn of
         the sync lock: a stale file changes nothing; a newer (or forced) one becomes the

@@ -31,8 +31,8 @@ from actors.observability import (
     redact,
 )
 from actors.observability.memory import trim_heap
-from actors.ports import RejectedJob, ReplicaStore
-from actors.ports.messages import ConfigSync
+from actors.ports import Action, RejectedJob, ReplicaStore
+from actors.ports.messages import ConfigLoad, ConfigSync
 
 log = get_logger("replica")
 CHANGE_KINDS = ("added", "changed", "removed")
@@ -167,7 +167,9 @@ class JobsConfig:
             arguments["force"] = True
         try:  # the record `claimd reload` waits for; a reload never fails for want of it
             await store.record_reload(
-                replica_id, arguments, ok, result, by_signal=trigger != "file changed"
+                replica_id,
+                Action("reload", ok, result, arguments=arguments),
+                by_signal=trigger != "file changed",
             )
         except Exception as exc:  # noqa: BLE001
             log.warning("reload not recorded", error=redact(repr(exc)))
@@ -212,7 +214,7 @@ class JobsConfig:
         config: dict[str, Any] = {}
         if self.syncs_jobs:
             synced = await store.sync_config(
-                list(loaded.jobs.values()), file, replica_id, force=force
+                ConfigLoad(list(loaded.jobs.values()), file), replica_id, force=force
             )
             config = self._judged(file, synced)
             if synced.standing is Standing.STALE:
@@ -289,11 +291,9 @@ class JobsConfig:
                 error=error.message,
             )
         if self.syncs_jobs:
+            keep = [e.job for e in self.loaded.errors if e.job]
             synced = await store.sync_config(
-                list(self.jobs.values()),
-                self.file,
-                replica_id,
-                keep=[e.job for e in self.loaded.errors if e.job],
+                ConfigLoad(list(self.jobs.values()), self.file, keep), replica_id
             )
             self._judged(self.file, synced)
             if synced.standing is Standing.STALE:

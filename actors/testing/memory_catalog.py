@@ -15,10 +15,16 @@ from actors.domain import (
     encode_job,
     plan_until_removal,
 )
-from actors.domain.generations import ConfigIdentity, Generation, judge
+from actors.domain.generations import Generation, judge
 from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.ports import JobState, Materialized
-from actors.ports.messages import ConfigReplica, ConfigReport, ConfigRollout, ConfigSync
+from actors.ports.messages import (
+    ConfigLoad,
+    ConfigReplica,
+    ConfigReport,
+    ConfigRollout,
+    ConfigSync,
+)
 from actors.ports.translator import reads_only
 from actors.testing.memory_rows import JobRow
 from actors.testing.memory_tables import InMemoryTables
@@ -32,23 +38,18 @@ class InMemoryJobCatalog(InMemoryTables):
     # -- the job catalog --------------------------------------------------------------
 
     async def sync_config(
-        self,
-        jobs: Sequence[Job],
-        file: ConfigIdentity,
-        replica_id: str,
-        *,
-        keep: Sequence[str] = (),
-        force: bool = False,
+        self, load: ConfigLoad, replica_id: str, *, force: bool = False
     ) -> ConfigSync:
         """GENERATION_IN_FORCE, DIGEST_SEEN, judged; then sync_jobs and RECORD_GENERATION."""
         now = self._now()
+        file = load.file
         in_force = self.generations[-1] if self.generations else None
         seen = any(g.digest == file.digest for g in self.generations)
         standing = judge(file, in_force, seen_before=seen, force=force)
         if not standing.applies:
             assert in_force is not None
             return ConfigSync(standing, in_force)
-        changes = await self.sync_jobs(jobs, keep)
+        changes = await self.sync_jobs(load.jobs, load.keep)
         if standing.records:
             seq = self.generations[-1].seq + 1 if self.generations else 1
             in_force = Generation(seq, file.digest, file.version, now, replica_id, force)

@@ -29,6 +29,7 @@ from actors.ports import (
     Records,
     RejectedRecord,
     RunDetail,
+    RunFilter,
     RunListing,
 )
 from actors.ports.messages import ConfigRollout
@@ -36,6 +37,20 @@ from actors.testing.memory_rows import JobRow, RunRow
 from actors.testing.memory_store import InMemoryRunStore
 
 TERMINAL = (RunState.SUCCEEDED, RunState.FAILED, RunState.SKIPPED, RunState.CANCELLED)
+
+
+def _job_fields(job: JobRow) -> dict[str, Any]:
+    """The job's own columns that JOBS_OVERVIEW and JOB_RECORD both answer."""
+    return {
+        "id": job.id,
+        "name": job.name,
+        "definition": job.definition,
+        "enabled": job.enabled,
+        "paused": job.paused,
+        "history_pruned_through": job.history_pruned_through,
+        "due_since": job.planned_since or job.created_at,
+        "timezone": _zone(job),
+    }
 
 
 def _zone(job: JobRow) -> str:
@@ -84,15 +99,8 @@ class InMemoryHistory:
             default=None,
         )
         return {
-            "id": job.id,
-            "name": job.name,
-            "definition": job.definition,
-            "enabled": job.enabled,
-            "paused": job.paused,
+            **_job_fields(job),
             "created_at": job.created_at,
-            "history_pruned_through": job.history_pruned_through,
-            "due_since": job.planned_since or job.created_at,
-            "timezone": _zone(job),
             "backlog": len(due),
             "oldest_due": min((r.due_at for r in due), default=None),
             "overdue": sum(r.due_at <= now - OVERDUE_AFTER for r in due),
@@ -118,17 +126,7 @@ class InMemoryHistory:
         job = self.store.jobs.get(name)
         if job is None:
             return None
-        return {
-            "id": job.id,
-            "name": job.name,
-            "definition": job.definition,
-            "enabled": job.enabled,
-            "paused": job.paused,
-            "history_pruned_through": job.history_pruned_through,
-            "due_since": job.planned_since or job.created_at,
-            "timezone": _zone(job),
-            "now": now,
-        }
+        return cast(JobRecord, {**_job_fields(job), "now": now})
 
     def _listing(self, run: RunRow) -> RunListing:
         """The run's row as RUNS_PAGE names its columns: every column of ``job_runs`` the
@@ -138,33 +136,24 @@ class InMemoryHistory:
         }
         return {**row, "timezone": _zone(self.store.jobs[run.job])}
 
-    async def runs(
-        self,
-        *,
-        job_id: int | None = None,
-        states: Sequence[str] | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        before: tuple[datetime, str] | None = None,
-        limit: int = 50,
-        ahead: bool = False,
-    ) -> list[RunListing]:
+    async def runs(self, wanted: RunFilter) -> list[RunListing]:
         """RUNS_PAGE: newest first by (scheduled_at, id); the cursor is the last row's pair
         (a uuid's order is its canonical text's)."""
         now = self.store._now()
         names = {j.id: j.name for j in self.store.jobs.values()}
+        w = wanted
         found = [
             r
             for r in self.store.runs.values()
-            if (job_id is None or r.job == names.get(job_id))
-            and (not states or r.state.value in states)
-            and (since is None or r.scheduled_at >= since)
-            and (until is None or r.scheduled_at <= until)
-            and (before is None or (r.scheduled_at, r.id) < before)
-            and (ahead or r.scheduled_at <= now)
+            if (w.job_id is None or r.job == names.get(w.job_id))
+            and (not w.states or r.state.value in w.states)
+            and (w.since is None or r.scheduled_at >= w.since)
+            and (w.until is None or r.scheduled_at <= w.until)
+            and (w.before is None or (r.scheduled_at, r.id) < w.before)
+            and (w.ahead or r.scheduled_at <= now)
         ]
         found.sort(key=lambda r: (r.scheduled_at, r.id), reverse=True)
-        return [self._listing(r) for r in found[:limit]]
+        return [self._listing(r) for r in found[: w.limit]]
 
     async def run(self, run_id: str) -> tuple[RunDetail, list[AttemptRecord]] | None:
         """RUN_DETAIL and RUN_ATTEMPTS (by finish, then epoch)."""

@@ -19,6 +19,7 @@ from actors.domain import Overlap, RunState, decode_job, format_duration
 from actors.domain.backfill import BackfillProgress, plan_backfill
 from actors.domain.pause import PausedInstants, instants_between, paused_gaps, skipped_reason
 from actors.ports import (
+    Action,
     ActiveRun,
     Caller,
     Cancelled,
@@ -37,41 +38,18 @@ class InMemoryOperatorStore(InMemoryHistory):
     """The OperatorStore port on an InMemoryRunStore's rows (its jobs, runs, attempts,
     gaps, rejected jobs and action log)."""
 
-    async def record_action(
-        self,
-        actor: Caller,
-        action: str,
-        *,
-        job: str | None = None,
-        run_id: str | None = None,
-        arguments: dict[str, Any] | None = None,
-        ok: bool,
-        result: str,
-    ) -> Recorded:
+    async def record_action(self, actor: Caller, action: Action) -> Recorded:
         """RECORD_ACTION."""
-        row = self.store.record(
-            actor.name,
-            actor.via,
-            actor.origin,
-            action,
-            job=job,
-            run_id=run_id,
-            arguments=arguments,
-            ok=ok,
-            result=result,
-        )
+        row = self.store.record(actor.name, actor.via, actor.origin, action)
         return Recorded(row["id"], row["at"])
 
     async def pause(self, actor: Caller, job: str, *, result: str) -> Recorded | Unchanged:
         """LOCK_JOB, SET_PAUSED (a pause hands back the claims), RECORD_ACTION."""
         self.store._now()
-        row = self.store.jobs.get(job)
-        if row is None or not row.enabled:
-            return Unchanged.UNKNOWN_JOB
-        if row.paused:
-            return Unchanged.ALREADY
+        if isinstance(unchanged := self._to_flip(job, paused=True), Unchanged):
+            return unchanged
         await self.store.set_paused(job, True)
-        return await self.record_action(actor, "pause", job=job, ok=True, result=result)
+        return await self.record_action(actor, Action("pause", True, result, job=job))
 
     async def resume(
         self,
@@ -85,11 +63,9 @@ class InMemoryOperatorStore(InMemoryHistory):
         """LOCK_JOB, PAUSED_JOB; with SKIP: SKIP_PAUSED_RUNS, RECORD_GAPS, MOVE_MARK_TO_NOW;
         then SET_PAUSED and RECORD_ACTION."""
         now = self.store._now()
-        row = self.store.jobs.get(job)
-        if row is None or not row.enabled:
-            return Unchanged.UNKNOWN_JOB
-        if not row.paused:
-            return Unchanged.ALREADY
+        row = self._to_flip(job, paused=False)
+        if isinstance(row, Unchanged):
+            return row
         decoded = decode_job(job, row.definition)
         policy = (
             f'catchup = "{decoded.catchup.value}", '
@@ -132,9 +108,17 @@ class InMemoryOperatorStore(InMemoryHistory):
             done = replace(done, runs_skipped=len(skipped), gaps=tuple(gaps))
         await self.store.set_paused(job, False)
         recorded = await self.record_action(
-            actor, "resume", job=job, arguments=arguments, ok=True, result=result(done)
+            actor, Action("resume", True, result(done), job=job, arguments=arguments)
         )
         return done, recorded
+
+    def _to_flip(self, job: str, *, paused: bool) -> JobRow | Unchanged:
+        """LOCK_JOB: the enabled job whose pause flag is not ``paused`` yet, or why
+        nothing changes."""
+        row = self.store.jobs.get(job)
+        if row is None or not row.enabled:
+            return Unchanged.UNKNOWN_JOB
+        return Unchanged.ALREADY if row.paused == paused else row
 
     def _enabled(self, job: str) -> JobRow:
         row = self.store.jobs.get(job)
@@ -176,15 +160,8 @@ class InMemoryOperatorStore(InMemoryHistory):
         added = self._insert_at(job, [at], "manual", overlap)
         if not added:
             return None
-        recorded = await self.record_action(
-            actor,
-            "trigger",
-            job=job,
-            run_id=added[0],
-            arguments=arguments,
-            ok=True,
-            result=result(added[0]),
-        )
+        done = Action("trigger", True, result(added[0]), job, added[0], arguments)
+        recorded = await self.record_action(actor, done)
         return added[0], recorded
 
     async def backfill(
@@ -231,7 +208,7 @@ class InMemoryOperatorStore(InMemoryHistory):
             return Cancelled(None, state=run.state.value)
         run.finish(RunState.CANCELLED, now, reason)
         recorded = await self.record_action(
-            actor, "cancel", job=run.job, run_id=run_id, ok=True, result=result
+            actor, Action("cancel", True, result, job=run.job, run_id=run_id)
         )
         return Cancelled(recorded, job=run.job)
 

@@ -15,7 +15,7 @@ from actors.domain import DecodedJobs, Overlap, RunState, SkipReason, row_rules
 from actors.domain.generations import Generation
 from actors.domain.history import Gap
 from actors.observability import DependencyHealth
-from actors.ports import Clock, ClusterReading, JobReading, RejectedJob, StoreUnavailable
+from actors.ports import Action, Clock, ClusterReading, JobReading, RejectedJob, StoreUnavailable
 from actors.ports.messages import ConfigReplica
 from actors.ports.translator import reads_only
 from actors.testing.memory_rows import AttemptRow, JobRow, RunRow
@@ -147,33 +147,13 @@ class InMemoryTables:
         )
 
     async def record_reload(
-        self,
-        replica_id: str,
-        arguments: dict[str, Any],
-        ok: bool,
-        result: str,
-        *,
-        by_signal: bool = True,
+        self, replica_id: str, reload: Action, *, by_signal: bool = True
     ) -> None:
         """The operator action a reload leaves (record_action)."""
         actor = "sighup" if by_signal else "config-watch"
-        self.record(
-            actor, "signal", replica_id, "reload", arguments=arguments, ok=ok, result=result
-        )
+        self.record(actor, "signal", replica_id, reload)
 
-    def record(
-        self,
-        actor: str,
-        via: str,
-        origin: str | None,
-        action: str,
-        *,
-        job: str | None = None,
-        run_id: str | None = None,
-        arguments: dict[str, Any] | None = None,
-        ok: bool,
-        result: str,
-    ) -> dict[str, Any]:
+    def record(self, actor: str, via: str, origin: str | None, action: Action) -> dict[str, Any]:
         """RECORD_ACTION: one row of the action log, its id the next, at the store's now."""
         row = {
             "id": len(self.actions) + 1,
@@ -181,12 +161,12 @@ class InMemoryTables:
             "actor": actor,
             "via": via,
             "origin": origin,
-            "action": action,
-            "job": job,
-            "run_id": run_id,
-            "arguments": json.dumps(arguments or {}, default=str, ensure_ascii=False),
-            "ok": ok,
-            "result": result,
+            "action": action.name,
+            "job": action.job,
+            "run_id": action.run_id,
+            "arguments": json.dumps(action.arguments or {}, default=str, ensure_ascii=False),
+            "ok": action.ok,
+            "result": action.result,
         }
         self.actions.append(row)
         return row

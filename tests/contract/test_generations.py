@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from actors.domain.generations import ConfigIdentity, Standing
 from actors.ports import ReplicaStore
-from actors.ports.messages import ConfigReport
+from actors.ports.messages import ConfigLoad, ConfigReport
 from tests.contract.jobs import job
 
 OLD = ConfigIdentity("0" * 64)
@@ -20,24 +20,24 @@ async def enabled(store: ReplicaStore) -> set[str]:
 async def test_a_rolling_deploy_forward_then_a_stale_file_then_a_forced_rollback(
     store: ReplicaStore,
 ) -> None:
-    first = await store.sync_config([job("a")], OLD, "r1")
+    first = await store.sync_config(ConfigLoad([job("a")], OLD), "r1")
     assert (first.standing, first.in_force.seq, dict(first.changes)) == (
         Standing.FIRST,
         1,
         {"a": "added"},
     )
-    forward = await store.sync_config([job("a"), job("x")], NEW, "r2")
+    forward = await store.sync_config(ConfigLoad([job("a"), job("x")], NEW), "r2")
     assert (forward.standing, dict(forward.changes)) == (Standing.NEWER, {"x": "added"})
     assert forward.in_force.digest == NEW.digest
     # The replica still on the previous file: refused, x stays.
-    stale = await store.sync_config([job("a")], OLD, "r1")
+    stale = await store.sync_config(ConfigLoad([job("a")], OLD), "r1")
     assert (stale.standing, dict(stale.changes)) == (Standing.STALE, {})
     assert stale.in_force.digest == NEW.digest
     assert await enabled(store) == {"a", "x"}
-    again = await store.sync_config([job("a"), job("x")], NEW, "r3")
+    again = await store.sync_config(ConfigLoad([job("a"), job("x")], NEW), "r3")
     assert (again.standing, dict(again.changes), again.in_force.seq) == (Standing.IN_FORCE, {}, 2)
     # The operator's rollback: the old file is in force again, x removed.
-    back = await store.sync_config([job("a")], OLD, "r1", force=True)
+    back = await store.sync_config(ConfigLoad([job("a")], OLD), "r1", force=True)
     assert (back.standing, dict(back.changes)) == (Standing.FORCED, {"x": "removed"})
     assert (back.in_force.seq, back.in_force.forced) == (3, True)
     assert await enabled(store) == {"a"}
@@ -48,17 +48,19 @@ async def test_a_rolling_deploy_forward_then_a_stale_file_then_a_forced_rollback
         (1, OLD.digest, False),
     ]
     # Now the new file is the superseded one.
-    assert (await store.sync_config([job("a"), job("x")], NEW, "r2")).standing is Standing.STALE
+    assert (
+        await store.sync_config(ConfigLoad([job("a"), job("x")], NEW), "r2")
+    ).standing is Standing.STALE
 
 
 async def test_a_lower_config_version_is_stale_and_a_higher_one_rolls_forward(
     store: ReplicaStore,
 ) -> None:
-    await store.sync_config([job("a"), job("x")], ConfigIdentity(NEW.digest, 7), "r1")
-    lower = await store.sync_config([job("a")], ConfigIdentity("2" * 64, 6), "r2")
+    await store.sync_config(ConfigLoad([job("a"), job("x")], ConfigIdentity(NEW.digest, 7)), "r1")
+    lower = await store.sync_config(ConfigLoad([job("a")], ConfigIdentity("2" * 64, 6)), "r2")
     assert lower.standing is Standing.STALE
     assert await enabled(store) == {"a", "x"}
-    higher = await store.sync_config([job("a")], ConfigIdentity(OLD.digest, 8), "r2")
+    higher = await store.sync_config(ConfigLoad([job("a")], ConfigIdentity(OLD.digest, 8)), "r2")
     assert (higher.standing, dict(higher.changes)) == (Standing.NEWER, {"x": "removed"})
 
 

@@ -54,12 +54,11 @@ from actors.domain import (
     encode_job,
     plan_until_removal,
 )
-from actors.domain.generations import ConfigIdentity
 from actors.domain.history import Gap
 from actors.domain.runs import REMOVED_FROM_CONFIG
 from actors.observability import DependencyHealth, get_logger
-from actors.ports import Caller, JobState, Materialized, RejectedJob
-from actors.ports.messages import ConfigReport, ConfigRollout, ConfigSync
+from actors.ports import Action, Caller, JobState, Materialized, RejectedJob
+from actors.ports.messages import ConfigLoad, ConfigReport, ConfigRollout, ConfigSync
 from actors.ports.translator import speaks_the_port
 
 # Jobs written per upsert statement: bounded parameter arrays, one statement
@@ -152,22 +151,17 @@ class PostgresJobCatalog:
             return await self._sync_locked(conn, jobs, keep)
 
     async def sync_config(
-        self,
-        jobs: Sequence[Job],
-        file: ConfigIdentity,
-        replica_id: str,
-        *,
-        keep: Sequence[str] = (),
-        force: bool = False,
+        self, load: ConfigLoad, replica_id: str, *, force: bool = False
     ) -> ConfigSync:
         """``sync_jobs`` under the rollout rule, judged and applied in one turn of the lock."""
+        file = load.file
         async with self._pool.acquire() as conn, conn.transaction():
             await _take_sync_lock(conn)
             standing, in_force = await judge_locked(conn, file, force=force)
             if not standing.applies:
                 assert in_force is not None  # a stale file is judged against one
                 return ConfigSync(standing, in_force)
-            changes = await self._sync_locked(conn, jobs, keep)
+            changes = await self._sync_locked(conn, load.jobs, load.keep)
             if standing.records:
                 in_force = await record_generation(conn, file, replica_id, forced=force)
             assert in_force is not None
@@ -256,13 +250,7 @@ class PostgresJobCatalog:
         return value
 
     async def record_reload(
-        self,
-        replica_id: str,
-        arguments: dict[str, Any],
-        ok: bool,
-        result: str,
-        *,
-        by_signal: bool = True,
+        self, replica_id: str, reload: Action, *, by_signal: bool = True
     ) -> None:
         """The operator action a reload leaves (a signal's: what `claimd reload` waits for)."""
         await record_action(
@@ -270,10 +258,7 @@ class PostgresJobCatalog:
             Caller("sighup", "signal", replica_id)
             if by_signal
             else Caller("config-watch", "signal", replica_id),
-            "reload",
-            arguments=arguments,
-            ok=ok,
-            result=result,
+            reload,
         )
 
     async def record_rejected_jobs(self, replica_id: str, rejected: Sequence[RejectedJob]) -> None:

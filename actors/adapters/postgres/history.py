@@ -42,6 +42,7 @@ from actors.domain.history import Gap, RunRecord
 from actors.domain.pause import pause_spans
 from actors.ports.messages import ConfigRollout
 from actors.ports.operator import (
+    Action,
     ActionRecord,
     AttemptRecord,
     Caller,
@@ -51,6 +52,7 @@ from actors.ports.operator import (
     Records,
     RejectedRecord,
     RunDetail,
+    RunFilter,
     RunListing,
 )
 
@@ -99,27 +101,18 @@ class History:
         row = await self._pool.fetchrow(JOB_RECORD, name)
         return None if row is None else cast(JobRecord, dict(row))
 
-    async def runs(
-        self,
-        *,
-        job_id: int | None = None,
-        states: Sequence[str] | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        before: tuple[datetime, str] | None = None,
-        limit: int = 50,
-        ahead: bool = False,
-    ) -> list[RunListing]:
+    async def runs(self, wanted: RunFilter) -> list[RunListing]:
+        before = wanted.before
         rows = await self._pool.fetch(
             RUNS_PAGE,
-            job_id,
-            list(states) if states else None,
-            since,
-            until,
+            wanted.job_id,
+            list(wanted.states) if wanted.states else None,
+            wanted.since,
+            wanted.until,
             before[0] if before else None,
             before[1] if before else None,
-            limit,
-            ahead,
+            wanted.limit,
+            wanted.ahead,
         )
         return [cast(RunListing, dict(r)) for r in rows]
 
@@ -222,18 +215,10 @@ def _run_record(r: asyncpg.Record) -> RunRecord:
 
 
 async def record_action(
-    conn: asyncpg.Connection | asyncpg.Pool,
-    actor: Caller,
-    action: str,
-    *,
-    job: str | None = None,
-    run_id: str | None = None,
-    arguments: dict[str, Any] | None = None,
-    ok: bool,
-    result: str,
+    conn: asyncpg.Connection | asyncpg.Pool, actor: Caller, action: Action
 ) -> tuple[int, datetime]:
     """Write one operator action (in the caller's transaction when given a connection)."""
-    args = json.dumps(arguments or {}, default=str, ensure_ascii=False)
+    args = json.dumps(action.arguments or {}, default=str, ensure_ascii=False)
     if len(args) > 4000:  # cut as text, not mid-JSON
         args = json.dumps({"truncated": args[:3900]}, ensure_ascii=False)
     row = await conn.fetchrow(
@@ -241,12 +226,12 @@ async def record_action(
         _text(actor.name, 200),
         actor.via,
         _text(actor.origin, 200),
-        action,
-        _text(job, 200),
-        run_id,
+        action.name,
+        _text(action.job, 200),
+        action.run_id,
         _text(args, 8000),
-        ok,
-        _text(result, 2000),
+        action.ok,
+        _text(action.result, 2000),
     )
     assert row is not None
     return row["id"], row["at"]

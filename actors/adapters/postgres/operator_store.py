@@ -25,6 +25,7 @@ from actors.domain.backfill import BackfillProgress
 from actors.domain.pause import PausedInstants
 from actors.observability import DependencyHealth
 from actors.ports.operator import (
+    Action,
     ActiveRun,
     Caller,
     Cancelled,
@@ -86,41 +87,17 @@ class PostgresOperatorStore(History):
             await self._pool.close()
 
     @writes
-    async def record_action(
-        self,
-        actor: Caller,
-        action: str,
-        *,
-        job: str | None = None,
-        run_id: str | None = None,
-        arguments: dict[str, Any] | None = None,
-        ok: bool,
-        result: str,
-    ) -> Recorded:
-        return Recorded(
-            *await record_action(
-                self._pool,
-                actor,
-                action,
-                job=job,
-                run_id=run_id,
-                arguments=arguments,
-                ok=ok,
-                result=result,
-            )
-        )
+    async def record_action(self, actor: Caller, action: Action) -> Recorded:
+        return Recorded(*await record_action(self._pool, actor, action))
 
     @writes
     async def pause(self, actor: Caller, job: str, *, result: str) -> Recorded | Unchanged:
         async with self._pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(LOCK_JOB, job)
-            if row is None:
-                return Unchanged.UNKNOWN_JOB
-            if row["paused"]:
-                return Unchanged.ALREADY
+            if unchanged := await _lock_to_flip(conn, job, paused=True):
+                return unchanged
             await Operations(conn).pause(job)
             return Recorded(
-                *await record_action(conn, actor, "pause", job=job, ok=True, result=result)
+                *await record_action(conn, actor, Action("pause", True, result, job=job))
             )
 
     @writes
@@ -136,14 +113,11 @@ class PostgresOperatorStore(History):
         # The job row locked: the skipped runs, the gaps, the mark, the flag and
         # the record change together or not at all.
         async with self._pool.acquire() as conn, conn.transaction():
-            row = await conn.fetchrow(LOCK_JOB, job)
-            if row is None:
-                return Unchanged.UNKNOWN_JOB
-            if not row["paused"]:
-                return Unchanged.ALREADY
+            if unchanged := await _lock_to_flip(conn, job, paused=False):
+                return unchanged
             done = await Operations(conn).resume(job, paused_instants, actor.name)
             recorded = await record_action(
-                conn, actor, "resume", job=job, arguments=arguments, ok=True, result=result(done)
+                conn, actor, Action("resume", True, result(done), job=job, arguments=arguments)
             )
             return done, Recorded(*recorded)
 
@@ -162,16 +136,8 @@ class PostgresOperatorStore(History):
             run_id = await Operations(conn).trigger(job, at, overlap)  # or UnknownJob
             if run_id is None:
                 return None
-            recorded = await record_action(
-                conn,
-                actor,
-                "trigger",
-                job=job,
-                run_id=run_id,
-                arguments=arguments,
-                ok=True,
-                result=result(run_id),
-            )
+            done = Action("trigger", True, result(run_id), job, run_id, arguments)
+            recorded = await record_action(conn, actor, done)
             return run_id, Recorded(*recorded)
 
     @writes
@@ -199,8 +165,17 @@ class PostgresOperatorStore(History):
             if await Operations(conn).cancel(run_id, reason):
                 job = await conn.fetchval(RUN_JOB, run_id)
                 recorded = await record_action(
-                    conn, actor, "cancel", job=job, run_id=run_id, ok=True, result=result
+                    conn, actor, Action("cancel", True, result, job=job, run_id=run_id)
                 )
                 return Cancelled(Recorded(*recorded), job=job)
             state = await conn.fetchval(RUN_STATE, run_id)
         return Cancelled(None, state=state)
+
+
+async def _lock_to_flip(conn: asyncpg.Connection, job: str, *, paused: bool) -> Unchanged | None:
+    """LOCK_JOB: None when the job exists and its pause flag is not ``paused`` yet (the
+    row now locked for the rest of the transaction), else why nothing changes."""
+    row = await conn.fetchrow(LOCK_JOB, job)
+    if row is None:
+        return Unchanged.UNKNOWN_JOB
+    return Unchanged.ALREADY if row["paused"] == paused else None

@@ -34,12 +34,30 @@ def overlap_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def database_options(g: Any) -> None:
+    """Where the database URL comes from: a config file or the URL itself (the rest of
+    connect.database_url's order is the environment, then a running `claimd dev`)."""
+    g.add_argument("--config", help="read database_url from this config file")
+    g.add_argument("--database-url", help="PostgreSQL URL (or CLAIMD_DATABASE_URL)")
+
+
+def data_dir_option(g: Any) -> None:
+    """Which running `claimd dev` to reach when nothing else names claimd."""
+    g.add_argument(
+        "--data-dir",
+        "--dev-dir",
+        dest="dev_dir",
+        default=".claimd",
+        metavar="DIR",
+        help="the data folder of a running `claimd dev --data-dir DIR` (default ./.claimd)",
+    )
+
+
 def connection(p: argparse.ArgumentParser, *, output: bool = True) -> None:
     g = p.add_argument_group(
         "reaching claimd (default: a running `claimd dev` of this directory, or of --data-dir)"
     )
-    g.add_argument("--config", help="read database_url from this config file")
-    g.add_argument("--database-url", help="PostgreSQL URL (or CLAIMD_DATABASE_URL)")
+    database_options(g)
     g.add_argument("--url", help="a replica's HTTP API, e.g. http://127.0.0.1:8780 (or CLAIMD_URL)")
     # No --token VALUE: an argument is visible to every user of the host (ps).
     g.add_argument(
@@ -60,14 +78,7 @@ def connection(p: argparse.ArgumentParser, *, output: bool = True) -> None:
         metavar="SECONDS",
         help="give up reaching claimd after this long (default 5)",
     )
-    g.add_argument(
-        "--data-dir",
-        "--dev-dir",
-        dest="dev_dir",
-        default=".claimd",
-        metavar="DIR",
-        help="the data folder of a running `claimd dev --data-dir DIR` (default ./.claimd)",
-    )
+    data_dir_option(g)
     if output:
         p.add_argument("--json", action="store_true", help="JSON for scripts")
 

@@ -24,7 +24,7 @@ from actors.cli.operator.running import EXIT_CODES, fail
 from actors.clocks import Deadline
 from actors.config import CodeImport, ConfigError, load_config
 from actors.operator import OperatorError
-from actors.ports import Caller
+from actors.ports import Action, Caller
 
 CHANGE_KINDS = ("added", "changed", "removed")
 
@@ -98,7 +98,7 @@ async def _signal_and_wait(args: argparse.Namespace, pid: int) -> int:
         ok, result, details = verdict or (False, f"no verdict recorded within {args.wait:g}s", {})
         actor = Caller(args.actor or os_user(), "cli", f"{os.uname().nodename}:{os.getpid()}")
         arguments: dict[str, Any] = {"pid": pid, **({"force": True} if args.force else {})}
-        await store.record_action(actor, "reload", arguments=arguments, ok=ok, result=result)
+        await store.record_action(actor, Action("reload", ok, result, arguments=arguments))
     finally:
         if store is not None:
             await store.close()

@@ -16,6 +16,7 @@ from actors.adapters.postgres.statements.row_rules import (
     RUNS_BESIDE_OTHERS,
     aliased,
 )
+from actors.adapters.postgres.statements.worker import LOCK_HELD
 
 # Claimed but not yet started, all replicas together: the in-flight bound.
 # Counted in its own statement so that the claim's LIMIT is a plain number the
@@ -255,20 +256,11 @@ RETURNING r.id::text
 
 # Guarded by owner and epoch: only the runs this replica claimed under that
 # epoch, and still only claimed, go back to pending.
-RELEASE_UNPUBLISHED = """
-WITH u AS (SELECT * FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)),
-locked AS MATERIALIZED (
-    SELECT r.id, u.epoch, r.claim_epoch AS at_epoch, r.state AS at_state,
-           r.lease_owner AS at_owner
-      FROM job_runs r JOIN u ON u.id = r.id
-     WHERE r.id = ANY ($2::uuid[])
-     ORDER BY r.id
-       FOR NO KEY UPDATE OF r
-)
+RELEASE_UNPUBLISHED = LOCK_HELD + """
 UPDATE job_runs r
    SET state = 'pending', lease_owner = NULL, lease_expires_at = NULL, claimed_at = NULL,
        updated_at = now()
   FROM locked l
  WHERE r.id = l.id AND """ + HELD_CLAIMED + """
 RETURNING r.id
-"""  # noqa: S608 - spliced from a constant, never from input
+"""

@@ -23,6 +23,14 @@ SELECT r.id::text AS id, r.state, r.attempt, r.claim_epoch, r.lease_owner, r.sta
    FOR UPDATE OF r SKIP LOCKED
  LIMIT $1
 """
+# A verdict of actors.domain.decide_attempt applied to run ``r`` (its row ``v``:
+# state, next_attempt, due_s): here and in the worker's APPLY_INTERRUPTED. A run
+# back to pending is due again after due_s; any other state is final, finished now.
+SET_VERDICT = """SET state = v.state,
+           attempt = v.next_attempt,
+           due_at = COALESCE(now() + make_interval(secs => v.due_s), r.due_at),
+           finished_at = CASE WHEN v.state = 'pending' THEN NULL ELSE now() END"""
+
 # The verdicts, one row each: the run's next state, attempt and due delay;
 # for a run that was running, the lost attempt is recorded with its worker.
 APPLY_REAPED = """
@@ -33,10 +41,7 @@ WITH v AS (
 ),
 reaped AS (
     UPDATE job_runs r
-       SET state = v.state,
-           attempt = v.next_attempt,
-           due_at = COALESCE(now() + make_interval(secs => v.due_s), r.due_at),
-           finished_at = CASE WHEN v.state = 'pending' THEN NULL ELSE now() END,
+       """ + SET_VERDICT + """,
            outcome = CASE WHEN v.lost THEN 'lease_expired' ELSE r.outcome END,
            error = CASE WHEN v.lost THEN 'lease expired on ' || v.owner ELSE r.error END,
            started_at = NULL, claimed_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
@@ -51,4 +56,4 @@ SELECT v.id, v.attempt, v.epoch, v.owner, v.started_at, 'lease_expired',
   FROM v JOIN reaped ON reaped.id = v.id
  WHERE v.lost
 ON CONFLICT DO NOTHING
-"""
+"""  # noqa: S608 - spliced from a constant, never from input

@@ -4,6 +4,7 @@
 # SQL keeps its hand layout here: the formatter would split the spliced
 # constants across lines and separate each noqa from the line it covers.
 
+from actors.adapters.postgres.statements.reaper import SET_VERDICT
 from actors.adapters.postgres.statements.row_rules import (
     COMPLETION_ACCEPTED,
     DUE_TO_START,
@@ -127,10 +128,7 @@ WITH v AS (
 ),
 back AS (
     UPDATE job_runs r
-       SET state = v.state,
-           attempt = v.next_attempt,
-           due_at = COALESCE(now() + make_interval(secs => v.due_s), r.due_at),
-           finished_at = CASE WHEN v.state = 'pending' THEN NULL ELSE now() END,
+       """ + SET_VERDICT + """,
            started_at = CASE WHEN v.state = 'pending' THEN NULL ELSE r.started_at END,
            lease_owner = NULL, lease_expires_at = NULL, claimed_at = NULL, updated_at = now()
       FROM v
@@ -143,14 +141,14 @@ SELECT back.id, v.attempt, back.claim_epoch, $1, v.started_at, 'interrupted',
        'the worker stopped before the run finished'
   FROM back JOIN v ON v.id = back.id
 RETURNING run_id::text
-"""
+"""  # noqa: S608 - spliced from a constant, never from input
 RUN_STATES = """
 SELECT id::text AS id, state, claim_epoch FROM job_runs WHERE id = ANY($1::uuid[])
 """
-# The heartbeat: the same worker's running rows as its completions, so the
-# same lock order (see "row locks" above). Guards on the row as locked, as
-# START_RUNS says why.
-EXTEND_LEASES = """
+# The runs named by ($2 ids, $3 epochs) locked in id order, each with what it was as
+# locked (at_epoch, at_state, at_owner) for HELD_CLAIMED or HELD_RUNNING to judge:
+# the head of RELEASE_UNPUBLISHED and EXTEND_LEASES.
+LOCK_HELD = """
 WITH u AS (SELECT * FROM unnest($2::uuid[], $3::bigint[]) AS u(id, epoch)),
 locked AS MATERIALIZED (
     SELECT r.id, u.epoch, r.claim_epoch AS at_epoch, r.state AS at_state,
@@ -159,12 +157,17 @@ locked AS MATERIALIZED (
      WHERE r.id = ANY ($2::uuid[])
      ORDER BY r.id
        FOR NO KEY UPDATE OF r
-)
+)"""
+
+# The heartbeat: the same worker's running rows as its completions, so the
+# same lock order (see "row locks" above). Guards on the row as locked, as
+# START_RUNS says why.
+EXTEND_LEASES = LOCK_HELD + """
 UPDATE job_runs r SET lease_expires_at = now() + $4::interval, updated_at = now()
   FROM locked l
  WHERE r.id = l.id AND """ + HELD_RUNNING + """
 RETURNING r.id::text, r.claim_epoch
-"""  # noqa: S608 - spliced from a constant, never from input
+"""
 
 # Completions of many concurrent runs in one statement. Guarded by epoch and
 # state: a zombie whose lease was reaped (epoch moved on) records nothing.
