@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 from actors.domain import ClaimedRun, Job, Plan, SkipReason
 from actors.ports.messages import (

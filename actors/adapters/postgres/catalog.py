@@ -7,7 +7,7 @@ import asyncio
 import json
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import asyncpg
 
