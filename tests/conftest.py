@@ -43,9 +43,26 @@ async def schema_url(database_url: str) -> AsyncIterator[str]:
     yield servers.with_search_path(database_url, schema)
     conn = await asyncpg.connect(database_url)
     try:
-        await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        await _drop_schema(conn, schema)
     finally:
         await conn.close()
+
+
+DROP_TRIES = 10
+
+
+async def _drop_schema(conn: asyncpg.Connection, schema: str) -> None:
+    """DROP SCHEMA, tried again when it deadlocks: a test whose ``spawn`` fixture comes
+    before ``schema_url`` has its replicas stopped after the schema's teardown, and a
+    replica still reading two tables can deadlock with the drop's exclusive locks (the
+    drop is the victim; the replica goes on, so the next try gets its locks)."""
+    for attempt in range(DROP_TRIES):
+        try:
+            await conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+            return
+        except asyncpg.exceptions.DeadlockDetectedError:
+            if attempt == DROP_TRIES - 1:
+                raise
 
 
 @pytest.fixture

@@ -82,8 +82,8 @@ async def next_line(proc: asyncio.subprocess.Process) -> str:
 
 async def test_logs_follow_shows_lines_while_the_job_runs(
     tmp_path: Path,
+    schema_url: str,  # before spawn: its replicas are stopped before the schema goes
     spawn: Callable[..., ClaimdProcess],
-    schema_url: str,
     nats_url: str,
     deployment: str,
 ) -> None:
@@ -129,8 +129,8 @@ async def test_logs_follow_shows_lines_while_the_job_runs(
 
 async def test_a_flood_of_output_leaves_the_replica_within_its_memory_bound(
     tmp_path: Path,
+    schema_url: str,  # before spawn: its replicas are stopped before the schema goes
     spawn: Callable[..., ClaimdProcess],
-    schema_url: str,
     nats_url: str,
     deployment: str,
 ) -> None:
@@ -191,8 +191,8 @@ async def test_a_flood_of_output_leaves_the_replica_within_its_memory_bound(
 
 async def test_an_open_stream_does_not_hold_the_replica_at_its_stop(
     tmp_path: Path,
+    schema_url: str,  # before spawn: its replicas are stopped before the schema goes
     spawn: Callable[..., ClaimdProcess],
-    schema_url: str,
     nats_url: str,
     deployment: str,
 ) -> None:
