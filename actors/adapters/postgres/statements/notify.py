@@ -64,10 +64,17 @@ found AS (
     RETURNING id
 ),
 moved AS (
+    -- The mark moves only once it lags a minute: rewriting every policy row at
+    -- every scan (each replica, every 5 s) was 100,000 row versions a scan at
+    -- 100,000 jobs. A lagging mark only widens the window scanned again, and
+    -- the outbox's UNIQUE (run_id, event, sink) makes that a no-op (a pruned run
+    -- takes its outbox rows with it, so nothing is sent twice).
     UPDATE notify_policies np
        SET missed_until = greatest(coalesce(np.missed_until, np.since), now() - np.deadline)
       FROM p
      WHERE np.job_name = p.job_name
+       AND (np.missed_until IS NULL
+            OR np.missed_until < now() - np.deadline - interval '60 seconds')
     RETURNING 1
 )
 SELECT count(*) FROM found
