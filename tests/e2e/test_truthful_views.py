@@ -11,6 +11,7 @@ job's output and errors reach the terminal escaped.
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -41,6 +42,9 @@ every = "1h"
 run = { shell = ["/bin/true"] }
 """
 PAST = datetime(2026, 1, 1, 1, 0, tzinfo=UTC)  # 02:00 in Berlin
+# A timedelta printed raw ("0:01:05", "1 day, 2:03:04.5"): digits:MM:SS not
+# followed by the Z of a UTC wall-clock time.
+TIMEDELTA_TEXT = re.compile(r"(?<![\d:])\d+:\d\d:\d\d(?![\dZ+-])")
 ESCAPES = "\x1b]0;pwned\x07\x1b[2J\r\x9b31m"
 
 
@@ -228,7 +232,9 @@ async def test_show_lists_every_attempt_with_human_durations_and_escaped_text(
     assert attempts[1][1] == "2", attempts
     assert "running" in attempts[1], attempts
     assert any(cell.startswith("1m") for cell in attempts[1]), attempts  # about 1m 5s so far
-    assert not any(":00:" in line for line in lines), shown.out
+    # Durations are "1m 5s", never a timedelta's "0:01:05"; a wall-clock time
+    # such as a lease's "23:00:01Z" is not a duration, so it is not matched.
+    assert not any(TIMEDELTA_TEXT.search(line) for line in lines), shown.out
     cancelled = await json_of("show", seeded["cancelled"], *db)
     assert [(a["outcome"], a["duration_s"]) for a in cancelled["attempts"]] == [("cancelled", 2)]
 
