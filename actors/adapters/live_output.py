@@ -19,7 +19,8 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextvars import Token
 from datetime import timedelta
 from typing import Any
 
@@ -52,18 +53,27 @@ class _AttemptOutput:
     a lock, or counts what the bound cuts.
     """
 
-    def __init__(self, attempt: int, rate: int) -> None:
+    def __init__(self, attempt: int, rate: int, noted: Callable[[], None] = lambda: None) -> None:
+        """``noted()``: called (from any thread) when output waits and was not waiting."""
         self.attempt = attempt
         self.rate = rate
         self.seq = 0
         self.tail = ""
+        self.followed = False  # a follower asked for its tail: it is told of the end
+        self._noted = noted
         self._lock = threading.Lock()
         self._pending = bytearray()
+        self._waiting = False  # output added since the last take (the relay was told)
         self._dropped = 0
         self._window = time.monotonic()
         self._used = 0
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._decoder: codecs.IncrementalDecoder | None = None  # made at the first output
         self._carry = ""
+
+    @property
+    def printed(self) -> bool:
+        """Whether anything was published, or waits to be."""
+        return self.seq > 0 or self._waiting or bool(self._carry)
 
     def add(self, chunk: bytes) -> None:
         with self._lock:
@@ -75,6 +85,9 @@ class _AttemptOutput:
             self._pending += kept
             self._used += len(kept)
             self._dropped += len(chunk) - len(kept)
+            first, self._waiting = not self._waiting, True
+        if first:
+            self._noted()
 
     def take(self, final: bool = False) -> str:
         """The text to publish now: whole lines (a secret is masked within its line),
@@ -83,6 +96,11 @@ class _AttemptOutput:
             data, dropped = bytes(self._pending), self._dropped
             self._pending.clear()
             self._dropped = 0
+            self._waiting = False
+        if not data and not dropped and not self._carry:
+            return ""
+        if self._decoder is None:
+            self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         text = self._carry + self._decoder.decode(data, final=final)
         cut = len(text) if final or len(text) > MAX_LINE else text.rfind("\n") + 1
         out, self._carry = text[:cut], text[cut:]
@@ -132,6 +150,11 @@ class OutputRelay:
         self.nc: NATS | None = None
         self._running: dict[str, _AttemptOutput] = {}
         self._tail_sub: Any = None
+        # Runs whose output waits to be published: one flusher for all of them, every
+        # FLUSH_S while runs are relayed (a task and a timer per run cost a herd of
+        # 10,000 silent runs most of a replica's time at their instant).
+        self._waiting: set[str] = set()
+        self._flusher: asyncio.Task[None] | None = None
 
     def subject(self, run_id: str) -> str:
         return f"{self.prefix}.output.{run_id}"
@@ -154,6 +177,7 @@ class OutputRelay:
         running = self._running.get(msg.subject.rsplit(".", 1)[-1])
         if running is None or not msg.reply:
             return  # not running here: another replica answers, or nobody
+        running.followed = True
         snapshot = OutputChunk(running.attempt, running.seq, running.tail)
         with contextlib.suppress(Exception):
             await msg.respond(_encode(snapshot))
@@ -167,10 +191,18 @@ class OutputRelay:
         except Exception as exc:  # noqa: BLE001 - a full client buffer: this chunk is lost
             log.debug("live output not published", run_id=run_id, error=repr(exc))
 
-    async def _flush_loop(self, run_id: str, output: _AttemptOutput) -> None:
-        while True:
-            await asyncio.sleep(FLUSH_S)  # a pace, not a synchronisation
-            await self._flush(run_id, output)
+    async def _flush_loop(self) -> None:
+        """Publish what waits, every FLUSH_S, while any run is relayed here."""
+        try:
+            while self._running:
+                await asyncio.sleep(FLUSH_S)  # a pace, not a synchronisation
+                for run_id in list(self._waiting):
+                    self._waiting.discard(run_id)
+                    output = self._running.get(run_id)
+                    if output is not None:
+                        await self._flush(run_id, output)
+        finally:
+            self._flusher = None
 
     async def _flush(self, run_id: str, output: _AttemptOutput, final: bool = False) -> None:
         text = output.take(final)
@@ -179,30 +211,43 @@ class OutputRelay:
             await self._publish(run_id, OutputChunk(output.attempt, output.seq, text))
 
     async def _finish(self, run_id: str, output: _AttemptOutput) -> None:
+        """The rest of the output, and the end, to followers: said only for an attempt
+        that printed or was followed (a follower also reads the run's state)."""
+        if not (output.printed or output.followed):
+            return
         with contextlib.suppress(Exception):
             await self._flush(run_id, output, final=True)
             output.seq += 1
             await self._publish(run_id, OutputChunk(output.attempt, output.seq, end=True))
 
+    def begin(self, context: RunContext) -> tuple[_AttemptOutput, Token[Any]]:
+        """The attempt's output (every Tail an executor makes) is relayed from now on."""
+        run_id = context.run_id
+        waiting = self._waiting
+        output = _AttemptOutput(context.attempt, self.rate, lambda: waiting.add(run_id))
+        self._running[run_id] = output
+        if self._flusher is None:
+            self._flusher = asyncio.ensure_future(self._flush_loop())
+        return output, OUTPUT_SINK.set(output.add)
+
+    async def end(self, context: RunContext, output: _AttemptOutput, token: Token[Any]) -> None:
+        """The attempt ended: its output is relayed no more, the rest published."""
+        run_id = context.run_id
+        OUTPUT_SINK.reset(token)
+        if self._running.get(run_id) is output:
+            del self._running[run_id]
+        self._waiting.discard(run_id)
+        # Shielded: a cancelled attempt (a lost lease, a stop) still says it ended.
+        await asyncio.shield(self._finish(run_id, output))
+
     @contextlib.asynccontextmanager
     async def relaying(self, context: RunContext) -> AsyncIterator[None]:
         """While inside, the attempt's output (every Tail an executor makes) is relayed."""
-        run_id = context.run_id
-        output = _AttemptOutput(context.attempt, self.rate)
-        self._running[run_id] = output
-        token = OUTPUT_SINK.set(output.add)
-        flushing = asyncio.ensure_future(self._flush_loop(run_id, output))
+        output, token = self.begin(context)
         try:
             yield
         finally:
-            OUTPUT_SINK.reset(token)
-            flushing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await flushing
-            if self._running.get(run_id) is output:
-                del self._running[run_id]
-            # Shielded: a cancelled attempt (a lost lease, a stop) still says it ended.
-            await asyncio.shield(self._finish(run_id, output))
+            await self.end(context, output, token)
 
     @contextlib.asynccontextmanager
     async def follow(self, run_id: str) -> AsyncIterator[_Follow]:
@@ -265,8 +310,18 @@ class LiveOutputExecutor:
     async def execute(
         self, spec: ExecutorSpec, context: RunContext, timeout: timedelta
     ) -> ExecutionResult:
-        async with self.relay.relaying(context):
+        output, token = self.relay.begin(context)
+        try:
             return await self.inner.execute(spec, context, timeout)
+        finally:
+            await self.relay.end(context, output, token)
 
     def runs_inline(self, executor: str | None) -> bool:
         return self.inner.runs_inline(executor)
+
+    def prepare(self, executor: str | None, count: int = 1) -> None:
+        """Passed on (Preparing): a sync python job's warm children are forked while its
+        runs are held, not at their instant."""
+        prepare = getattr(self.inner, "prepare", None)
+        if prepare is not None:
+            prepare(executor, count)

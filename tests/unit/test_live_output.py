@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,6 +21,7 @@ from actors.adapters.live_output import (
 from actors.domain import ExecutorSpec, Outcome, PythonSpec, RunContext, ShellSpec
 from actors.observability.secrets import MASKER
 from actors.ports import OutputChunk
+from actors.ports.execution import Preparing
 
 CONTEXT = RunContext(
     run_id="5d1c7a52-3f3e-4e0e-9d51-6a1d2c3b4a59",
@@ -159,3 +161,61 @@ async def test_every_kind_of_execution_relays_its_output(spec: ExecutorSpec, pri
     assert relay.heard[-1].end  # and the end of the attempt is said
     assert [chunk.seq for chunk in relay.heard] == list(range(1, len(relay.heard) + 1))
     assert {chunk.attempt for chunk in relay.heard} == {CONTEXT.attempt}
+
+
+async def test_a_silent_attempt_publishes_nothing_and_leaves_no_task() -> None:
+    """A herd of runs that print nothing costs the relay no publish and no task per run:
+    the end is said only of an attempt that printed or was followed."""
+    relay = _Heard()
+    spec = PythonSpec("tests.unit.jobfuncs:async_job")
+    tasks_before = len(asyncio.all_tasks())
+    results = await asyncio.gather(
+        *(
+            LiveOutputExecutor(LocalExecutor(), relay).execute(
+                spec, replace(CONTEXT, run_id=f"run-{i}"), TIMEOUT
+            )
+            for i in range(200)
+        )
+    )
+    assert {r.outcome for r in results} == {Outcome.SUCCEEDED}
+    assert relay.heard == []
+    await asyncio.sleep(0)  # the flusher's last turn ends once nothing is relayed
+    assert len(asyncio.all_tasks()) <= tasks_before + 1  # at most the flusher, ending
+
+
+async def test_a_followed_silent_attempt_is_told_its_end() -> None:
+    relay = _Heard()
+    output, token = relay.begin(CONTEXT)
+    output.followed = True  # what answering a follower's tail request marks
+    await relay.end(CONTEXT, output, token)
+    assert [(c.text, c.end) for c in relay.heard] == [("", True)]
+
+
+async def test_output_is_published_while_the_attempt_still_runs() -> None:
+    relay = _Heard()
+    output, token = relay.begin(CONTEXT)
+    try:
+        Tail().add(b"half way\n")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5
+        while not relay.heard and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        assert [(c.text, c.end) for c in relay.heard] == [("half way\n", False)]
+    finally:
+        await relay.end(CONTEXT, output, token)
+    assert relay.heard[-1].end
+
+
+def test_the_relaying_executor_passes_on_what_is_coming() -> None:
+    """In a replica the executor is wrapped by the relay: the warm children of a sync
+    python job's held runs must still be forked before their instant."""
+    asked: list[tuple[str | None, int]] = []
+
+    class Inner(LocalExecutor):
+        def prepare(self, executor: str | None, count: int = 1) -> None:
+            asked.append((executor, count))
+
+    wrapped = LiveOutputExecutor(Inner(), _Heard())
+    assert isinstance(wrapped, Preparing)
+    wrapped.prepare("python:billing:charge", 40)
+    assert asked == [("python:billing:charge", 40)]
