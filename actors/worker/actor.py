@@ -93,7 +93,9 @@ class Worker:
             executor.runs_inline,
             executor.prepare if isinstance(executor, Preparing) else None,
         )
-        self.completer = Completer(store, self.holding, self.keeping)
+        self.completer = Completer(
+            store, self.holding, self.keeping, self.starter.held_starts_first
+        )
         if isinstance(clock, MovingClock):
             # A held run waits for its instant on this clock: a jump must end that wait.
             clock.on_moved(self.starter.until_due.clock_moved)

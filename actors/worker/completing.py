@@ -9,6 +9,7 @@ would lose the run if the process died before recording it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from actors.domain import AttemptVerdict, RunState
 from actors.observability import (
@@ -27,13 +28,24 @@ from actors.worker.holding import Holding, Key, Pending
 log = get_logger("worker")
 COMPLETION_BATCH = 256
 COMPLETIONS_IN_FLIGHT = 2  # batches recorded at once
+# At an instant, verdicts wait this long at most for its runs' starts (see
+# Starter.held_starts_first).
+STARTS_FIRST_S = 1.0
 
 
 class Completer:
-    def __init__(self, store: WorkerStore, holding: Holding, keeping: Keeping) -> None:
+    def __init__(
+        self,
+        store: WorkerStore,
+        holding: Holding,
+        keeping: Keeping,
+        starts_first: Callable[[float], Awaitable[None]] | None = None,
+    ) -> None:
+        """``starts_first(at_most)``: returns once the starts that go before verdicts ended."""
         self.store = store
         self.holding = holding
         self.keeping = keeping
+        self.starts_first = starts_first
         self._failing = 0  # batches whose last try failed in an outage
 
     async def run(self) -> None:
@@ -76,6 +88,8 @@ class Completer:
             if first is None:
                 queue.put_nowait(None)  # the other recorders stop too (a place just freed)
                 return
+            if self.starts_first is not None:
+                await self.starts_first(STARTS_FIRST_S)
             batch = [first]
             while len(batch) < COMPLETION_BATCH and not queue.empty():
                 item = queue.get_nowait()

@@ -30,17 +30,14 @@ class Execution:
         self.clock = clock
 
     async def __call__(self, run: StartedRun, entry: InFlight) -> None:
-        """Execute ``run``; queue its verdict for the completer (which acks after recording)."""
-        RUNS_STARTED.labels(run.job).inc()
-        if run.trigger == "schedule":
-            # Triggered and backfilled runs are due when asked for, often long
-            # ago: they would fill the top bucket and swamp the sum.
-            now = self.clock.now() if self.clock is not None else datetime.now(UTC)
-            lag = (now - (run.due_at or run.scheduled_at)).total_seconds()
-            SCHEDULE_LAG.labels(run.job).observe(max(0.0, lag))
+        """Execute ``run``; queue its verdict for the completer (which acks after recording).
+
+        The run's start is counted and logged just after its execution is under way
+        (the next turn of the loop): the runs of an instant are started together,
+        and each one's bookkeeping would otherwise stand before the next one's code.
+        """
         ids = {"run_id": run.run_id, "job": run.job, "attempt": run.attempt, "epoch": run.epoch}
-        if logs_at(INFO):  # no logger bound per run when the line is dropped anyway
-            log.info("run started", **ids)
+        asyncio.get_running_loop().call_soon(self._began, run, ids)
         tracer = tracing()
         context = run.context()
         span = execute_span = None
@@ -107,6 +104,18 @@ class Execution:
             )
         completion = Completion(run.run_id, run.epoch, result, verdict, self.worker_id)
         await self.holding.completions.put(Pending(completion, entry.message, run.job, span))
+
+    def _began(self, run: StartedRun, ids: dict[str, Any]) -> None:
+        """The run's start, counted, its lag observed, and logged."""
+        RUNS_STARTED.labels(run.job).inc()
+        if run.trigger == "schedule":
+            # Triggered and backfilled runs are due when asked for, often long
+            # ago: they would fill the top bucket and swamp the sum.
+            now = self.clock.now() if self.clock is not None else datetime.now(UTC)
+            lag = (now - (run.due_at or run.scheduled_at)).total_seconds()
+            SCHEDULE_LAG.labels(run.job).observe(max(0.0, lag))
+        if logs_at(INFO):  # no logger bound per run when the line is dropped anyway
+            log.info("run started", **ids)
 
 
 def _traced(tracer: Tracing, run: StartedRun, context: RunContext) -> tuple[Span, Span, RunContext]:

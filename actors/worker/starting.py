@@ -9,6 +9,7 @@ start is settled here. Runs claimed ahead wait until their instant first
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -107,6 +108,9 @@ class Starter:
         self.inline_seen = False
         self._releasing = asyncio.Lock()  # run_until_due's own (it alone releases held runs)
         self._held_starts: set[asyncio.Task[None]] = set()  # starts of held runs under way
+        # Set while no start of held runs is under way (the completer waits for it).
+        self._held_starts_idle = asyncio.Event()
+        self._held_starts_idle.set()
 
     async def start(self, deliveries: Sequence[Delivery], group: asyncio.TaskGroup) -> None:
         """Start in one statement, spawn executions; settle what cannot start."""
@@ -290,13 +294,34 @@ class Starter:
             self.holding.starting.update(taken.keys)
             task = group.create_task(self._start(batch, taken.keys, group))
             self._held_starts.add(task)
-            task.add_done_callback(self._held_starts.discard)
+            self._held_starts_idle.clear()
+            task.add_done_callback(self._held_start_ended)
             task.add_done_callback(taken.finish)  # even one cancelled before it began
             task.add_done_callback(lambda _: in_flight.release())
 
         await self.until_due.run(
             start, free, self.holding.slot_freed, self._releasing, admit=self.admit
         )
+
+    def _held_start_ended(self, task: asyncio.Task[None]) -> None:
+        self._held_starts.discard(task)
+        if not self._held_starts:
+            self._held_starts_idle.set()
+
+    async def held_starts_first(self, at_most: float) -> None:
+        """Wait (``at_most`` seconds) while runs held for their instant are being started.
+
+        The completer records verdicts after this: at a herd's instant the runs
+        that finished first would otherwise be recorded by statements that
+        compete with the starts of the instant's other runs, on this replica's
+        loop and in the database, and the last runs of the instant would begin
+        later. A verdict waits at most ``at_most``; its run stays in flight (its
+        delivery kept) meanwhile.
+        """
+        if self._held_starts_idle.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._held_starts_idle.wait(), at_most)
 
     async def hand_back_held(self, until_due: asyncio.Task[None]) -> None:
         """At a stop: runs held, not started, go back to the broker at once for others.

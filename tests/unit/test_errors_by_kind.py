@@ -88,6 +88,7 @@ async def test_a_lost_lease_is_no_longer_kept() -> None:
 
     delivery = Delivery()
     entry = InFlight("r", 1, "job", delivery)
+    entry.leased_at -= 1  # its lease set two beats ago and more: extended at this beat
     entry.task = asyncio.create_task(asyncio.sleep(60))
     heartbeat = Heartbeat(
         extend,

@@ -12,6 +12,7 @@ import asyncio
 import functools
 from collections.abc import Collection, Sequence
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -131,7 +132,13 @@ async def test_a_slot_frees_when_the_execution_ends_and_the_run_is_heartbeated_u
     await until(lambda: rig.executor.calls == [("a", 1), ("b", 1)], "b to execute")
     assert ("a", 1) in rig.worker.in_flight
     await rig.worker.heartbeat.beat()
+    assert extended == []  # leases set less than two beats ago are left as they are
+    for entry in rig.worker.in_flight.values():
+        entry.leased_at -= 1e6  # as if both had run for days
+    await rig.worker.heartbeat.beat()
     assert extended[-1] == {("a", 1), ("b", 1)}  # a's lease still extended
+    await rig.worker.heartbeat.beat()
+    assert len(extended) == 1  # extended just now: not again at the next beat
     assert rig.inbox.acked == []  # nothing acked unrecorded
     gate.set()
     await until(lambda: [m.run_id for m in rig.inbox.acked] == ["a"], "a recorded, then acked")
@@ -197,3 +204,73 @@ async def test_the_slots_of_a_task_cancelled_before_it_began_are_free_again() ->
     execution.cancel()
     await asyncio.wait([start, execution])
     await until(lambda: holding.busy == 0, "every slot given back")
+
+
+async def test_verdicts_wait_for_the_starts_of_an_instant_then_are_recorded() -> None:
+    """At a herd's instant the runs that finished first are not recorded while the
+    instant's other runs are still being started (forced: the starts never end
+    until the test says so)."""
+    rig = Rig(concurrency=1)
+    _, asked = gate_records(rig)
+    starts_done = asyncio.Event()
+    waited: list[float] = []
+
+    async def starts_first(at_most: float) -> None:
+        waited.append(at_most)
+        await starts_done.wait()
+
+    rig.worker.completer.starts_first = starts_first
+    rig.executor.finish.set()
+    rig.inbox.put(dispatch("a"))
+    rig.start()
+    await until(lambda: waited != [], "the completer to ask whether starts are under way")
+    await until(lambda: rig.executor.calls == [("a", 1)], "a to execute")
+    assert asked == []  # a's verdict waits while the starts go on
+    starts_done.set()
+    await until(lambda: asked == [["a"]], "a's verdict recorded once the starts ended")
+    assert waited[0] <= 1.0  # and a verdict never waits for long
+    await rig.stopped()
+
+
+async def test_held_starts_first_waits_only_while_held_runs_are_being_started() -> None:
+    rig = Rig()
+    starter = rig.worker.starter
+    await asyncio.wait_for(starter.held_starts_first(60), 1)  # none under way: at once
+    gate = asyncio.Event()
+    task = asyncio.ensure_future(gate.wait())
+    starter._held_starts.add(task)  # a start of held runs, as run_until_due makes one
+    starter._held_starts_idle.clear()
+    task.add_done_callback(starter._held_start_ended)
+    waiting = asyncio.ensure_future(starter.held_starts_first(60))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    gate.set()
+    await asyncio.wait_for(waiting, 1)
+    bounded = asyncio.get_running_loop().time()
+    starter._held_starts_idle.clear()  # one that never ends: the wait is bounded
+    await starter.held_starts_first(0.05)
+    assert asyncio.get_running_loop().time() - bounded < 5
+
+
+async def test_a_run_is_handed_to_its_executor_before_its_start_is_counted_and_logged() -> None:
+    """The runs of an instant are begun together: each one's bookkeeping (counters,
+    lag, the "run started" line) comes after the executions are under way."""
+    rig = Rig()
+    counted_at_entry: list[float] = []
+    execute = rig.executor.execute
+
+    async def noting(spec: Any, context: Any, timeout: timedelta) -> ExecutionResult:
+        counted_at_entry.append(sample("claimd_runs_started_total", claimd_job="early-bird"))
+        return await execute(spec, context, timeout)
+
+    rig.executor.execute = noting  # type: ignore[method-assign]
+    before = sample("claimd_runs_started_total", claimd_job="early-bird")
+    rig.executor.finish.set()
+    rig.inbox.put(dispatch("a", job="early-bird"))
+    rig.start()
+    await until(
+        lambda: sample("claimd_runs_started_total", claimd_job="early-bird") == before + 1,
+        "the start to be counted",
+    )
+    assert counted_at_entry == [before]
+    await rig.stopped()
