@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import replace
@@ -108,6 +109,7 @@ class Starter:
         self.inline_seen = False
         self._releasing = asyncio.Lock()  # run_until_due's own (it alone releases held runs)
         self._held_starts: set[asyncio.Task[None]] = set()  # starts of held runs under way
+        self._keeping: set[asyncio.Task[None]] = set()  # in_progress sent for late starts
         # Set while no start of held runs is under way (the completer waits for it).
         self._held_starts_idle = asyncio.Event()
         self._held_starts_idle.set()
@@ -209,7 +211,9 @@ class Starter:
         batch: list[tuple[DispatchMessage, Delivery]],
         keys: list[Key],
         group: asyncio.TaskGroup,
+        released: float | None = None,
     ) -> None:
+        """``released``: the monotonic time held runs were released for this start."""
         retake = {k for k in keys if k in self.start_unknown}
         # Until its reply is in hand, a start may commit unseen (the connection
         # drops, or this task is cancelled while it waits): remembered first.
@@ -250,6 +254,8 @@ class Starter:
             self.holding.hold(entry)
             entry.task = group.create_task(self.execute(run, entry))
             self.holding.executing(entry.task, inline.get(key, False))
+        if started and released is not None:
+            self._keep_if_late(released, [by_key[(r.run_id, r.epoch)] for r in started])
         for key in keys:
             self.start_unknown.pop(key, None)  # answered: started now, or never will be
         for skipped in not_started:
@@ -287,12 +293,13 @@ class Starter:
             # start runs beside the next ones (an instant of 10,000 runs is a
             # few statements, on as many connections, at once): this returns as
             # soon as it is under way, or waits for a place among them.
+            released = time.monotonic()
             await in_flight.acquire()
             taken = Taken(self)
             taken.batch = batch
             taken.keys = [(m.run_id, m.epoch) for m, _ in batch]
             self.holding.starting.update(taken.keys)
-            task = group.create_task(self._start(batch, taken.keys, group))
+            task = group.create_task(self._start(batch, taken.keys, group, released))
             self._held_starts.add(task)
             self._held_starts_idle.clear()
             task.add_done_callback(self._held_start_ended)
@@ -302,6 +309,22 @@ class Starter:
         await self.until_due.run(
             start, free, self.holding.slot_freed, self._releasing, admit=self.admit
         )
+
+    def _keep_if_late(self, released: float, deliveries: Sequence[Delivery]) -> None:
+        """Runs held for their instant whose start took long get a fresh word to the broker.
+
+        A held delivery's last word (``in_progress``) comes just before its release,
+        and the next is the heartbeat's, up to a beat after the run entered the
+        in-flight set: a start slower than ``keep_held_alive`` (a herd on a busy
+        host) left the broker's ``ack_wait`` to run out first, and every such run
+        came back as a redelivery that changed nothing (thousands at one instant,
+        each a fetch and a start statement more at the worst moment).
+        """
+        if time.monotonic() - released < self.settings.keep_held_alive.total_seconds():
+            return
+        task = asyncio.ensure_future(_in_progress(deliveries))
+        self._keeping.add(task)
+        task.add_done_callback(self._keeping.discard)
 
     def _held_start_ended(self, task: asyncio.Task[None]) -> None:
         self._held_starts.discard(task)
@@ -345,3 +368,13 @@ class Starter:
             self.start_unknown.move_to_end(key)
         while len(self.start_unknown) > START_UNKNOWN_KEPT:
             self.start_unknown.popitem(last=False)
+
+
+KEEP_AT_ONCE = 500  # in_progress replies sent together
+
+
+async def _in_progress(deliveries: Sequence[Delivery]) -> None:
+    for i in range(0, len(deliveries), KEEP_AT_ONCE):
+        await asyncio.gather(
+            *(settle_quietly(d.in_progress()) for d in deliveries[i : i + KEEP_AT_ONCE])
+        )

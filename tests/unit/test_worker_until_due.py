@@ -6,6 +6,8 @@ store and the inbox answer at once.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import datetime, timedelta
 
 import pytest
@@ -110,4 +112,57 @@ async def test_a_herd_claimed_ahead_is_taken_in_by_fetches_of_a_thousand() -> No
         await until(lambda: len(rig.worker.starter.until_due) == 1000, "the herd held")
         assert rig.inbox.fetches <= 2  # the one that brought them, and the next one waiting
     finally:
+        await rig.stopped()
+
+
+async def test_held_runs_whose_start_was_slow_get_a_fresh_word_to_the_broker() -> None:
+    """A held delivery's last word comes just before its release; a start that takes
+    longer than keep_held_alive (forced: the start statement waits on a gate) must
+    tell the broker at once, or ack_wait runs out before the first heartbeat and the
+    run comes back as a redelivery that changes nothing."""
+    keep = timedelta(milliseconds=50)
+    rig = Rig(max_hold=timedelta(hours=1), keep_held_alive=keep)
+    gate = asyncio.Event()
+    start = rig.store.start_runs
+    asked: list[float] = []
+
+    async def gated(*args: object, **kwargs: object) -> object:
+        asked.append(time.monotonic())
+        await gate.wait()
+        return await start(*args, **kwargs)  # type: ignore[arg-type]
+
+    rig.store.start_runs = gated  # type: ignore[method-assign,assignment]
+    instant = T0 + 20 * MS
+    rig.inbox.put(message("slow", instant))
+    rig.start()
+    try:
+        await until(lambda: len(rig.worker.starter.until_due) == 1, "held")
+        rig.clock.current = instant
+        await until(lambda: asked != [], "the start asked for")
+        delivery = rig.inbox.deliveries[0]
+        await until(lambda: time.monotonic() - asked[0] > 2 * keep.total_seconds(), "time")
+        marks = delivery.progress_marks  # no keep-alive of the hold comes after its release
+        gate.set()
+        await until(lambda: ("start", "slow") in rig.store.events, "started")
+        await until(lambda: delivery.progress_marks > marks, "a fresh word after the slow start")
+    finally:
+        rig.executor.finish.set()
+        await rig.stopped()
+
+
+async def test_held_runs_started_at_once_send_no_extra_word() -> None:
+    rig = Rig(max_hold=timedelta(hours=1), keep_held_alive=timedelta(hours=1))
+    instant = T0 + 20 * MS
+    rig.inbox.put(message("quick", instant))
+    rig.start()
+    try:
+        await until(lambda: len(rig.worker.starter.until_due) == 1, "held")
+        delivery = rig.inbox.deliveries[0]
+        marks = delivery.progress_marks
+        rig.clock.current = instant
+        await until(lambda: ("start", "quick") in rig.store.events, "started")
+        await until(lambda: rig.executor.calls != [], "executing")
+        assert delivery.progress_marks == marks
+    finally:
+        rig.executor.finish.set()
         await rig.stopped()
