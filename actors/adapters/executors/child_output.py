@@ -85,7 +85,8 @@ class ChildOutput:
         os.close(fd)
         for future in (self.eof, self._ended):
             if not future.done():
-                future.set_result(None)
+                with contextlib.suppress(RuntimeError):  # a closed loop's, with a waiter
+                    future.set_result(None)
 
     def _readable(self) -> None:
         if self._fd is None:

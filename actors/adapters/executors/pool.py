@@ -131,15 +131,20 @@ class WarmPool:
         assert self._arrived is not None
         self._arrived.set()  # a waiter may fork one in its place
 
+    def _idle_one(self) -> WarmChild | None:
+        while self._idle:
+            child = self._idle.pop()
+            if not child.exited.done():
+                return child
+            self._drop(child)  # died idle (or its server did)
+        return None
+
     async def _take(self, target: str) -> WarmChild:
         """An idle live child, or a new one (within ``size``), or the next one given back."""
         assert self._arrived is not None
         while True:
-            while self._idle:
-                child = self._idle.pop()
-                if not child.exited.done():
-                    return child
-                self._drop(child)  # died idle (or its server did)
+            if (child := self._idle_one()) is not None:
+                return child
             if self._live < self.size:
                 self._live += 1
                 try:
@@ -163,9 +168,12 @@ class WarmPool:
         start = time.monotonic()
         self._bind()
         async with self._free:
+            # Most often a child is idle: taken without arming the fork's timer.
+            child = self._idle_one()
             try:
-                async with asyncio.timeout(timeout.total_seconds() + SERVER_START_S):
-                    child = await self._take(target)
+                if child is None:
+                    async with asyncio.timeout(timeout.total_seconds() + SERVER_START_S):
+                        child = await self._take(target)
             except TimeoutError:
                 self.server._replace("it did not start a job within the job's timeout")
                 error = (
@@ -277,6 +285,8 @@ def _let_go(child: WarmChild) -> None:
 
 async def _marked(ended: asyncio.Future[None]) -> bool:
     """Whether the child's marker arrived: at once, but for a loop busy elsewhere."""
+    if ended.done():
+        return True  # most often: it was read before the answer
     try:
         await asyncio.wait_for(asyncio.shield(ended), DRAIN_S)
     except TimeoutError:
