@@ -234,3 +234,24 @@ async def test_a_job_that_replaces_its_output_pipe_keeps_its_verdict_and_output(
     assert nxt.outcome is Outcome.SUCCEEDED, nxt
     assert nxt.output_tail == f"pid {_pid(nxt)} attempt 2\n"
     assert _pid(nxt) != _pid(replaced)
+
+
+async def test_an_answer_without_its_outputs_end_ends_the_child_and_keeps_the_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The child answered reusable but its marker was not read in time (a loop stalled
+    for seconds): the child is ended, not reused, and the verdict and output stand."""
+    from actors.adapters.executors import pool as pool_module
+
+    async def never(ended: asyncio.Future[None]) -> bool:
+        return False
+
+    monkeypatch.setattr(pool_module, "_marked", never)
+    executor = LocalExecutor(python_processes=1)
+    first = await _run(executor, "tests.unit.jobfuncs:pid_job", 1)
+    assert first.outcome is Outcome.SUCCEEDED, first
+    assert first.output_tail == f"pid {_pid(first)} attempt 1\n"
+    assert not _alive(_pid(first))
+    second = await _run(executor, "tests.unit.jobfuncs:pid_job", 2)
+    assert second.output_tail == f"pid {_pid(second)} attempt 2\n"
+    assert _pid(second) != _pid(first)

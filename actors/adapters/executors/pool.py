@@ -246,6 +246,7 @@ class WarmPool:
                 if not keep:
                     log.warning("a python child answered without its output's end; ended")
                     await asyncio.shield(self.server.end(child, 0.0))
+                    await output.finish()
             else:
                 # Dead, or leaving: its group is swept (what the attempt left with it)
                 # before the verdict goes on; its output ends with the last writer.
