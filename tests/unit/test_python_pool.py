@@ -243,7 +243,7 @@ async def test_an_answer_without_its_outputs_end_ends_the_child_and_keeps_the_ve
     for seconds): the child is ended, not reused, and the verdict and output stand."""
     from actors.adapters.executors import pool as pool_module
 
-    async def never(ended: asyncio.Future[None]) -> bool:
+    async def never(ended: asyncio.Future[bool]) -> bool:
         return False
 
     monkeypatch.setattr(pool_module, "_marked", never)
@@ -255,3 +255,31 @@ async def test_an_answer_without_its_outputs_end_ends_the_child_and_keeps_the_ve
     second = await _run(executor, "tests.unit.jobfuncs:pid_job", 2)
     assert second.output_tail == f"pid {_pid(second)} attempt 2\n"
     assert _pid(second) != _pid(first)
+
+
+async def test_an_attempt_cancelled_while_its_output_end_is_awaited_keeps_not_its_child(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Given back before its marker was read, a child's stale marker would end the next
+    attempt's output early: a cancelled wait (a shutdown, a lost lease) lets it go."""
+    from actors.adapters.executors import pool as pool_module
+
+    waiting = asyncio.Event()
+
+    async def stuck(ended: asyncio.Future[bool]) -> bool:
+        waiting.set()
+        await asyncio.Event().wait()
+        return True
+
+    monkeypatch.setattr(pool_module, "_marked", stuck)
+    executor = LocalExecutor(python_processes=1)
+    cancelled = asyncio.ensure_future(_run(executor, "tests.unit.jobfuncs:pid_job", 1))
+    async with asyncio.timeout(60):
+        await waiting.wait()
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    monkeypatch.undo()
+    assert executor.python.pool.idle == 0
+    nxt = await _run(executor, "tests.unit.jobfuncs:pid_job", 2)
+    assert nxt.output_tail == f"pid {_pid(nxt)} attempt 2\n", nxt

@@ -45,7 +45,7 @@ class ChildOutput:
         self._loop = loop
         self._tail: Tail | None = None
         self._held = b""  # a read's end that may begin the marker, not routed yet
-        self._ended: asyncio.Future[None] = loop.create_future()
+        self._ended: asyncio.Future[bool] = loop.create_future()
         self.eof: asyncio.Future[None] = loop.create_future()
         loop.add_reader(read_fd, self._readable)
 
@@ -55,12 +55,13 @@ class ChildOutput:
             os.close(self.write_fd)
             self.write_fd = -1
 
-    def begin(self, tail: Tail) -> asyncio.Future[None]:
-        """Route what comes next to ``tail`` until the marker; the future is set at it."""
+    def begin(self, tail: Tail) -> asyncio.Future[bool]:
+        """Route what comes next to ``tail`` until the marker; the future is True at it
+        (False if the pipe ended first: no marker can come)."""
         self._tail, self._held = tail, b""
         self._ended = self._loop.create_future()
         if self.eof.done():
-            self._ended.set_result(None)  # no more output can come
+            self._ended.set_result(False)  # no more output can come
         return self._ended
 
     def stop(self) -> None:
@@ -83,10 +84,11 @@ class ChildOutput:
         with contextlib.suppress(Exception):  # the loop may be closed (a test's, ended)
             self._loop.remove_reader(fd)
         os.close(fd)
-        for future in (self.eof, self._ended):
-            if not future.done():
-                with contextlib.suppress(RuntimeError):  # a closed loop's, with a waiter
-                    future.set_result(None)
+        with contextlib.suppress(RuntimeError):  # a closed loop's future, with a waiter
+            if not self.eof.done():
+                self.eof.set_result(None)
+            if not self._ended.done():
+                self._ended.set_result(False)
 
     def _readable(self) -> None:
         if self._fd is None:
@@ -119,7 +121,7 @@ class ChildOutput:
                 tail.add(data[:found])
             self.stop()  # what follows the marker is no attempt's
             if not self._ended.done():
-                self._ended.set_result(None)
+                self._ended.set_result(True)
             return
         keep = self._prefix_at_end(data)
         if keep:

@@ -239,9 +239,10 @@ class WarmPool:
             except OSError:
                 data = b""
             answer = _answer(data)
-            keep = answer is not None and answer[1]
-            if keep:
+            if answer is not None and answer[1]:
                 # Its output is whole at the marker, written before the answer was sent.
+                # Given back only once the marker was read (a stale one would cut the
+                # next attempt's output), so not when cancelled while waiting for it.
                 keep = await _marked(ended)
                 if not keep:
                     log.warning("a python child answered without its output's end; ended")
@@ -284,15 +285,14 @@ def _let_go(child: WarmChild) -> None:
         child.output.close()
 
 
-async def _marked(ended: asyncio.Future[None]) -> bool:
-    """Whether the child's marker arrived: at once, but for a loop busy elsewhere."""
-    if ended.done():
-        return True  # most often: it was read before the answer
-    try:
-        await asyncio.wait_for(asyncio.shield(ended), DRAIN_S)
-    except TimeoutError:
-        return False
-    return True
+async def _marked(ended: asyncio.Future[bool]) -> bool:
+    """Whether the child's marker was read: at once, but for a loop busy elsewhere."""
+    if not ended.done():  # most often it is: read before the answer
+        try:
+            await asyncio.wait_for(asyncio.shield(ended), DRAIN_S)
+        except TimeoutError:
+            return False
+    return ended.result()
 
 
 def _answer(data: bytes) -> tuple[dict[str, Any], bool] | None:
