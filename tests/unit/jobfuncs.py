@@ -100,3 +100,36 @@ def thread_leaving_job(ctx: RunContext) -> None:
 
     threading.Thread(target=late).start()
     print(f"pid {os.getpid()} left a thread")
+
+
+def echoing_job(ctx: RunContext) -> None:
+    """Prints from python, from a program it runs, and to stderr without a newline."""
+    import subprocess
+
+    print(f"pid {os.getpid()} python {ctx.attempt}", flush=True)
+    subprocess.run(["/bin/echo", f"echo {ctx.attempt}"], check=True)
+    sys.stderr.write(f"stderr {ctx.attempt}")
+
+
+def process_leaving_job(ctx: RunContext) -> None:
+    """Returns, leaving a program that prints after the attempt ended."""
+    import subprocess
+
+    subprocess.Popen(["/bin/sh", "-c", "sleep 0.3; echo late line from a process left"])
+    print(f"pid {os.getpid()} left a process")
+
+
+def pipe_replacing_job(ctx: RunContext) -> None:
+    """Closes every copy of its output pipe above fd 2 and puts /dev/null in its place
+    (as a job closing the descriptors it did not open would)."""
+    ours = os.readlink("/proc/self/fd/1")
+    null = os.open(os.devnull, os.O_WRONLY)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if fd > 2 and fd != null and os.readlink(f"/proc/self/fd/{fd}") == ours:
+                os.dup2(null, fd)
+        except OSError:
+            pass  # the listing's own descriptor, gone
+    os.close(null)
+    print(f"pid {os.getpid()} replaced its output pipe's copies")

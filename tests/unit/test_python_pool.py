@@ -82,6 +82,7 @@ async def test_a_timed_out_attempt_is_dead_before_the_retry_which_gets_a_new_chi
         executor, "tests.unit.jobfuncs:sleeping_job", 2, timeout=timedelta(seconds=1)
     )
     assert timed_out.outcome is Outcome.TIMED_OUT, timed_out
+    assert timed_out.output_tail == "about to sleep\n"  # read to the killed child's end
     sleeper = int((tmp_path / "pid").read_text())
     assert sleeper == _pid(warm)  # the warm child ran it
     assert not _alive(sleeper)  # dead (and reaped) when the verdict came back
@@ -165,3 +166,120 @@ def test_python_runs_take_the_python_pool_of_slots_shell_and_http_a_process_slot
     assert executor.runs_inline("python:tests.unit.jobfuncs:async_job")
     assert not executor.runs_inline("shell")
     assert not executor.runs_inline(None)
+
+
+async def test_after_a_childs_first_attempt_no_attempt_makes_a_pipe_or_passes_a_descriptor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A child's output pipe is made and passed once, with its first attempt: a pipe and
+    an fd-passing message per attempt were a fifth of a replica's CPU in a herd."""
+    import socket
+
+    made: list[int] = []
+    passed: list[int] = []
+    pipe, send_fds = os.pipe, socket.send_fds
+
+    def counted_pipe() -> tuple[int, int]:
+        made.append(1)
+        return pipe()
+
+    def counted_send_fds(sock: socket.socket, buffers: list[bytes], fds: list[int]) -> int:
+        passed.append(len(fds))
+        return send_fds(sock, buffers, fds)
+
+    monkeypatch.setattr(os, "pipe", counted_pipe)
+    monkeypatch.setattr(socket, "send_fds", counted_send_fds)
+    executor = LocalExecutor(python_processes=1)
+    first = await _run(executor, "tests.unit.jobfuncs:pid_job", 1)
+    made_first, passed_first = len(made), len(passed)
+    later = [await _run(executor, "tests.unit.jobfuncs:pid_job", n) for n in range(2, 7)]
+    assert {_pid(r) for r in later} == {_pid(first)}  # one child served them all
+    assert [r.output_tail for r in later] == [
+        f"pid {_pid(first)} attempt {n}\n" for n in range(2, 7)
+    ]
+    assert (len(made), len(passed)) == (made_first, passed_first)
+
+
+async def test_two_hundred_attempts_in_one_child_each_keep_their_own_output() -> None:
+    """Python's lines, a program's it ran and stderr without a newline: each attempt's
+    tail is its own, cut from the child's one pipe at each attempt's end."""
+    executor = LocalExecutor(python_processes=1)
+    results = [await _run(executor, "tests.unit.jobfuncs:echoing_job", n) for n in range(1, 201)]
+    pid = _pid(results[0])
+    for n, result in enumerate(results, 1):
+        assert result.outcome is Outcome.SUCCEEDED, result
+        assert result.output_tail == f"pid {pid} python {n}\necho {n}\nstderr {n}", result
+
+
+async def test_an_attempt_that_leaves_a_process_running_retires_its_child() -> None:
+    executor = LocalExecutor(python_processes=1)
+    left = await _run(executor, "tests.unit.jobfuncs:process_leaving_job", 1)
+    assert left.outcome is Outcome.SUCCEEDED, left
+    retired = _pid(left)
+    assert not _alive(retired)
+    nxt = await _run(executor, "tests.unit.jobfuncs:pid_job", 2)
+    assert _pid(nxt) != retired
+    assert nxt.output_tail == f"pid {_pid(nxt)} attempt 2\n"
+
+
+async def test_a_job_that_replaces_its_output_pipe_keeps_its_verdict_and_output() -> None:
+    """The child's own copy of the pipe gone (the job closed it and opened another file in
+    its place): the attempt's end cannot be marked, so the child is not reused; the
+    attempt's output and verdict stand, and the next attempt's output is its own."""
+    executor = LocalExecutor(python_processes=1)
+    replaced = await _run(executor, "tests.unit.jobfuncs:pipe_replacing_job", 1)
+    assert replaced.outcome is Outcome.SUCCEEDED, replaced
+    assert replaced.output_tail == f"pid {_pid(replaced)} replaced its output pipe's copies\n"
+    nxt = await _run(executor, "tests.unit.jobfuncs:pid_job", 2)
+    assert nxt.outcome is Outcome.SUCCEEDED, nxt
+    assert nxt.output_tail == f"pid {_pid(nxt)} attempt 2\n"
+    assert _pid(nxt) != _pid(replaced)
+
+
+async def test_an_answer_without_its_outputs_end_ends_the_child_and_keeps_the_verdict(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The child answered reusable but its marker was not read in time (a loop stalled
+    for seconds): the child is ended, not reused, and the verdict and output stand."""
+    from actors.adapters.executors import pool as pool_module
+
+    async def never(ended: asyncio.Future[bool]) -> bool:
+        return False
+
+    monkeypatch.setattr(pool_module, "_marked", never)
+    executor = LocalExecutor(python_processes=1)
+    first = await _run(executor, "tests.unit.jobfuncs:pid_job", 1)
+    assert first.outcome is Outcome.SUCCEEDED, first
+    assert first.output_tail == f"pid {_pid(first)} attempt 1\n"
+    assert not _alive(_pid(first))
+    second = await _run(executor, "tests.unit.jobfuncs:pid_job", 2)
+    assert second.output_tail == f"pid {_pid(second)} attempt 2\n"
+    assert _pid(second) != _pid(first)
+
+
+async def test_an_attempt_cancelled_while_its_output_end_is_awaited_keeps_not_its_child(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Given back before its marker was read, a child's stale marker would end the next
+    attempt's output early: a cancelled wait (a shutdown, a lost lease) lets it go."""
+    from actors.adapters.executors import pool as pool_module
+
+    waiting = asyncio.Event()
+
+    async def stuck(ended: asyncio.Future[bool]) -> bool:
+        waiting.set()
+        await asyncio.Event().wait()
+        return True
+
+    monkeypatch.setattr(pool_module, "_marked", stuck)
+    executor = LocalExecutor(python_processes=1)
+    cancelled = asyncio.ensure_future(_run(executor, "tests.unit.jobfuncs:pid_job", 1))
+    async with asyncio.timeout(60):
+        await waiting.wait()
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    monkeypatch.undo()
+    assert executor.python.pool.idle == 0
+    nxt = await _run(executor, "tests.unit.jobfuncs:pid_job", 2)
+    assert nxt.output_tail == f"pid {_pid(nxt)} attempt 2\n", nxt

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from actors.adapters.executors.child_output import ChildOutput
 from actors.adapters.executors.common import KILL_GRACE, OUTPUT_TAIL_BYTES, python_environment
 from actors.observability import PYTHON_CHILDREN_STARTED, get_logger
 
@@ -47,6 +48,7 @@ class WarmChild:
     exited: asyncio.Future[int]  # the wait status, once the server reaped it
     attempts: int = 0
     env: int = 0  # the version of the base environment it was last sent
+    output: ChildOutput | None = None  # its output pipe's reader, from its first attempt
 
     def close(self) -> None:
         """Let the child go: an idle child reads the end of its socket and exits."""

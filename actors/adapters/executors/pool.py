@@ -4,7 +4,8 @@ A fork per attempt cost about 6 ms of CPU (the fork, the child's copy-on-write
 faults, its exit): a herd of 1,000 sync runs at one instant began over
 seconds. The pool keeps up to ``size`` warm children (forked from the fork
 server, ``children.py``) and gives each attempt an idle one: sending it the
-attempt is a message and a pipe. A child is ended only when
+attempt is one message (the first also passes the child its output pipe,
+``child_output.py``). A child is ended only when
 
 - its attempt passes the timeout, or is cancelled (a shutdown, a lost lease):
   its whole process group is killed and its death awaited before the verdict
@@ -13,8 +14,11 @@ attempt is a message and a pipe. A child is ended only when
 - its attempt left a thread or a process running: the child exits, the fork
   server sweeps its group, and the verdict waits for that.
 
-and the next attempt that finds no idle child forks a new one. Each attempt
-has its own output pipe: what one attempt prints is never another's tail.
+and the next attempt that finds no idle child forks a new one. A child's
+output pipe is read for its life; each attempt's tail is cut from it at the
+marker the child writes after an attempt it is reused after, and the verdict
+is handed on only once both the answer and that marker came: what one attempt
+prints is never another's tail.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from actors.adapters.executors.child_output import DRAIN_S, ChildOutput
 from actors.adapters.executors.children import (
     SERVER_START_S,
     ForkServer,
@@ -37,9 +42,7 @@ from actors.adapters.executors.children import (
 from actors.adapters.executors.common import (
     KILL_GRACE,
     Tail,
-    drain_output,
     elapsed,
-    pump_output,
     python_environment,
 )
 from actors.domain import ExecutionResult, Outcome, RunContext, defaults
@@ -83,7 +86,7 @@ class WarmPool:
             # A new event loop (a test's, a restarted process's): the old children's
             # sockets belong to the old one; they exit when their sockets close.
             for child in self._idle:
-                child.close()
+                _let_go(child)
             self._idle, self._live, self._loop = [], 0, loop
             self._free = asyncio.Semaphore(self.size)
             self._arrived = asyncio.Event()
@@ -123,20 +126,25 @@ class WarmPool:
 
     def _drop(self, child: WarmChild) -> None:
         """The child will serve no more attempts (it is ending, or ended)."""
-        child.close()
+        _let_go(child)
         self._live -= 1
         assert self._arrived is not None
         self._arrived.set()  # a waiter may fork one in its place
+
+    def _idle_one(self) -> WarmChild | None:
+        while self._idle:
+            child = self._idle.pop()
+            if not child.exited.done():
+                return child
+            self._drop(child)  # died idle (or its server did)
+        return None
 
     async def _take(self, target: str) -> WarmChild:
         """An idle live child, or a new one (within ``size``), or the next one given back."""
         assert self._arrived is not None
         while True:
-            while self._idle:
-                child = self._idle.pop()
-                if not child.exited.done():
-                    return child
-                self._drop(child)  # died idle (or its server did)
+            if (child := self._idle_one()) is not None:
+                return child
             if self._live < self.size:
                 self._live += 1
                 try:
@@ -160,9 +168,12 @@ class WarmPool:
         start = time.monotonic()
         self._bind()
         async with self._free:
+            # Most often a child is idle: taken without arming the fork's timer.
+            child = self._idle_one()
             try:
-                async with asyncio.timeout(timeout.total_seconds() + SERVER_START_S):
-                    child = await self._take(target)
+                if child is None:
+                    async with asyncio.timeout(timeout.total_seconds() + SERVER_START_S):
+                        child = await self._take(target)
             except TimeoutError:
                 self.server._replace("it did not start a job within the job's timeout")
                 error = (
@@ -185,20 +196,34 @@ class WarmPool:
     ) -> tuple[ExecutionResult, str]:
         loop = asyncio.get_running_loop()
         version, base = self._base_env()
-        request = (target, context, version, None if child.env == version else base, None)
-        tail = Tail()
-        out_r, out_w = os.pipe()
-        pumping = asyncio.ensure_future(pump_output(out_r, tail))  # the pump owns out_r
+        output = child.output
+        first = output is None
+        if output is None:
+            output = child.output = ChildOutput(loop)
+        request = (
+            target,
+            context,
+            version,
+            None if child.env == version else base,
+            None,
+            output.marker if first else None,
+        )
+        tail = Tail()  # made here: it takes this execution's live-output sink
+        ended = output.begin(tail)
         keep = False
         try:
             try:
-                socket.send_fds(child.sock, [pickle.dumps(request)], [out_w])
+                if first:
+                    # Once per child: its output pipe, kept for its life.
+                    socket.send_fds(child.sock, [pickle.dumps(request)], [output.write_fd])
+                else:
+                    child.sock.send(pickle.dumps(request))
                 child.attempts += 1
                 child.env = version
             except OSError:
                 pass  # the child is gone: its end of the socket reads as closed below
             finally:
-                os.close(out_w)  # the child holds its own copy
+                output.handed()
             try:
                 async with asyncio.timeout(timeout.total_seconds()):
                     data = await loop.sock_recv(child.sock, ANSWER_LIMIT)
@@ -206,7 +231,7 @@ class WarmPool:
                 await asyncio.shield(self.server.end(child, kill_grace))
                 if isinstance(exc, asyncio.CancelledError):
                     raise
-                await drain_output(pumping)
+                await output.finish()
                 error = f"timed out after {timeout}; the job's process group was killed"
                 return ExecutionResult(
                     Outcome.TIMED_OUT, error=error, duration=elapsed(start)
@@ -214,13 +239,21 @@ class WarmPool:
             except OSError:
                 data = b""
             answer = _answer(data)
-            keep = answer is not None and answer[1]
-            if not keep:
+            if answer is not None and answer[1]:
+                # Its output is whole at the marker, written before the answer was sent.
+                # Given back only once the marker was read (a stale one would cut the
+                # next attempt's output), so not when cancelled while waiting for it.
+                keep = await _marked(ended)
+                if not keep:
+                    log.warning("a python child answered without its output's end; ended")
+                    await asyncio.shield(self.server.end(child, 0.0))
+                    await output.finish()
+            else:
                 # Dead, or leaving: its group is swept (what the attempt left with it)
-                # before the verdict goes on.
+                # before the verdict goes on; its output ends with the last writer.
                 child.close()
                 status = await asyncio.shield(child.exited)
-            await drain_output(pumping)
+                await output.finish()
             if answer is None:
                 return _died(status, start), tail.text()
             return _verdict(answer[0], start), tail.text()
@@ -229,8 +262,7 @@ class WarmPool:
                 Outcome.FAILED, error=str(exc), duration=elapsed(start)
             ), tail.text()
         finally:
-            if not pumping.done():
-                pumping.cancel()
+            output.stop()
             if keep:
                 self._give_back(child)
             else:
@@ -241,9 +273,26 @@ class WarmPool:
         for task in list(self._warming):
             task.cancel()
         for child in self._idle:
-            child.close()
+            _let_go(child)
         self._live -= len(self._idle)
         self._idle = []
+
+
+def _let_go(child: WarmChild) -> None:
+    """Its socket closed (an idle child exits at that) and its output no longer read."""
+    child.close()
+    if child.output is not None:
+        child.output.close()
+
+
+async def _marked(ended: asyncio.Future[bool]) -> bool:
+    """Whether the child's marker was read: at once, but for a loop busy elsewhere."""
+    if not ended.done():  # most often it is: read before the answer
+        try:
+            await asyncio.wait_for(asyncio.shield(ended), DRAIN_S)
+        except TimeoutError:
+            return False
+    return ended.result()
 
 
 def _answer(data: bytes) -> tuple[dict[str, Any], bool] | None:

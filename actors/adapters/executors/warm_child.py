@@ -1,13 +1,19 @@
 """A warm child of the fork server: one process that runs many sync python attempts in turn.
 
 Forked by the fork server (``zygote.py``) into a session (process group) of
-its own, it waits on a SEQPACKET socket shared with the worker. Each request
-``(target, context, env_version, env, cwd)`` (``env`` None when this child has that
-version already) comes with one file descriptor, the attempt's
-output pipe: fds 1 and 2 (and a ``logging`` handler on the root logger) write
-to it while ``func(ctx)`` runs; then they are pointed at /dev/null again, so
-the worker's reader sees the attempt's output end (an end of file), and the
-verdict goes back on the socket: ``("done", verdict, reusable)``.
+its own, it waits on a SEQPACKET socket shared with the worker. Each request is
+``(target, context, env_version, env, cwd, marker)`` (``env`` None when this
+child has that version already). The first comes with one file descriptor, the
+write end of this child's output pipe for its life, and ``marker``, the bytes
+that end an attempt's output in it (random per child: ``child_output.py``); the
+later ones come with neither. Fds 1 and 2 (and a ``logging`` handler on the
+root logger) write to the pipe while ``func(ctx)`` runs; then they are pointed
+at /dev/null again, so nothing this process does between attempts (a late flush
+of a job's own file object) reaches the pipe. An attempt this child is reused
+after ends its output with the marker, written once nothing of the attempt
+runs any more (so nothing of it can follow the marker), and the verdict goes
+back on the socket: ``("done", verdict, reusable)``. An attempt it is not
+reused after writes no marker: the worker reads its output to the pipe's end.
 
 ``reusable`` is False when the attempt left something running in this process
 (a thread) or below it (a child process, or an orphan of one: the child is
@@ -143,10 +149,9 @@ class _Environment:
 def _attempt(
     request: tuple[Any, ...], out_fd: int, null: int, home: str, env: _Environment
 ) -> dict[str, Any]:
-    target, context, _, base, cwd = request
+    target, context, _, base, cwd, _ = request
     os.dup2(out_fd, 1)
     os.dup2(out_fd, 2)
-    os.close(out_fd)
     try:
         env.set(base, context.env())
         log_context.set_process_run(context.job, context.run_id)
@@ -165,9 +170,28 @@ def _attempt(
             sys.stderr.flush()
         return verdict
     finally:
-        # The attempt's output ends here: the worker's reader sees its end.
+        # The attempt's output ends here (its marker follows, when this child is reused).
         os.dup2(null, 1)
         os.dup2(null, 2)
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    found = os.fstat(fd)
+    return found.st_dev, found.st_ino
+
+
+def _end_output(out_fd: int, pipe: tuple[int, int], marker: bytes) -> bool:
+    """Write the attempt's end to the output pipe; False when this cannot be done (the job
+    closed or replaced this process's copy of the pipe): then the child is not reused."""
+    try:
+        if _identity(out_fd) != pipe:
+            return False
+        if not os.get_blocking(out_fd):
+            os.set_blocking(out_fd, True)  # the job set O_NONBLOCK on fd 1 (the same file)
+        os.write(out_fd, marker)  # under PIPE_BUF: written whole, or not at all
+    except OSError:
+        return False
+    return True
 
 
 _RESET = (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE, signal.SIGALRM)
@@ -199,16 +223,22 @@ def serve(sock: socket.socket, keep_closed: list[int]) -> NoReturn:
         home = os.getcwd()
         env = _Environment()
         sock.setblocking(True)
+        out_fd, marker, pipe = -1, b"", (0, 0)
         while True:
             data, fds, _, _ = socket.recv_fds(sock, MESSAGE_LIMIT, 1)
             if not data:
                 break  # the worker is gone (or let this child go)
-            if len(fds) != 1:
+            if len(fds) != (1 if out_fd < 0 else 0):
                 for fd in fds:
                     os.close(fd)
                 break
-            verdict = _attempt(pickle.loads(data), fds[0], null, home, env)
-            reusable = _alone()
+            request = pickle.loads(data)
+            if out_fd < 0:  # the first attempt: the output pipe, for this child's life
+                out_fd, marker = fds[0], request[5]
+                os.set_inheritable(out_fd, False)  # the job's programs get fds 1 and 2 only
+                pipe = _identity(out_fd)
+            verdict = _attempt(request, out_fd, null, home, env)
+            reusable = _alone() and _end_output(out_fd, pipe, marker)
             answer = pickle.dumps(("done", verdict, reusable))
             if len(answer) > VERDICT_LIMIT:
                 answer = pickle.dumps(("done", {"outcome": verdict["outcome"]}, reusable))
