@@ -12,12 +12,13 @@ sync runs spends in a replica. Cases, after a warm-up that forks the children:
 Reported per tree: parent CPU per attempt (``time.process_time``, the replica's
 process only), the children's CPU per attempt (their ``/proc`` schedstat: the
 warm children, not the fork server), and wall time. The baseline is another tree
-(``--against``, /work/main by default: the code before), each tree run in a
+(``--against``, an export of the code before, e.g. ``git archive HEAD~1 | tar -x -C
+/tmp/before``), each tree run in a
 process of its own with ``PYTHONPATH`` set to it, in turns (``--rounds``), so a
 loaded machine's drift falls on both.
 
     python -m bench.bench_python_pool [--attempts 2000] [--seq 500] [--rounds 2]
-        [--against /work/main]
+        --against /tmp/before
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def main() -> None:
     parser.add_argument("--attempts", type=int, default=2000)
     parser.add_argument("--seq", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--against", default="/work/main")
+    parser.add_argument("--against", required=True, help="the baseline's source tree")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:

@@ -237,6 +237,8 @@ class OutputRelay:
         if self._running.get(run_id) is output:
             del self._running[run_id]
         self._waiting.discard(run_id)
+        if not (output.printed or output.followed):
+            return  # nothing to say (a task for nothing was most of a silent run's cost here)
         # Shielded: a cancelled attempt (a lost lease, a stop) still says it ended.
         await asyncio.shield(self._finish(run_id, output))
 
