@@ -127,8 +127,8 @@ def _label(mode: bool | None) -> str:
 def _kept_bytes(exposition: Any, render: Any) -> int:
     """What one render leaves allocated with nothing kept before it (the page dropped)."""
     for writer in exposition._WRITERS:  # forget what earlier renders kept
-        if hasattr(writer, "_written"):
-            writer._written = type(writer._written)()
+        if hasattr(writer, "_written"):  # a JobCounter's or the cluster gauges'
+            writer._written = tuple(type(part)() for part in writer._written)
         for child in getattr(writer, "_children", {}).values():
             child.written = None
         if getattr(writer, "_all", None) is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from actors.observability.exposition import (
     help_and_type,
     number,
     rendering,
+    stale_runs,
     writes_own_text,
 )
 from actors.observability.metrics import JOB_LABEL
@@ -123,10 +125,10 @@ class ClusterCollector(Collector):
     snapshot: ClusterSnapshot | None = None
     read_at: float | None = None  # time.monotonic() of the read
     monotonic: Any = field(default=time.monotonic)
-    # By run of RUN jobs, as the last scrape wrote them: their snapshots, and their
-    # lines of each per-job family (PER_JOB's order, then the states).
-    _written: list[tuple[tuple[JobSnapshot, ...], tuple[str, ...]]] = field(
-        default_factory=list, init=False, repr=False
+    # As the last scrape wrote them: the jobs, and by run of RUN jobs their lines of
+    # each per-job family (PER_JOB's order, then the states).
+    _written: tuple[tuple[JobSnapshot, ...], list[tuple[str, ...]]] = field(
+        default=((), []), init=False, repr=False
     )
 
     def update(self, snapshot: ClusterSnapshot) -> None:
@@ -211,22 +213,21 @@ class ClusterCollector(Collector):
         snap = self.snapshot
         if snap is None:
             return
-        jobs, written = snap.jobs, self._written if reuse else []
-        runs = []
-        for n, start in enumerate(range(0, len(jobs), RUN)):
-            key = jobs[start : start + RUN]
-            if n < len(written) and written[n][0] == key:
-                runs.append((key, written[n][1]))
-            else:
-                runs.append((key, _run_lines(key)))
+        jobs = snap.jobs
+        then_jobs, then = self._written if reuse else ((), [])
+        stale = stale_runs(jobs, then_jobs, operator.ne)  # JobSnapshot's ==: every field
+        runs = [
+            _run_lines(jobs[start : start + RUN]) if n in stale else then[n]
+            for n, start in enumerate(range(0, len(jobs), RUN))
+        ]
         if reuse:
-            self._written = runs
+            self._written = (jobs, runs)
         families = [(name, f"{text}; {CLUSTER_NOTE}") for name, text, _ in PER_JOB]
         families.append((JOB_STATE, f"{JOB_STATE_HELP}; {CLUSTER_NOTE}"))
         for column, (name, documentation) in enumerate(families):
             yield help_and_type(name, documentation, "gauge")
             for start in range(0, len(runs), BATCH // RUN):
-                yield "".join([lines[column] for _, lines in runs[start : start + BATCH // RUN]])
+                yield "".join([lines[column] for lines in runs[start : start + BATCH // RUN]])
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())  # names vary with the snapshot; registered without checks

@@ -33,7 +33,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterator, Sequence
-from operator import itemgetter
+from operator import is_not, itemgetter, ne
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -47,6 +47,7 @@ from actors.observability.exposition import (
     label_text,
     number,
     rendering,
+    stale_runs,
 )
 
 
@@ -109,8 +110,8 @@ class JobCounter(Collector):
         self._columns: dict[tuple[str, ...], int] = {}  # the other labels' values -> column
         self._rows: dict[str, _Row] = {}
         self._zero_rows: dict[_Row, _Row] = {}  # the rows nothing was counted in, shared
-        # By run of RUN jobs, as the last scrape wrote them: the jobs and rows, and their lines.
-        self._written: list[tuple[tuple[tuple[str, ...], tuple[_Row, ...]], str]] = []
+        # As the last scrape wrote them: the jobs, their rows, the lines of each run of RUN jobs.
+        self._written: tuple[tuple[str, ...], tuple[_Row, ...], list[str]] = ((), (), [])
 
     def labels(self, *values: str) -> _CounterChild:
         if len(values) != len(self.labelnames) or not values:
@@ -172,22 +173,22 @@ class JobCounter(Collector):
         columns = [self._column_text(name, rest) for rest in list(self._columns)]
         jobs: tuple[str, ...] = tuple(map(itemgetter(0), items))
         rows: tuple[_Row, ...] = tuple(map(itemgetter(1), items))
-        written = self._written if reuse else []
-        runs = []
+        then_jobs, then_rows, then = self._written if reuse else ((), (), [])
+        # A run is written again if a job moved or a row was replaced (the same
+        # row object is the same numbers: rows are immutable).
+        stale = stale_runs(jobs, then_jobs, ne) | stale_runs(rows, then_rows, is_not)
+        texts: list[str] = []
         for n, start in enumerate(range(0, len(jobs), RUN)):
-            key = (jobs[start : start + RUN], rows[start : start + RUN])
-            # The same jobs with the same rows (the same objects, or equal
-            # numbers): the same lines.
-            if n < len(written) and written[n][0] == key:
-                text = written[n][1]
+            if n in stale:
+                end = start + RUN
+                pairs = zip(jobs[start:end], rows[start:end], strict=True)
+                texts.append("".join(self._row_text(job, row, columns) for job, row in pairs))
             else:
-                text = "".join(
-                    self._row_text(job, row, columns) for job, row in zip(*key, strict=True)
-                )
-            runs.append((key, text))
-            yield text
+                texts.append(then[n])
         if reuse:
-            self._written = runs
+            self._written = (jobs, rows, texts)
+        for start in range(0, len(texts), BATCH // RUN):
+            yield "".join(texts[start : start + BATCH // RUN])
 
     def _column_text(self, name: str, rest: tuple[str, ...]) -> tuple[str, str]:
         """A column's line around its job's label value: ``a{claimd_job="`` and ``",b="x"} ``.

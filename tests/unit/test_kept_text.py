@@ -158,15 +158,18 @@ def _fields(job: JobSnapshot) -> tuple[object, ...]:
 
 
 def test_what_the_cluster_gauges_keep_goes_with_the_jobs() -> None:
-    """Bounded by the last snapshot: the runs of jobs no longer reported are let go."""
+    """Bounded by the last snapshot: the lines of jobs no longer reported are let go."""
     collector = ClusterCollector()
     many = tuple(JobSnapshot(f"j{i}", False, None, None, 0, 0.0, 60.0, 0.0) for i in range(100))
     collector.update(ClusterSnapshot(jobs=many))
     _text(collector.text())
-    assert sum(len(key) for key, _ in collector._written) == 100
+    jobs, runs = collector._written
+    assert (len(jobs), len(runs)) == (100, -(-100 // RUN))
     collector.update(ClusterSnapshot(jobs=many[:3]))
     assert "j3" not in _text(collector.text())
-    assert [job.name for key, _ in collector._written for job in key] == ["j0", "j1", "j2"]
+    jobs, runs = collector._written
+    assert [job.name for job in jobs] == ["j0", "j1", "j2"]
+    assert len(runs) == 1 and "j2" in runs[0][-1] and "j3" not in "".join(runs[0])
 
 
 def test_a_job_that_ran_is_written_again_and_its_neighbours_are_kept() -> None:
@@ -174,9 +177,11 @@ def test_a_job_that_ran_is_written_again_and_its_neighbours_are_kept() -> None:
     counter = JobCounter("claimd_runs_started_total", "Runs", ["claimd_job"])
     for i in range(4 * RUN):
         counter.labels(f"j{i}")
-    before = list(counter.text())
-    counter.labels("j0").inc()
-    after = list(counter.text())
-    assert 'claimd_runs_started_total{claimd_job="j0"} 1.0\n' in after[1]
+    _text(counter.text())
+    before = counter._written[2]
+    counter.labels(f"j{RUN + 1}").inc()
+    _text(counter.text())
+    after = counter._written[2]
+    assert f'claimd_runs_started_total{{claimd_job="j{RUN + 1}"}} 1.0\n' in after[1]
     assert after[1] != before[1]
-    assert all(a is b for a, b in zip(after[2:], before[2:], strict=True))
+    assert [a is b for a, b in zip(after, before, strict=True)] == [True, False, True, True]
