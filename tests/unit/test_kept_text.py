@@ -169,7 +169,9 @@ def test_what_the_cluster_gauges_keep_goes_with_the_jobs() -> None:
     assert "j3" not in _text(collector.text())
     jobs, runs = collector._written
     assert [job.name for job in jobs] == ["j0", "j1", "j2"]
-    assert len(runs) == 1 and "j2" in runs[0][-1] and "j3" not in "".join(runs[0])
+    assert len(runs) == 1
+    assert "j2" in runs[0][-1]
+    assert "j3" not in "".join(runs[0])
 
 
 def test_a_job_that_ran_is_written_again_and_its_neighbours_are_kept() -> None:
