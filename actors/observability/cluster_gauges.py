@@ -128,7 +128,7 @@ class ClusterCollector(Collector):
     # As the last scrape wrote them: the jobs, and by run of RUN jobs their lines of
     # each per-job family (PER_JOB's order, then the states).
     _written: tuple[tuple[JobSnapshot, ...], list[tuple[str, ...]]] = field(
-        default=((), []), init=False, repr=False
+        default_factory=lambda: ((), []), init=False, repr=False
     )
 
     def update(self, snapshot: ClusterSnapshot) -> None:
