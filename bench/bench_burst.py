@@ -389,6 +389,8 @@ async def measure(label: str, tree: Path, args: argparse.Namespace, kind: str) -
                 build.spread_not_succeeded, build.spread_rows = s["not_succeeded"], s["rows"]
                 if args.floor_rounds:
                     build.floors = await _floor(kind, args, Path(tmp), server_url)
+                    if kind == "sync":  # and the floor of sync functions run in processes
+                        build.floors += await _floor("sync-process", args, Path(tmp), server_url)
     finally:
         if server is not None:
             stop_processes([server])
@@ -465,7 +467,7 @@ async def _floor(kind: str, args: argparse.Namespace, tmp: Path, url: str) -> li
     """The same herd started by ``--replicas`` plain programs, ``--floor-rounds`` times."""
     rounds = []
     for r in range(args.floor_rounds):
-        file = tmp / f"floor-{r}"
+        file = tmp / f"floor-{kind}-{r}"
         at = time.time() + args.floor_lead
         counts = [args.herd // args.replicas] * args.replicas
         counts[0] += args.herd - sum(counts)
@@ -510,7 +512,8 @@ async def _floor(kind: str, args: argparse.Namespace, tmp: Path, url: str) -> li
         cpu = cpu_delta(before, after)
         cpu["claimd"] = sum(x[0] for x in own)  # the floor programs' own CPU
         cpu["jobs"] = sum(x[1] for x in own)  # and their children's (shell)
-        rounds.append({**_began(lines, at, args.herd), "cpu": cpu})
+        label = f"{'procs' if kind == 'sync-process' else 'floor'} {r + 1}"
+        rounds.append({**_began(lines, at, args.herd), "cpu": cpu, "label": label})
         await asyncio.sleep(2)
     return rounds
 
@@ -693,7 +696,7 @@ def report_began(builds: list[Build], args: argparse.Namespace) -> None:
         )
         print(cols)
         rows = [(i["at"], i) for i in b.instants] + [
-            (f"floor {n + 1}", {**f, "p50_ms": nan, "p99_ms": nan, "max_ms": nan})
+            (f.get("label", f"floor {n + 1}"), {**f, "p50_ms": nan, "p99_ms": nan, "max_ms": nan})
             for n, f in enumerate(b.floors)
         ]
         for at, i in rows:
@@ -709,12 +712,20 @@ def report_began(builds: list[Build], args: argparse.Namespace) -> None:
                 f"  {i['began_early']:>5}  " + ", ".join(f"{x:.3f}" for x in per)
             )
         worst = max((i["began_p99_ms"] for i in b.instants), default=nan)
-        floor = max((f["began_p99_ms"] for f in b.floors), default=nan)
+        threads = [f for f in b.floors if not str(f.get("label", "")).startswith("procs")]
+        floor = max((f["began_p99_ms"] for f in threads), default=nan)
         print(
             f"  worst minute's code-began p99 {worst:.0f} ms; the floor's worst p99 {floor:.0f} ms"
             f" ({worst / floor:.2f}x); floor: {args.replicas} plain programs,"
             f" {args.floor_concurrency} at a time each (its own CPU in the claimd column)"
         )
+        procs = [f for f in b.floors if str(f.get("label", "")).startswith("procs")]
+        if procs:
+            in_procs = max(f["began_p99_ms"] for f in procs)
+            print(
+                f"  in processes (procs: a plain process pool of {args.floor_concurrency} warm"
+                f" processes per program): worst p99 {in_procs:.0f} ms ({worst / in_procs:.2f}x)"
+            )
 
 
 async def main(args: argparse.Namespace) -> None:

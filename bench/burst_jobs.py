@@ -9,8 +9,11 @@ aiohttp server (``serve``, a process of its own) that notes each arrival.
 The floor (``floor``): the same callables, commands or requests started at one
 instant by a plain program with no scheduler, database or broker: shell
 commands by plain asyncio (``create_subprocess_exec``, a semaphore of
-``--concurrency``), sync functions by a thread pool of that size, async ones as
-tasks of one loop, requests by one aiohttp session with that many connections.
+``--concurrency``), sync functions by a thread pool of that size (``sync``) or by
+a process pool of that size, its processes started before the instant
+(``sync-process``: the floor of sync functions run in processes, as claimd runs
+them so that an attempt past its timeout can be killed), async ones as tasks of
+one loop, requests by one aiohttp session with that many connections.
 
     python -m bench.burst_jobs serve PORT FILE
     python -m bench.burst_jobs floor KIND COUNT AT FILE [--concurrency 64] [--url URL]
@@ -21,12 +24,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import multiprocessing
 import os
 import resource
 import sys
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -35,6 +39,7 @@ import psutil
 
 BEGAN_ENV = "BURST_BEGAN"
 KINDS = ("async", "sync", "shell", "http")
+FLOOR_KINDS = (*KINDS, "sync-process")
 
 
 def _note(job: str, path: str | None = None) -> None:
@@ -210,8 +215,16 @@ async def floor(kind: str, count: int, at: float, file: str, concurrency: int, u
         import aiohttp
 
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency))
-    pool = ThreadPoolExecutor(concurrency) if kind == "sync" else None
+    os.environ[BEGAN_ENV] = file  # before a process pool forks
+    pool: Executor | None = None
+    if kind == "sync":
+        pool = ThreadPoolExecutor(concurrency)
+    elif kind == "sync-process":
+        pool = ProcessPoolExecutor(concurrency, mp_context=multiprocessing.get_context("fork"))
     loop = asyncio.get_running_loop()
+    if kind == "sync-process":  # every process started (and warm) before the instant
+        assert pool is not None
+        await asyncio.gather(*(loop.run_in_executor(pool, os.getpid) for _ in range(concurrency)))
 
     async def shell(job: str) -> None:
         async with sem:
@@ -228,13 +241,12 @@ async def floor(kind: str, count: int, at: float, file: str, concurrency: int, u
         async with session.post(f"{url}/began/{job}") as reply:
             await reply.read()
 
-    os.environ[BEGAN_ENV] = file
     cpu0 = _own_cpu()
     contexts = [SimpleNamespace(job=job) for job in jobs]
     await asyncio.sleep(max(0.0, at - time.time()))
     if kind == "async":
         await asyncio.gather(*(asyncio.create_task(abegan(ctx)) for ctx in contexts))
-    elif kind == "sync":
+    elif kind in ("sync", "sync-process"):
         await asyncio.gather(*(loop.run_in_executor(pool, began, ctx) for ctx in contexts))
     elif kind == "shell":
         await asyncio.gather(*(shell(job) for job in jobs))
@@ -262,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("port", type=int)
     s.add_argument("file")
     f = sub.add_parser("floor")
-    f.add_argument("kind", choices=KINDS)
+    f.add_argument("kind", choices=FLOOR_KINDS)
     f.add_argument("count", type=int)
     f.add_argument("at", type=float)
     f.add_argument("file")
