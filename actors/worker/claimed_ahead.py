@@ -59,6 +59,9 @@ EARLY_RETRY_MAX = timedelta(milliseconds=100)
 EARLY_KEPT = 10_000
 SLOT_RECHECK_S = 1.0  # no slot: look again after this at the latest (as the fetch loop does)
 KEEP_ALIVE_AT_ONCE = 500  # in_progress replies sent together
+# How often the loop looks for held deliveries whose keep-alive is due while it is
+# busy releasing (each look is two passes over the hold); far below ack_wait / 3.
+KEEP_LOOK_EVERY = 0.1
 
 
 @dataclass
@@ -308,9 +311,21 @@ class ClaimedAhead(Generic[D]):
         With ``admit``, each run taken is admitted to its pool (see :meth:`due`).
         Between instants the held deliveries are kept alive.
         """
+        keep_at: float | None = None  # monotonic time the next keep-alive is due
+        looked = -KEEP_LOOK_EVERY
         while not self._closed:
             self._changed.clear()
-            keep_in = self._keep_alive_beside()
+            now = time.monotonic()
+            if keep_at is None or now - looked >= KEEP_LOOK_EVERY or now >= keep_at:
+                # Two passes over everything held: at most every KEEP_LOOK_EVERY while
+                # an instant's runs are released a batch at a time.
+                found = self._keep_alive_beside()
+                keep_at, looked = (None if found is None else now + found), now
+                keep_in = found
+            else:
+                # Not looked at just now: look again soon (something may have come in
+                # whose word is due before keep_at).
+                keep_in = min(max(0.0, keep_at - now), KEEP_LOOK_EVERY - (now - looked))
             release = self.next_release()
             if release is None:
                 with contextlib.suppress(TimeoutError):

@@ -238,3 +238,36 @@ async def test_due_runs_start_while_the_broker_has_not_answered_a_keep_alive() -
         answered.set()
         hold.close()
         await asyncio.wait_for(loop, 5)
+
+
+async def test_releasing_an_instant_a_batch_at_a_time_does_not_look_at_every_keep_alive() -> None:
+    """An instant of 5,000 held runs released 100 at a time is 50 turns of the loop:
+    the keep-alive look (two passes over everything held) is not made at each."""
+    clock = FakeClock()
+    hold, _ = _keeping(clock)
+    looks = {"n": 0}
+    look = hold._keep_alive_beside
+
+    def counted() -> float | None:
+        looks["n"] += 1
+        return look()
+
+    hold._keep_alive_beside = counted  # type: ignore[method-assign]
+    hold.split(pairs(*(msg(f"r{i}", T0 + S) for i in range(5000))), room=0)
+    started: list[int] = []
+    done = asyncio.Event()
+
+    async def start(batch: list[tuple[DispatchMessage, str]]) -> None:
+        started.append(len(batch))
+        if sum(started) == 5000:
+            done.set()
+
+    clock.now = T0 + S
+    loop = asyncio.create_task(hold.run(start, lambda: 100, asyncio.Event(), asyncio.Lock()))
+    try:
+        await asyncio.wait_for(done.wait(), 5)
+        assert len(started) == 50
+        assert looks["n"] < 10  # once, and again only when 0.1 s went by
+    finally:
+        hold.close()
+        await asyncio.wait_for(loop, 5)
