@@ -237,7 +237,11 @@ async def test_held_starts_first_waits_only_while_held_runs_are_being_started() 
     starter = rig.worker.starter
     await asyncio.wait_for(starter.held_starts_first(60), 1)  # none under way: at once
     gate = asyncio.Event()
-    task = asyncio.ensure_future(gate.wait())
+
+    async def held_start() -> None:
+        await gate.wait()
+
+    task = asyncio.ensure_future(held_start())
     starter._held_starts.add(task)  # a start of held runs, as run_until_due makes one
     starter._held_starts_idle.clear()
     task.add_done_callback(starter._held_start_ended)
