@@ -72,6 +72,11 @@ def _cpu_ns(pid: int) -> int:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
 
 
+def _faults(pid: int) -> int:
+    """Its minor page faults so far (copy-on-write of the fork server's pages among them)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[7])
+
+
 def _instrument(report_fd: int) -> None:
     """In the child: each step wrapped in a timer, summed per attempt (from one
     ``_attempt`` to the next); the figures go to ``report_fd`` at its ``os._exit``."""
@@ -168,19 +173,24 @@ def _drive(target: str, attempts: int, steps: bool) -> dict[str, Any]:
 
     for n in range(50):  # warm: the module imported, the first attempt's pipe passed
         one(n)
-    before = _cpu_ns(pid)
+    before, faults = _cpu_ns(pid), _faults(pid)
     wall = time.perf_counter()
     for n in range(50, 50 + attempts):
         one(n)
     wall = time.perf_counter() - wall
     child_us = (_cpu_ns(pid) - before) / attempts / 1e3
+    faults = (_faults(pid) - faults) / attempts
     ours.close()
     report = b""
     while chunk := os.read(report_r, 1 << 20):
         report += chunk
     os.close(report_r)
     os.waitpid(pid, 0)
-    found: dict[str, Any] = {"child_us": child_us, "wall_us": wall / attempts * 1e6}
+    found: dict[str, Any] = {
+        "child_us": child_us,
+        "wall_us": wall / attempts * 1e6,
+        "faults": faults,
+    }
     if steps and report:
         spent = json.loads(report)
         found["steps"] = {
@@ -238,7 +248,8 @@ def main() -> None:
                     figures = found[target]
                     print(
                         f"  {target:5} child {figures['child_us']:6.1f} µs CPU/attempt,"
-                        f" round trip {figures['wall_us']:6.1f} µs"
+                        f" round trip {figures['wall_us']:6.1f} µs,"
+                        f" page faults/attempt {figures['faults']:5.2f}"
                     )
                     for name, us in figures.get("steps", {}).items():
                         print(f"        {name:36} {us:6.1f} µs (median)")

@@ -162,3 +162,22 @@ def zombie_leaving_job(ctx: RunContext) -> None:
             raise TimeoutError("/bin/true did not end")
         time.sleep(0.01)
     child.returncode = 0  # Popen's finalizer leaves it alone: the child reaps it
+
+
+def task_view_replacing_job(ctx: RunContext) -> None:
+    """Leaves a thread, and puts a directory of 3 links (as /proc/self/task has with one
+    thread) in place of the child's own descriptor of /proc/self/task."""
+    _pid(ctx)
+    ours = f"/proc/{os.getpid()}/task"
+    folder = Path(os.environ["RESET_FOLDER"])
+    (folder / "one").mkdir(exist_ok=True)
+    other = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    assert os.fstat(other).st_nlink == 3
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") == ours:
+                os.dup2(other, int(name))
+        except OSError:
+            pass  # the listing's own descriptor, gone
+    os.close(other)
+    _thread.start_new_thread(time.sleep, (30,))

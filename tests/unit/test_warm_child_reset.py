@@ -145,6 +145,19 @@ async def test_a_thread_started_below_threading_retires_its_child() -> None:
     assert _pid(nxt) != _pid(left)
 
 
+async def test_a_thread_left_is_seen_when_the_job_replaced_the_childs_view_of_its_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child reads its threads from a descriptor it holds: one the job closed and put
+    another directory in place of is not taken for it."""
+    monkeypatch.setenv("RESET_FOLDER", str(tmp_path))
+    executor = LocalExecutor(python_processes=1)
+    left = await _run(executor, "task_view_replacing_job", 1)
+    assert not _alive(_pid(left))
+    nxt = await _run(executor, "streams_looking_job", 2)
+    assert _pid(nxt) != _pid(left)
+
+
 async def test_an_orphan_of_the_jobs_program_retires_its_child_and_is_ended_with_it() -> None:
     """The program's parent ended: its orphan is given to the child (a subreaper), which
     is not reused; the orphan is swept with the child's group before the verdict."""

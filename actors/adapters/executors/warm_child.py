@@ -105,16 +105,17 @@ _WALL = 0x40000000  # __WALL: children whose exit signal is not SIGCHLD (clone) 
 _TASKS = "/proc/self/task"
 
 
-def _alone(links: int | None) -> bool:
+def _alone(tasks: tuple[int, tuple[int, int]] | None) -> bool:
     """Whether nothing the attempt started still runs: no child process, one thread.
 
     No child: ``waitpid(-1, WNOHANG)`` reaps the job's ended children, then
     fails with ECHILD when this process has none left, an orphan of theirs
     included (it is given to this subreaper, and is a child like another; one
     still running answers 0). One thread: the link count of /proc/self/task is 2
-    plus its threads on Linux (``links``, what it is with one thread, checked
-    once by :func:`_task_links`), one ``stat``; else the directory is listed.
-    Without /proc this cannot be told: the child is not reused.
+    plus its threads on Linux, read by one ``fstat`` of it held open (``tasks``:
+    its descriptor and identity, from :func:`_tasks`; the identity, in case the
+    job closed it and the number now names another file); else the directory
+    is listed. Without /proc this cannot be told: the child is not reused.
     """
     try:
         while os.waitpid(-1, os.WNOHANG | _WALL)[0]:  # the job's ended children, reaped
@@ -123,21 +124,26 @@ def _alone(links: int | None) -> bool:
     except ChildProcessError:
         pass
     try:
-        if links is not None:
-            return os.stat(_TASKS).st_nlink == links
-        return len(os.listdir(_TASKS)) == 1
+        if tasks is None:
+            return len(os.listdir(_TASKS)) == 1
+        found = os.fstat(tasks[0])
+        return (found.st_dev, found.st_ino) == tasks[1] and found.st_nlink == 3
     except OSError:
         return False
 
 
-def _task_links() -> int | None:
-    """/proc/self/task's link count with this one thread, if it counts threads (2 + threads,
-    as Linux has it); None if it cannot be told (then :func:`_alone` lists the tasks)."""
+def _tasks() -> tuple[int, tuple[int, int]] | None:
+    """/proc/self/task held open, if its link count tells the threads (3 with this one, as
+    Linux has it: 2 plus the threads); None if not (:func:`_alone` lists the tasks then)."""
     try:
-        links = os.stat(_TASKS).st_nlink
-        return links if len(os.listdir(_TASKS)) == 1 and links == 3 else None
+        fd = os.open(_TASKS, os.O_RDONLY | os.O_DIRECTORY)  # not inherited (PEP 446)
+        found = os.fstat(fd)
+        if len(os.listdir(_TASKS)) == 1 and found.st_nlink == 3:
+            return fd, (found.st_dev, found.st_ino)
+        os.close(fd)
     except OSError:
-        return None
+        pass
+    return None
 
 
 SUCCEEDED: dict[str, Any] = {"outcome": "succeeded"}
@@ -201,7 +207,7 @@ class _State:
     def __init__(self) -> None:
         self.env = warm_reset.Environment()
         self.streams = warm_reset.Streams()
-        self.task_links = _task_links()
+        self.tasks = _tasks()
 
 
 def _receive(sock: socket.socket, buffer: memoryview) -> tuple[int, list[int]]:
@@ -254,7 +260,7 @@ def serve(sock: socket.socket, keep_closed: list[int]) -> NoReturn:
                 os.set_inheritable(out_fd, False)  # the job's programs get fds 1 and 2 only
                 pipe = _identity(out_fd)
             verdict = _attempt(request, out_fd, null, home, state)
-            reusable = _alone(state.task_links) and _end_output(out_fd, pipe, marker)
+            reusable = _alone(state.tasks) and _end_output(out_fd, pipe, marker)
             if verdict is SUCCEEDED and reusable:
                 answer = _SUCCEEDED_REUSED
             else:
