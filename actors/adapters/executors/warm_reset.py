@@ -5,10 +5,12 @@ Each attempt starts from exactly: the environment the worker sent plus the
 run's ``CLAIMD_*`` variables; ``sys.stdout`` and ``sys.stderr`` on fds 1 and 2,
 line-buffered, and the root logger writing ``log_context.FORMAT`` lines to
 stderr at INFO; the default handlers of the signals in :data:`RESET` and no
-alarm pending. Setting all of it anew cost a child about 100 µs of CPU per
-attempt (most of its own work on a no-op): each piece is now checked against
-what was last set, in its cheapest exact form, and set again only where the
-last attempt changed it.
+alarm pending. Setting all of it anew took a child 75-90 µs per attempt
+(``bench/bench_warm_child.py --steps``: the environment 40-54, the streams and
+logger 22-28, the signals 9-10), about 40 % of its CPU on a no-op: each piece
+is now compared with what was set for the last attempt, exactly, and set
+again only where that attempt changed it (the signals excepted: python's own
+table does not show a handler a C library set, so they are set each time).
 
 Standard library only (and ``log_context``, which is): this runs in the fork
 server's children.
