@@ -85,6 +85,8 @@ STREAM_CHANGES = {
     "formatter": lambda: _handler().setFormatter(logging.Formatter("other %(message)s")),
     "format": lambda: setattr(_handler().formatter._style, "_fmt", "other %(message)s"),  # type: ignore[union-attr]
     "nonblocking": lambda: os.set_blocking(1, False),
+    "stdout deleted": lambda: delattr(sys, "stdout"),
+    "not a formatter": lambda: setattr(_handler(), "formatter", object()),
 }
 
 

@@ -72,7 +72,11 @@ class Streams:
         self.state: tuple[dict[str, Any], ...] = ()
 
     def set(self) -> None:
-        if not self._kept():
+        try:
+            kept = self._kept()
+        except Exception:  # noqa: BLE001 - what a job left may be anything (no sys.stdout)
+            kept = False
+        if not kept:
             self._renew()
 
     def _kept(self) -> bool:
