@@ -45,6 +45,12 @@ def environ_rebinding_job(ctx: RunContext) -> None:
     os.environ = {"RESET_LEFT": "left by attempt 1"}  # type: ignore[assignment]  # noqa: B003
 
 
+def environ_deleting_job(ctx: RunContext) -> None:
+    """os.environ gone from the os module."""
+    _pid(ctx)
+    del os.environ
+
+
 def environ_looking_job(ctx: RunContext) -> None:
     """The variables the tests name, as python sees them and as a program it starts does."""
     _pid(ctx)

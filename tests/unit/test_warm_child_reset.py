@@ -73,7 +73,9 @@ def _seen(attempt: int, trace: str | None = None) -> dict[str, str | None]:
 
 
 @pytest.mark.usefixtures("environment")
-@pytest.mark.parametrize("job", ["environ_changing_job", "environ_rebinding_job"])
+@pytest.mark.parametrize(
+    "job", ["environ_changing_job", "environ_rebinding_job", "environ_deleting_job"]
+)
 async def test_the_environment_is_the_base_and_the_runs_whatever_the_last_attempt_did(
     job: str,
 ) -> None:

@@ -133,7 +133,8 @@ class Environment:
             self.base, self.left = base, None
         environ = self.environ
         data = getattr(environ, "_data", None)
-        if self.left is not None and os.environ is environ and data == self.left:
+        rebound = getattr(os, "environ", None) is not environ  # (or deleted)
+        if self.left is not None and not rebound and data == self.left:
             last = self.run
             for key in last.keys() | run.keys():
                 value = run.get(key, self.base.get(key))
