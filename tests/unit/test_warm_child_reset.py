@@ -182,3 +182,33 @@ async def test_a_child_process_that_ended_unreaped_leaves_the_child_reusable() -
     left = await _run(executor, "zombie_leaving_job", 1)
     nxt = await _run(executor, "streams_looking_job", 2)
     assert _pid(nxt) == _pid(left)
+
+
+def test_a_request_is_read_whole_with_the_descriptor_that_came_with_it() -> None:
+    """The child reads requests into one buffer of its own (not a new 1 MiB bytes object
+    each): the bytes, and the output pipe passed with the first one."""
+    import mmap
+    import socket
+
+    from actors.adapters.executors.warm_child import MESSAGE_LIMIT, _receive
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    buffer = memoryview(mmap.mmap(-1, MESSAGE_LIMIT))
+    read_fd, write_fd = os.pipe()
+    try:
+        socket.send_fds(ours, [b"first request"], [write_fd])
+        ours.send(b"second")
+        size, fds = _receive(theirs, buffer)
+        assert (bytes(buffer[:size]), len(fds)) == (b"first request", 1)
+        os.write(fds[0], b"through the passed end")
+        os.close(fds[0])
+        assert os.read(read_fd, 100) == b"through the passed end"
+        size, fds = _receive(theirs, buffer)
+        assert (bytes(buffer[:size]), fds) == (b"second", [])
+        ours.close()
+        assert _receive(theirs, buffer) == (0, [])
+    finally:
+        buffer.release()
+        theirs.close()
+        os.close(read_fd)
+        os.close(write_fd)
