@@ -15,6 +15,11 @@ runs any more (so nothing of it can follow the marker), and the verdict goes
 back on the socket: ``("done", verdict, reusable)``. An attempt it is not
 reused after writes no marker: the worker reads its output to the pipe's end.
 
+Before each attempt, what the last one could leave to it is set again: its
+environment, working directory, sys.stdout and sys.stderr, root logger, signal
+handlers and alarm (``warm_reset.py``: only what it changed, found by exact
+checks; setting all of it anew was about 40 % of a child's CPU per no-op).
+
 ``reusable`` is False when the attempt left something running in this process
 (a thread) or below it (a child process, or an orphan of one: the child is
 their subreaper): the child then exits, and the fork server's sweep of its
@@ -25,8 +30,8 @@ A job's module is imported once per child (most often inherited from the fork
 server, which imports it before it forks), and imported again here when its
 file changed (size or modification time), as the fork server does.
 
-Standard library only (and ``log_context``, which is): this runs in the fork server's
-children.
+Standard library only (and ``log_context`` and ``warm_reset``, which are): this runs
+in the fork server's children.
 """
 
 from __future__ import annotations
@@ -146,9 +151,9 @@ def _tasks() -> tuple[int, tuple[int, int]] | None:
     return None
 
 
-SUCCEEDED: dict[str, Any] = {"outcome": "succeeded"}
+_SUCCEEDED: dict[str, Any] = {"outcome": "succeeded"}
 # The answer to most attempts, made once.
-_SUCCEEDED_REUSED = pickle.dumps(("done", SUCCEEDED, True))
+_ANSWER_SUCCEEDED = pickle.dumps(("done", _SUCCEEDED, True))
 
 
 def _attempt(
@@ -166,7 +171,7 @@ def _attempt(
         preload(target)
         try:
             resolve(target)(context)
-            verdict = SUCCEEDED
+            verdict = _SUCCEEDED
         except BaseException as exc:  # noqa: BLE001 - the job's failure is its verdict
             traceback.print_exc()
             verdict = {"outcome": "failed", "error": repr(exc)[:1000]}
@@ -243,7 +248,8 @@ def serve(sock: socket.socket, keep_closed: list[int]) -> NoReturn:
         state = _State()
         sock.setblocking(True)
         # Requests are read into one buffer: a new 1 MiB bytes object per request cost
-        # more than the rest of the read. Its pages are the kernel's until written.
+        # more than the rest of the read (and 2 page faults). Pages never written to
+        # take no memory.
         buffer = memoryview(mmap.mmap(-1, MESSAGE_LIMIT))
         out_fd, marker, pipe = -1, b"", (0, 0)
         while True:
@@ -261,8 +267,8 @@ def serve(sock: socket.socket, keep_closed: list[int]) -> NoReturn:
                 pipe = _identity(out_fd)
             verdict = _attempt(request, out_fd, null, home, state)
             reusable = _alone(state.tasks) and _end_output(out_fd, pipe, marker)
-            if verdict is SUCCEEDED and reusable:
-                answer = _SUCCEEDED_REUSED
+            if verdict is _SUCCEEDED and reusable:
+                answer = _ANSWER_SUCCEEDED
             else:
                 answer = pickle.dumps(("done", verdict, reusable))
             if len(answer) > VERDICT_LIMIT:
