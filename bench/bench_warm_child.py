@@ -8,7 +8,8 @@ does. A no-op job, and one that prints a line. Reported per tree:
 - ``child``: the child's CPU per attempt (``/proc/PID/schedstat``), uninstrumented;
 - ``steps`` (``--steps``): the same child with each of its steps wrapped in a
   timer (``perf_counter_ns``, median per attempt, so a preemption on a loaded
-  host does not count): where that CPU goes. The wrappers cost a little each.
+  host does not count): where that CPU goes, relatively. The timers are in the
+  figures (an instrumented child spent about twice the CPU of a plain one).
 
 The baseline is another tree (``--against``, /work/main by default: the code
 before), each tree in a process of its own with ``PYTHONPATH`` set to it, in
