@@ -11,12 +11,12 @@ does. A no-op job, and one that prints a line. Reported per tree:
   host does not count): where that CPU goes, relatively. The timers are in the
   figures (an instrumented child spent about twice the CPU of a plain one).
 
-The baseline is another tree (``--against``, /work/main by default: the code
+The baseline is another tree (``--against``, an export of the code
 before), each tree in a process of its own with ``PYTHONPATH`` set to it, in
 turns (``--rounds``), so a loaded host's drift falls on both.
 
     python -m bench.bench_warm_child [--attempts 5000] [--rounds 3] [--steps]
-        [--against /work/main]
+        --against /tmp/before
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ def main() -> None:
     parser.add_argument("--attempts", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", action="store_true")
-    parser.add_argument("--against", default="/work/main")
+    parser.add_argument("--against", required=True, help="the baseline's source tree")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:

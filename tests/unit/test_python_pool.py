@@ -283,3 +283,20 @@ async def test_an_attempt_cancelled_while_its_output_end_is_awaited_keeps_not_it
     assert executor.python.pool.idle == 0
     nxt = await _run(executor, "tests.unit.jobfuncs:pid_job", 2)
     assert nxt.output_tail == f"pid {_pid(nxt)} attempt 2\n", nxt
+
+
+async def test_a_child_is_let_go_after_its_attempts_and_a_new_one_serves_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each attempt's own CLAIMD_* values stay in a child's memory for good (glibc's
+    setenv): a child serves RETIRE_AFTER attempts, then a new one is forked."""
+    from actors.adapters.executors import pool
+
+    monkeypatch.setattr(pool, "RETIRE_AFTER", 3)
+    executor = LocalExecutor(python_processes=1)
+    pids = [_pid(await _run(executor, "tests.unit.jobfuncs:pid_job", n)) for n in range(1, 5)]
+    assert pids[0] == pids[1] == pids[2]
+    assert pids[3] != pids[0]  # the fourth attempt in a new child
+    async with asyncio.timeout(10):
+        while _alive(pids[0]):
+            await asyncio.sleep(0.01)  # the retired child exits once its socket closes

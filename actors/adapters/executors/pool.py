@@ -51,6 +51,11 @@ from actors.observability.secrets import MASKER
 
 log = get_logger("executor")
 ANSWER_LIMIT = 1 << 16
+# Attempts a warm child serves before it is let go (and a new one forked when needed):
+# glibc keeps every value given to setenv, so each attempt's own CLAIMD_RUN_ID and
+# CLAIMD_SCHEDULED_AT grow a child by about 134 bytes for good (measured); this bounds
+# that to about 1.3 MB a child, for one fork per 10,000 attempts.
+RETIRE_AFTER = 10_000
 
 
 class WarmPool:
@@ -263,7 +268,7 @@ class WarmPool:
             ), tail.text()
         finally:
             output.stop()
-            if keep:
+            if keep and child.attempts < RETIRE_AFTER:
                 self._give_back(child)
             else:
                 self._drop(child)
