@@ -93,7 +93,7 @@ def _instrument(report_fd: int) -> None:
         "log_context": log_context,
     }
     try:
-        from actors.adapters.executors import warm_reset  # type: ignore[attr-defined]
+        from actors.adapters.executors import warm_reset
 
         owners["warm_reset"] = warm_reset
         owners["warm_reset.Environment"] = warm_reset.Environment
@@ -129,7 +129,7 @@ def _instrument(report_fd: int) -> None:
         os.write(report_fd, json.dumps(spent).encode())
         leave(code)
 
-    warm_child._attempt = boundary
+    warm_child._attempt = boundary  # type: ignore[assignment]
     os._exit = report  # type: ignore[assignment]
 
 
@@ -174,13 +174,13 @@ def _drive(target: str, attempts: int, steps: bool) -> dict[str, Any]:
 
     for n in range(50):  # warm: the module imported, the first attempt's pipe passed
         one(n)
-    before, faults = _cpu_ns(pid), _faults(pid)
-    wall = time.perf_counter()
+    before, faults_before = _cpu_ns(pid), _faults(pid)
+    began = time.perf_counter()
     for n in range(50, 50 + attempts):
         one(n)
-    wall = time.perf_counter() - wall
+    wall = time.perf_counter() - began
     child_us = (_cpu_ns(pid) - before) / attempts / 1e3
-    faults = (_faults(pid) - faults) / attempts
+    faults = (_faults(pid) - faults_before) / attempts
     ours.close()
     report = b""
     while chunk := os.read(report_r, 1 << 20):

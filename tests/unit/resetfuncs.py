@@ -54,8 +54,9 @@ def environ_deleting_job(ctx: RunContext) -> None:
 def environ_looking_job(ctx: RunContext) -> None:
     """The variables the tests name, as python sees them and as a program it starts does."""
     _pid(ctx)
-    names = ("RESET_LEFT", "RESET_BASE", "RESET_GONE", "CLAIMD_JOB", "CLAIMD_ATTEMPT")
-    names += ("TRACEPARENT",)
+    names = (
+        "RESET_LEFT", "RESET_BASE", "RESET_GONE", "CLAIMD_JOB", "CLAIMD_ATTEMPT", "TRACEPARENT",
+    )  # fmt: skip
     print("python", {name: os.environ.get(name) for name in names})
     shown = subprocess.run(["/usr/bin/env"], capture_output=True, text=True, check=True).stdout
     found = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
@@ -65,18 +66,24 @@ def environ_looking_job(ctx: RunContext) -> None:
 # --- sys.stdout, sys.stderr, the root logger -------------------------------------
 
 
+def _replace_streams() -> None:
+    sys.stdout = io.StringIO()
+    sys.stderr = io.StringIO()
+
+
+def _reconfigure_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        assert isinstance(stream, io.TextIOWrapper)
+        stream.reconfigure(newline="\r\n")
+
+
 def _handler() -> logging.Handler:
     return logging.getLogger().handlers[0]
 
 
 STREAM_CHANGES = {
-    "replaced": lambda: (
-        setattr(sys, "stdout", io.StringIO()) or setattr(sys, "stderr", io.StringIO())
-    ),
-    "reconfigured": lambda: (
-        sys.stdout.reconfigure(newline="\r\n")  # type: ignore[union-attr]
-        or sys.stderr.reconfigure(newline="\r\n")
-    ),  # type: ignore[union-attr]
+    "replaced": lambda: _replace_streams(),
+    "reconfigured": lambda: _reconfigure_streams(),
     "closed": lambda: sys.stdout.close(),
     "detached": lambda: sys.stderr.detach(),  # type: ignore[union-attr]
     "write replaced": lambda: setattr(sys.stdout, "write", lambda text: len(text)),

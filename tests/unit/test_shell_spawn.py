@@ -34,9 +34,15 @@ async def test_the_child_leads_its_own_group_carries_the_marker_and_needs_no_thr
     try:
         assert os.getpgid(proc.pid) == proc.pid
         assert os.getsid(proc.pid) == proc.pid
-        with open(f"/proc/{proc.pid}/environ", "rb") as f:  # noqa: ASYNC230 - procfs
-            environ = f.read().split(b"\0")
-        assert f"{MARKER}=m-1".encode() in environ
+        # Read until the shell's exec of sleep is over (while a process execs, its
+        # environ reads empty): a poll with a deadline.
+        environ: list[bytes] = []
+        async with asyncio.timeout(10):
+            while f"{MARKER}=m-1".encode() not in environ:
+                with open(f"/proc/{proc.pid}/environ", "rb") as f:  # noqa: ASYNC230 - procfs
+                    environ = f.read().split(b"\0")
+                if f"{MARKER}=m-1".encode() not in environ:
+                    await asyncio.sleep(0.005)
         # asyncio's own subprocess would wait for it in a thread started per child.
         assert {t.ident for t in threading.enumerate()} <= threads
         assert proc.returncode is None
