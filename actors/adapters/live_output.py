@@ -327,3 +327,9 @@ class LiveOutputExecutor:
         prepare = getattr(self.inner, "prepare", None)
         if prepare is not None:
             prepare(executor, count)
+
+    async def close(self) -> None:
+        """Passed on (Closing): the python fork server ends with the worker."""
+        close = getattr(self.inner, "close", None)
+        if close is not None:
+            await close()

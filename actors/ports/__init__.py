@@ -20,6 +20,7 @@ from actors.ports.errors import InboxSilent, Outage, RecordRejected, StoreUnavai
 from actors.ports.execution import (
     Callback,
     Clock,
+    Closing,
     DatabaseTime,
     Executor,
     MovingClock,
@@ -84,6 +85,7 @@ __all__ = [
     "Cancelled",
     "ClaimingStore",
     "Clock",
+    "Closing",
     "ClusterReading",
     "Completion",
     "DatabaseTime",

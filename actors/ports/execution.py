@@ -32,6 +32,16 @@ class Preparing(Protocol):
         ...
 
 
+@runtime_checkable
+class Closing(Protocol):
+    """An executor that holds processes of its own (the python fork server, its warm
+    children): closed once the worker that used it has stopped."""
+
+    async def close(self) -> None:
+        """End what it started; what it ends is no longer running when this returns."""
+        ...
+
+
 class Clock(Protocol):
     """Wall-clock time, injectable so that schedules are tested without waiting."""
 

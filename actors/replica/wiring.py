@@ -20,7 +20,7 @@ from actors.config.notify import NotifyConfig
 from actors.domain import ClaimedRun, Job
 from actors.observability import get_logger
 from actors.pacing import BrokerGate, ClaimedBatch, Probe
-from actors.ports import ReplicaBroker, ReplicaStore
+from actors.ports import Closing, ReplicaBroker, ReplicaStore
 from actors.replica.lifecycle import release_within
 from actors.replica.port_bundle import PortBundle
 from actors.scheduling.claimer import Claimer
@@ -160,15 +160,16 @@ async def run_actors(
         if role.works:
             worker_settings = WorkerSettings.from_config(settings, replica_id)
             inbox = await bundle.worker_inbox(broker, probe_broker, worker_settings.stall_threshold)
+            executor = bundle.executor()
             worker = Worker(
                 bundle.worker_store(store),
                 inbox,
-                bundle.executor(),
+                executor,
                 worker_settings,
                 stop=stop_working,
                 clock=clock,
             )
-            tasks["worker"] = group.create_task(supervise("worker", worker.run), name="worker")
+            tasks["worker"] = group.create_task(_work(worker, executor), name="worker")
         notifications = bundle.notifications(store)
         if notifications is not None:
             # Every role sends: the outbox is claimed like runs, whoever claims.
@@ -206,3 +207,16 @@ async def run_actors(
             await release_within(
                 tasks["compensator"], to_release, settings.shutdown_grace.total_seconds()
             )
+
+
+async def _work(worker: Worker, executor: object) -> None:
+    """The worker under its supervisor, then its executor closed.
+
+    The python fork server and its warm children end with the worker, not when
+    the loop is torn down (they were noticed gone then: a warning at every stop).
+    """
+    try:
+        await supervise("worker", worker.run)
+    finally:
+        if isinstance(executor, Closing):
+            await asyncio.shield(executor.close())

@@ -534,3 +534,9 @@ async def test_dev_without_config_runs_the_shipped_jobs(
     started = dev.events("replica started")
     assert [(e["http"], e["jobs"]) for e in started] == [(f"127.0.0.1:{SHIPPED_HTTP_PORT}", 3)]
     assert health == [200]
+    # A stop is quiet: the python fork server ends with the worker, not noticed gone
+    # when the loop is torn down ("python fork server ended", asyncio's closed-loop
+    # warning about its pid), which a newcomer saw at every Ctrl-C.
+    stopping = dev.stderr().partition("stopping")[2]
+    assert "fork server ended" not in stopping, stopping[-2000:]
+    assert "is closed" not in stopping, stopping[-2000:]

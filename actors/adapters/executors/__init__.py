@@ -60,6 +60,10 @@ class LocalExecutor:
             return scrub(await self.python.run(spec, context, timeout))
         return scrub(await run_http(spec, context, timeout))
 
+    async def close(self) -> None:
+        """End the python fork server and its warm children (Closing), at a stop."""
+        await self.python.close()
+
     def runs_inline(self, executor: str | None) -> bool:
         """Whether runs of that kind (a dispatch's ``executor`` hint) take the inline pool of
         slots (``worker_async_concurrency``) rather than a process slot.

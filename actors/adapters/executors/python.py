@@ -94,6 +94,11 @@ class PythonRunner:
             if not _resolved(target)[1]:
                 self.pool.warm(target, count)
 
+    async def close(self) -> None:
+        """Let the warm children go and end the fork server (a replica's stop)."""
+        await self.pool.close()
+        await self.children.close()
+
     async def run(
         self, spec: PythonSpec, context: RunContext, timeout: timedelta
     ) -> ExecutionResult:
