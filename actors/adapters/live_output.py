@@ -243,15 +243,6 @@ class OutputRelay:
         await asyncio.shield(self._finish(run_id, output))
 
     @contextlib.asynccontextmanager
-    async def relaying(self, context: RunContext) -> AsyncIterator[None]:
-        """While inside, the attempt's output (every Tail an executor makes) is relayed."""
-        output, token = self.begin(context)
-        try:
-            yield
-        finally:
-            await self.end(context, output, token)
-
-    @contextlib.asynccontextmanager
     async def follow(self, run_id: str) -> AsyncIterator[_Follow]:
         """The OutputFeed port: subscribed to ``run_id``'s output while inside."""
         follower = _Follow(self, run_id)

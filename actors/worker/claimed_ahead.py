@@ -222,7 +222,7 @@ class ClaimedAhead(Generic[D]):
         is held (or there is no keep-alive). Their marks move before anything is
         awaited, so a delivery is kept alive once per period.
         """
-        await self._send_keep_alives(self._mark_old())
+        await self._send_keep_alives([h.delivery for h in self._mark_old()])
         return self._next_keep_alive_in()
 
     def _mark_old(self) -> list[_Held[D]]:
@@ -235,12 +235,21 @@ class ClaimedAhead(Generic[D]):
             h.marked = now
         return old
 
-    async def _send_keep_alives(self, old: Sequence[_Held[D]]) -> None:
+    async def _send_keep_alives(self, deliveries: Sequence[D]) -> None:
         keep_alive = self.keep_alive
         if keep_alive is None:
             return
-        for i in range(0, len(old), KEEP_ALIVE_AT_ONCE):
-            await asyncio.gather(*(keep_alive(h.delivery) for h in old[i : i + KEEP_ALIVE_AT_ONCE]))
+        for i in range(0, len(deliveries), KEEP_ALIVE_AT_ONCE):
+            await asyncio.gather(*(keep_alive(d) for d in deliveries[i : i + KEEP_ALIVE_AT_ONCE]))
+
+    def keep_alive_beside(self, deliveries: Sequence[D]) -> None:
+        """Tell the broker these deliveries are still being worked on, in a task of their
+        own (the worker's starts of held runs that took long: see Starter)."""
+        if not deliveries or self.keep_alive is None:
+            return
+        task = asyncio.ensure_future(self._send_keep_alives(deliveries))
+        self._keeping.add(task)
+        task.add_done_callback(self._keeping.discard)
 
     def _next_keep_alive_in(self) -> float | None:
         """In how many seconds the next keep-alive is due (None: nothing held, or none)."""
@@ -256,11 +265,7 @@ class ClaimedAhead(Generic[D]):
         wait for them (10,000 held runs are 10,000 replies to the broker, and a
         herd's runs waiting for slots are kept alive every half-period: a start
         of 1,000 at a time waited about a second behind each round of them)."""
-        old = self._mark_old()
-        if old:
-            task = asyncio.ensure_future(self._send_keep_alives(old))
-            self._keeping.add(task)
-            task.add_done_callback(self._keeping.discard)
+        self.keep_alive_beside([h.delivery for h in self._mark_old()])
         return self._next_keep_alive_in()
 
     def _keep_alive_at(self, held: _Held[D], db_now: datetime) -> float:

@@ -109,7 +109,6 @@ class Starter:
         self.inline_seen = False
         self._releasing = asyncio.Lock()  # run_until_due's own (it alone releases held runs)
         self._held_starts: set[asyncio.Task[None]] = set()  # starts of held runs under way
-        self._keeping: set[asyncio.Task[None]] = set()  # in_progress sent for late starts
         # Set while no start of held runs is under way (the completer waits for it).
         self._held_starts_idle = asyncio.Event()
         self._held_starts_idle.set()
@@ -322,9 +321,7 @@ class Starter:
         """
         if time.monotonic() - released < self.settings.keep_held_alive.total_seconds():
             return
-        task = asyncio.ensure_future(_in_progress(deliveries))
-        self._keeping.add(task)
-        task.add_done_callback(self._keeping.discard)
+        self.until_due.keep_alive_beside(deliveries)
 
     def _held_start_ended(self, task: asyncio.Task[None]) -> None:
         self._held_starts.discard(task)
@@ -368,13 +365,3 @@ class Starter:
             self.start_unknown.move_to_end(key)
         while len(self.start_unknown) > START_UNKNOWN_KEPT:
             self.start_unknown.popitem(last=False)
-
-
-KEEP_AT_ONCE = 500  # in_progress replies sent together
-
-
-async def _in_progress(deliveries: Sequence[Delivery]) -> None:
-    for i in range(0, len(deliveries), KEEP_AT_ONCE):
-        await asyncio.gather(
-            *(settle_quietly(d.in_progress()) for d in deliveries[i : i + KEEP_AT_ONCE])
-        )
