@@ -105,18 +105,22 @@ async def test_a_child_that_dies_fails_its_attempt_and_is_replaced() -> None:
     assert _pid(again) != dead
 
 
-async def test_an_attempt_that_leaves_a_thread_running_retires_its_child() -> None:
-    """What the attempt left ends with its child, before the verdict: its late line
-    reaches neither the next attempt's output nor any other."""
+@pytest.mark.parametrize(
+    "target",
+    ["tests.unit.jobfuncs:thread_leaving_job", "tests.unit.jobfuncs:process_leaving_job"],
+    ids=["thread", "process"],
+)
+async def test_an_attempt_that_leaves_something_running_retires_its_child(target: str) -> None:
+    """What the attempt left ends with its child, before the verdict: a late line of
+    it reaches neither the next attempt's output nor any other."""
     executor = LocalExecutor(python_processes=1)
-    left = await _run(executor, "tests.unit.jobfuncs:thread_leaving_job", 1)
+    left = await _run(executor, target, 1)
     assert left.outcome is Outcome.SUCCEEDED, left
     retired = _pid(left)
     assert not _alive(retired)
     nxt = await _run(executor, "tests.unit.jobfuncs:pid_job", 2)
     assert _pid(nxt) != retired
-    assert nxt.output_tail is not None
-    assert "late line" not in nxt.output_tail
+    assert nxt.output_tail == f"pid {_pid(nxt)} attempt 2\n"
 
 
 async def test_a_warm_child_imports_an_edited_module_again(
@@ -209,17 +213,6 @@ async def test_two_hundred_attempts_in_one_child_each_keep_their_own_output() ->
     for n, result in enumerate(results, 1):
         assert result.outcome is Outcome.SUCCEEDED, result
         assert result.output_tail == f"pid {pid} python {n}\necho {n}\nstderr {n}", result
-
-
-async def test_an_attempt_that_leaves_a_process_running_retires_its_child() -> None:
-    executor = LocalExecutor(python_processes=1)
-    left = await _run(executor, "tests.unit.jobfuncs:process_leaving_job", 1)
-    assert left.outcome is Outcome.SUCCEEDED, left
-    retired = _pid(left)
-    assert not _alive(retired)
-    nxt = await _run(executor, "tests.unit.jobfuncs:pid_job", 2)
-    assert _pid(nxt) != retired
-    assert nxt.output_tail == f"pid {_pid(nxt)} attempt 2\n"
 
 
 async def test_a_job_that_replaces_its_output_pipe_keeps_its_verdict_and_output() -> None:
