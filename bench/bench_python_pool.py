@@ -26,23 +26,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from tempfile import TemporaryDirectory
 
 HERE = Path(__file__).resolve().parent.parent
 JOB_MODULE = "pool_bench_job"
-JOBS = """def noop(ctx):
-    pass
-
-
-def talk(ctx):
-    print("one line from attempt", ctx.attempt)
-"""
 
 
 def _child_cpu(pids: list[int]) -> float:
@@ -106,49 +95,35 @@ async def _inner(attempts: int, seq: int) -> dict[str, object]:
     }
 
 
-def _run_tree(tree: str, jobs_dir: str, attempts: int, seq: int) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tree, jobs_dir])}
-    done = subprocess.run(
-        [sys.executable, __file__, "--inner", "--attempts", str(attempts), "--seq", str(seq)],
-        env=env,
-        cwd=jobs_dir,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
-    return found
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attempts", type=int, default=2000)
     parser.add_argument("--seq", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--against", required=True, help="the baseline's source tree")
+    parser.add_argument("--against", help="the baseline's source tree (required)")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
         print(json.dumps(asyncio.run(_inner(args.attempts, args.seq))))
         return
-    trees = {"this tree": str(HERE), "baseline": str(Path(args.against).resolve())}
-    with TemporaryDirectory() as jobs_dir:
-        Path(jobs_dir, f"{JOB_MODULE}.py").write_text(JOBS)
-        print(f"load average before: {os.getloadavg()}  (cpus: {os.cpu_count()})")
-        for round_ in range(1, args.rounds + 1):
-            for label in ("baseline", "this tree"):
-                found = _run_tree(trees[label], jobs_dir, args.attempts, args.seq)
-                print(f"round {round_} {label:9} ({found['actors']})")
-                for case in ("seq", "c64", "c64-print"):
-                    figures = found[case]
-                    assert isinstance(figures, dict)
-                    count = args.seq if case == "seq" else args.attempts
-                    print(
-                        f"  {case:9} {count:5} attempts: parent {figures['parent_us']:7.0f} µs"
-                        f" CPU/attempt, children {figures['child_us']:6.0f} µs CPU/attempt,"
-                        f" wall {figures['wall_s']:6.2f} s, failed {figures['failed']}"
-                    )
-        print(f"load average after: {os.getloadavg()}")
+    if not args.against:
+        parser.error("--against TREE is required: the baseline, measured in the same run")
+    from bench.common import rounds_against  # the outer process only (see there)
+
+    inner = ["--attempts", str(args.attempts), "--seq", str(args.seq)]
+    for round_, label, found in rounds_against(
+        __file__, args.against, args.rounds, JOB_MODULE, inner
+    ):
+        print(f"round {round_} {label:9} ({found['actors']})")
+        for case in ("seq", "c64", "c64-print"):
+            figures = found[case]
+            assert isinstance(figures, dict)
+            count = args.seq if case == "seq" else args.attempts
+            print(
+                f"  {case:9} {count:5} attempts: parent {figures['parent_us']:7.0f} µs"
+                f" CPU/attempt, children {figures['child_us']:6.0f} µs CPU/attempt,"
+                f" wall {figures['wall_s']:6.2f} s, failed {figures['failed']}"
+            )
 
 
 if __name__ == "__main__":

@@ -27,24 +27,15 @@ import os
 import pickle
 import socket
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from tempfile import TemporaryDirectory
 from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
 JOB_MODULE = "warm_child_bench_job"
-JOBS = """def noop(ctx):
-    pass
-
-
-def talk(ctx):
-    print("one line from attempt", ctx.attempt)
-"""
 # (module, attribute) of each step timed with --steps, as the child looks them up: this
 # tree's names and the baseline's (a step missing from a tree is left out).
 STEPS = (
@@ -134,7 +125,10 @@ def _instrument(report_fd: int) -> None:
 
 
 def _drive(target: str, attempts: int, steps: bool) -> dict[str, Any]:
-    from actors.adapters.executors.child_output import MARK
+    try:
+        from actors.adapters.executors.child_output import MARK
+    except ImportError:  # a tree before the one output pipe per child: another protocol
+        sys.exit("the tree has no child_output.py: a baseline from 1fc6f5d (one pipe a child) on")
     from actors.adapters.executors.warm_child import serve
     from actors.domain import RunContext
 
@@ -211,50 +205,35 @@ def _inner(attempts: int, steps: bool) -> dict[str, Any]:
     return result
 
 
-def _run_tree(tree: str, jobs_dir: str, attempts: int, steps: bool) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tree, jobs_dir])}
-    command = [sys.executable, __file__, "--inner", "--attempts", str(attempts)]
-    done = subprocess.run(
-        command + (["--steps"] if steps else []),
-        env=env,
-        cwd=jobs_dir,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    found: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return found
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--attempts", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", action="store_true")
-    parser.add_argument("--against", required=True, help="the baseline's source tree")
+    parser.add_argument("--against", help="the baseline's source tree (required)")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
         print(json.dumps(_inner(args.attempts, args.steps)))
         return
-    trees = {"this tree": str(HERE), "baseline": str(Path(args.against).resolve())}
-    with TemporaryDirectory() as jobs_dir:
-        Path(jobs_dir, f"{JOB_MODULE}.py").write_text(JOBS)
-        print(f"load average before: {os.getloadavg()}  (cpus: {os.cpu_count()})")
-        for round_ in range(1, args.rounds + 1):
-            for label in ("baseline", "this tree"):
-                found = _run_tree(trees[label], jobs_dir, args.attempts, args.steps)
-                print(f"round {round_} {label:9} ({found['actors']})")
-                for target in ("noop", "talk"):
-                    figures = found[target]
-                    print(
-                        f"  {target:5} child {figures['child_us']:6.1f} µs CPU/attempt,"
-                        f" round trip {figures['wall_us']:6.1f} µs,"
-                        f" page faults/attempt {figures['faults']:5.2f}"
-                    )
-                    for name, us in figures.get("steps", {}).items():
-                        print(f"        {name:36} {us:6.1f} µs (median)")
-        print(f"load average after: {os.getloadavg()}")
+    if not args.against:
+        parser.error("--against TREE is required: the baseline, measured in the same run")
+    from bench.common import rounds_against  # the outer process only (see there)
+
+    inner = ["--attempts", str(args.attempts), *(["--steps"] if args.steps else [])]
+    for round_, label, found in rounds_against(
+        __file__, args.against, args.rounds, JOB_MODULE, inner
+    ):
+        print(f"round {round_} {label:9} ({found['actors']})")
+        for target in ("noop", "talk"):
+            figures = found[target]
+            print(
+                f"  {target:5} child {figures['child_us']:6.1f} µs CPU/attempt,"
+                f" round trip {figures['wall_us']:6.1f} µs,"
+                f" page faults/attempt {figures['faults']:5.2f}"
+            )
+            for name, us in figures.get("steps", {}).items():
+                print(f"        {name:36} {us:6.1f} µs (median)")
 
 
 if __name__ == "__main__":

@@ -18,11 +18,12 @@ import statistics
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from tempfile import TemporaryDirectory
 from typing import Any
 
 import asyncpg
@@ -334,3 +335,42 @@ async def delete_stream(stream: str) -> str:
         return f"{v.major}.{v.minor}.{v.patch}"
     finally:
         await nc.close()
+
+
+# The sync python jobs the warm-pool benches run (bench_python_pool, bench_warm_child):
+# a module written to a temporary folder, importable by the fork server's children.
+SYNC_JOBS_SOURCE = """def noop(ctx):
+    pass
+
+
+def talk(ctx):
+    print("one line from attempt", ctx.attempt)
+"""
+
+
+def rounds_against(
+    script: str, against: str, rounds: int, module: str, args: Sequence[str]
+) -> Iterator[tuple[int, str, dict[str, Any]]]:
+    """Each round, the baseline's tree then this one: ``script --inner ARGS`` in a process
+    of its own with that tree (and a folder holding the jobs module ``module``) first on
+    ``PYTHONPATH``; yields (round, label, the JSON of its last line of output).
+
+    For the outer process only: the inner one runs with the baseline's tree first on
+    its path, where this helper may not exist.
+    """
+    trees = {"this tree": str(REPO), "baseline": str(Path(against).resolve())}
+    with TemporaryDirectory() as jobs_dir:
+        Path(jobs_dir, f"{module}.py").write_text(SYNC_JOBS_SOURCE)
+        print(f"load average before: {os.getloadavg()}  (cpus: {os.cpu_count()})")
+        for round_ in range(1, rounds + 1):
+            for label in ("baseline", "this tree"):
+                done = subprocess.run(
+                    [sys.executable, script, "--inner", *args],
+                    env={**os.environ, "PYTHONPATH": os.pathsep.join([trees[label], jobs_dir])},
+                    cwd=jobs_dir,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                yield round_, label, json.loads(done.stdout.strip().splitlines()[-1])
+        print(f"load average after: {os.getloadavg()}")
